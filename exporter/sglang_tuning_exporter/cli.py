@@ -1,0 +1,64 @@
+"""The `sglang-tuning-exporter` command line: one subcommand per module."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+from types import ModuleType
+
+from . import __version__
+
+# subcommand -> module implementing `HELP`, `add_arguments(parser)` and `run(args) -> int`.
+COMMANDS: dict[str, str] = {
+    "serve": "sglang_tuning_exporter.serve",
+    "parse": "sglang_tuning_exporter.parse_cmd",
+    "diagnose": "sglang_tuning_exporter.diagnose",
+    "report": "sglang_tuning_exporter.report",
+    "render": "sglang_tuning_exporter.render",
+}
+
+EXIT_OK, EXIT_RUNTIME, EXIT_USAGE, EXIT_FINDINGS = 0, 1, 2, 3
+
+
+def _load(module: str) -> ModuleType | None:
+    try:
+        return importlib.import_module(module)
+    except ModuleNotFoundError as exc:
+        if exc.name == module:
+            return None  # command not built yet
+        raise
+
+
+def build_parser() -> tuple[argparse.ArgumentParser, dict[str, ModuleType]]:
+    """The top-level parser with every available subcommand."""
+    parser = argparse.ArgumentParser(
+        prog="sglang-tuning-exporter",
+        description="SGLang's hyperparameter-tuning guide as live signals, alerts and reports.")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    modules: dict[str, ModuleType] = {}
+    for name, path in COMMANDS.items():
+        mod = _load(path)
+        if mod is None:
+            continue
+        p = sub.add_parser(name, help=getattr(mod, "HELP", ""), description=getattr(mod, "HELP", ""))
+        mod.add_arguments(p)
+        modules[name] = mod
+    return parser, modules
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point; returns the process exit status (interfaces.md)."""
+    parser, modules = build_parser()
+    args = parser.parse_args(argv)
+    if not args.command:
+        parser.print_help(sys.stderr)
+        return EXIT_USAGE
+    try:
+        return int(modules[args.command].run(args))
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:
+        return EXIT_OK

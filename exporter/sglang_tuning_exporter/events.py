@@ -1,0 +1,36 @@
+"""Typed events produced by the log parser: the contract between parsing and everything after it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+# Event kinds (see docs/contracts.md and ../shared/reference/interfaces.md).
+DECODE = "decode"
+PREFILL = "prefill"
+RETRACT = "retract"
+STARTUP_MEMORY = "startup_memory"
+SERVER_ARGS = "server_args"
+OOM = "oom"
+ERROR = "error"
+CUDA_GRAPH_CAPTURE = "cuda_graph_capture"  # `Capture cuda graph begin ... bs=[...]`: fields.batch_sizes
+MAX_RUNNING_REDUCED = "max_running_reduced"  # `max_running_requests was reduced from requested X to Y`
+VERSION = "version"  # a line that reveals the SGLang version: fields.version
+
+RANK_KEYS = ("dp", "pp", "tp", "ep")
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    """One recognised log event; `fields` uses the canonical names of interfaces.md."""
+
+    line: int
+    kind: str
+    time: str | None = None  # ISO 8601 with a date, "HH:MM:SS" time-only, None when absent
+    rank: dict[str, int] = field(default_factory=dict)
+    fields: dict[str, Any] = field(default_factory=dict)
+
+    def to_json_dict(self) -> dict[str, Any]:
+        """The `parse` output object of interfaces.md."""
+        return {"line": self.line, "kind": self.kind, "time": self.time, "rank": dict(self.rank),
+                "fields": dict(self.fields)}

@@ -1,0 +1,44 @@
+"""Exporter-style command-line flags with SGLANG_TUNING_* environment-variable mirrors."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+from typing import Any
+
+ENV_PREFIX = "SGLANG_TUNING_"
+WORKLOADS = ("throughput", "latency", "long-context", "multi-turn")
+
+
+def env_name(flag: str) -> str:
+    """`--sglang.log-file` -> `SGLANG_TUNING_SGLANG_LOG_FILE`."""
+    return ENV_PREFIX + re.sub(r"[^A-Za-z0-9]+", "_", flag.lstrip("-")).upper()
+
+
+def add_flag(parser: argparse.ArgumentParser, flag: str, *, help: str, **kwargs: Any) -> None:
+    """Add `flag`; its default comes from the environment mirror when set, shown in --help."""
+    env = env_name(flag)
+    if env in os.environ:
+        raw = os.environ[env]
+        if kwargs.get("action") == "store_true":
+            kwargs["default"] = raw.strip().lower() in ("1", "true", "yes", "on")
+        elif kwargs.get("action") == "append":
+            kwargs["default"] = [v for v in raw.split(",") if v]
+        else:
+            kwargs["default"] = raw
+    default = kwargs.get("default")
+    shown = f" (default: {default})" if default not in (None, False, []) else ""
+    parser.add_argument(flag, help=f"{help}{shown} [env {env}]", **kwargs)
+
+
+def add_guide_flags(parser: argparse.ArgumentParser) -> None:
+    """The options every guide-evaluating command shares (interfaces.md)."""
+    add_flag(parser, "--guide-profile", default=None, metavar="NAME",
+             help="which tuning-guide version's thresholds to apply; default the newest")
+    add_flag(parser, "--workload", default="throughput", choices=WORKLOADS,
+             help="the guide's workload recipe the checks follow")
+    add_flag(parser, "--config", default=None, metavar="FILE",
+             help="YAML file overriding thresholds, windows and options")
+    add_flag(parser, "--server-arg", action="append", default=[], metavar="KEY=VALUE",
+             help="override a server argument the advice is computed from (repeatable)")

@@ -1,0 +1,81 @@
+"""Shared value types between sources (log, scrape, server info), signals, checks and outputs."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+STATUSES = ("ok", "warning", "critical", "unknown")
+# Numeric encoding of a status on /metrics (sglang_tuning_check_status).
+STATUS_CODE = {"unknown": -1.0, "ok": 0.0, "warning": 1.0, "critical": 2.0}
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class Rank:
+    """A scheduler rank; None means the source did not name that dimension."""
+
+    dp: int | None = None
+    pp: int | None = None
+    tp: int | None = None
+    ep: int | None = None
+
+    @classmethod
+    def from_dict(cls, d: dict[str, int]) -> Rank:
+        """Build from an Event.rank mapping (keys dp/pp/tp/ep)."""
+        return cls(dp=d.get("dp"), pp=d.get("pp"), tp=d.get("tp"), ep=d.get("ep"))
+
+    def as_dict(self) -> dict[str, int]:
+        """Only the dimensions that are known, as in interfaces.md (`{"dp": 0}`)."""
+        return {k: v for k, v in (("dp", self.dp), ("pp", self.pp), ("tp", self.tp), ("ep", self.ep))
+                if v is not None}
+
+    def labels(self) -> dict[str, str]:
+        """Prometheus label values in SGLang's own label names; '' when unknown."""
+        def s(v: int | None) -> str:
+            return "" if v is None else str(v)
+        return {"dp_rank": s(self.dp), "pp_rank": s(self.pp), "tp_rank": s(self.tp), "moe_ep_rank": s(self.ep)}
+
+
+@dataclass(frozen=True, slots=True)
+class Observation:
+    """One measured value: (rank, time, name, value), whatever the source (design.md)."""
+
+    time: float  # seconds; epoch for live data, log-derived seconds for offline
+    name: str
+    value: float
+    rank: Rank = Rank()
+    source: str = "log"  # log | metrics | server_info
+
+
+@dataclass(slots=True)
+class ServerState:
+    """What we know about the SGLang server's configuration."""
+
+    version: str | None = None
+    args: dict[str, Any] = field(default_factory=dict)
+    model_name: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Finding:
+    """The verdict of one check for one rank, as in the `findings` array of interfaces.md."""
+
+    check: str
+    status: str  # ok | warning | critical | unknown
+    rank: dict[str, int]
+    flag: str | None
+    action: str  # increase | decrease | set | client-side text
+    current: Any
+    suggested: Any
+    summary: str
+    evidence: str
+    severity: str = "warning"  # severity the check has when it fires
+    guide: str = ""  # the guide's reason in one line
+    tradeoff: str = ""
+
+    def to_json_dict(self) -> dict[str, Any]:
+        """Serialise in the diagnose JSON schema."""
+        return {"check": self.check, "status": self.status, "rank": dict(self.rank), "flag": self.flag,
+                "action": self.action, "current": self.current, "suggested": self.suggested,
+                "summary": self.summary, "evidence": self.evidence, "severity": self.severity,
+                "guide": self.guide, "tradeoff": self.tradeoff}
