@@ -66,6 +66,12 @@ CATALOG: tuple[MetricSpec, ...] = (
     _m("tracked_ranks", "gauge", "Ranks currently tracked."),
     _m("ranks_expired_total", "counter", "Ranks dropped because they were not seen within the expiry time."),
     _m("build_info", "info", "Exporter build facts.", ("version", "python_version")),
+    # --- sidecar source details (owner: sidecar)
+    _m("sglang_restarts_total", "counter", "SGLang restarts detected (a counter going backwards, a new start time or version in server info)."),
+    _m("scrape_garbage_lines_total", "counter", "Lines of SGLang's /metrics that were not valid exposition format (skipped)."),
+    _m("scrape_samples", "gauge", "Samples read from SGLang's /metrics at the last successful scrape."),
+    _m("server_info_endpoint", "info", "The server-info endpoint the running SGLang release answered (/server_info, /get_server_info or /get_server_args).", ("endpoint",)),
+    _m("evaluation_timestamp_seconds", "gauge", "Unix time of the last evaluation of the guide checks."),
 )
 
 BY_NAME: dict[str, MetricSpec] = {m.name: m for m in CATALOG}

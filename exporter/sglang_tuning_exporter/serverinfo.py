@@ -1,0 +1,139 @@
+"""SGLang's server-info endpoint: the running server's arguments and version.
+
+`/server_info` (0.5.6+), falling back to `/get_server_info` (0.4.0-0.5.23) and `/get_server_args`
+(0.3.x) on 404. Parsing is pure (`parse_server_info`); fetching goes through an injected `HttpGet`.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+ENDPOINTS = ("/server_info", "/get_server_info", "/get_server_args")
+MAX_BODY_BYTES = 16 * 1024 * 1024
+
+
+class HttpError(Exception):
+    """A failed HTTP request (connection, timeout, or a non-2xx status)."""
+
+    def __init__(self, message: str, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class HttpGet(Protocol):
+    """GET `url` within `timeout` seconds; returns the body or raises HttpError."""
+
+    def __call__(self, url: str, timeout: float) -> bytes: ...
+
+
+def urllib_get(url: str, timeout: float) -> bytes:
+    """The real HttpGet: urllib with a timeout and a body-size cap."""
+    req = urllib.request.Request(url, headers={"User-Agent": "sglang-tuning-exporter",
+                                               "Accept": "text/plain, application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as resp:
+            body: bytes = resp.read(MAX_BODY_BYTES + 1)
+    except urllib.error.HTTPError as exc:
+        raise HttpError(f"HTTP {exc.code} from {url}", exc.code) from None
+    except (urllib.error.URLError, OSError, ValueError) as exc:
+        reason = getattr(exc, "reason", exc)
+        raise HttpError(f"GET {url} failed: {reason}") from None
+    if len(body) > MAX_BODY_BYTES:
+        raise HttpError(f"GET {url}: body larger than {MAX_BODY_BYTES} bytes")
+    return body
+
+
+@dataclass(frozen=True, slots=True)
+class ServerInfo:
+    """The facts the exporter uses from the server-info document."""
+
+    version: str | None
+    model_name: str | None
+    args: Mapping[str, Any]  # scalar server args (numbers, bools, strings, None)
+    max_total_num_tokens: int | None = None
+    available_gpu_mem_gb: float | None = None  # internal_states[0].memory_usage.startup_available
+    decode_cuda_graph_bs: tuple[int, ...] = ()
+    start_marker: str | None = None  # changes when SGLang restarts (startup_time / launch record)
+
+
+def _num(v: Any) -> float | None:
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+
+
+def parse_server_info(doc: Any) -> ServerInfo:
+    """Extract version, model, scalar args and capacity from any release's server-info JSON."""
+    if not isinstance(doc, dict):
+        raise ValueError("server info is not a JSON object")
+    args = {k: v for k, v in doc.items()
+            if isinstance(k, str) and (v is None or isinstance(v, (int, float, str, bool)))
+            and k not in ("version", "launch_command")}
+    states = doc.get("internal_states")
+    first = states[0] if isinstance(states, list) and states and isinstance(states[0], dict) else {}
+    memory = first.get("memory_usage") if isinstance(first.get("memory_usage"), dict) else {}
+    avail = _num(memory.get("startup_available")) if memory else None
+    bs_raw = first.get("decode_cuda_graph_bs")
+    bs = tuple(int(b) for b in bs_raw if isinstance(b, int)) if isinstance(bs_raw, list) else ()
+    model = doc.get("served_model_name") or doc.get("model_path")
+    mtt = _num(doc.get("max_total_num_tokens"))
+    version = doc.get("version")
+    marker = doc.get("startup_time")
+    return ServerInfo(
+        version=str(version) if version is not None else None,
+        model_name=str(model) if model is not None else None,
+        args=args,
+        max_total_num_tokens=int(mtt) if mtt is not None else None,
+        available_gpu_mem_gb=avail,
+        decode_cuda_graph_bs=bs,
+        start_marker=json.dumps(marker, sort_keys=True) if marker is not None else None,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class FetchResult:
+    """Outcome of one server-info fetch."""
+
+    info: ServerInfo | None
+    endpoint: str | None  # the endpoint that answered
+    error: str | None
+    duration_s: float
+
+
+@dataclass(slots=True)
+class ServerInfoClient:
+    """Fetches server info, remembering which endpoint the running release serves."""
+
+    base_url: str
+    timeout: float
+    get: HttpGet = urllib_get
+    timer: Callable[[], float] = time.perf_counter
+    endpoint: str | None = None
+    _order: tuple[str, ...] = field(default=ENDPOINTS)
+
+    def fetch(self) -> FetchResult:
+        """Try the known endpoint first, then the others; 404 means 'older release, try the next'."""
+        start = self.timer()
+        order = ((self.endpoint,) if self.endpoint else ()) + tuple(
+            e for e in self._order if e != self.endpoint)
+        last_error = "no endpoint answered"
+        for path in order:
+            try:
+                body = self.get(self.base_url.rstrip("/") + path, self.timeout)
+            except HttpError as exc:
+                last_error = str(exc)
+                if exc.status in (404, 405):
+                    continue
+                break  # server down or erroring: other endpoints will not do better
+            try:
+                info = parse_server_info(json.loads(body))
+            except (ValueError, UnicodeDecodeError) as exc:
+                last_error = f"{path}: invalid server info: {exc}"
+                break
+            self.endpoint = path
+            return FetchResult(info, path, None, self.timer() - start)
+        return FetchResult(None, None, last_error, self.timer() - start)

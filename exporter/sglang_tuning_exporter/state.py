@@ -1,0 +1,321 @@
+"""The sidecar's live state: what the collector and the status page read, as immutable snapshots.
+
+All mutation goes through `LiveState` methods that take `now` explicitly (no clock here). The
+loop thread writes, HTTP threads call `snapshot()`; one lock keeps the two consistent.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from collections import deque
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from .events import Event
+from .model import Finding, Observation, Rank, ServerState
+
+SOURCES = ("log", "metrics", "server_info")
+# Observation names kept as "latest value" gauges per rank.
+GAUGE_NAMES = frozenset({
+    "num_queue_reqs", "num_running_reqs", "token_usage", "gen_throughput",
+    "available_gpu_mem_gb", "gpu_mem_total_gb", "max_total_num_tokens", "max_running_requests",
+    "cuda_graph_max_bs_captured",
+})
+
+
+@dataclass(frozen=True, slots=True)
+class SourceStatus:
+    """Health of one input source."""
+
+    enabled: bool
+    up: bool | None = None  # None: not attempted yet
+    duration_s: float | None = None
+    last_attempt: float | None = None
+    detail: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class RankSnapshot:
+    """Everything we expose for one rank."""
+
+    rank: Rank
+    last_seen: float
+    gauges: Mapping[str, float]
+    counters: Mapping[tuple[str, str], float]  # (family, extra label value) -> total
+    no_graph_batch_p90: float | None
+    signals: Mapping[str, float]
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """A consistent copy of the live state at one instant."""
+
+    now: float
+    model_name: str
+    version: str | None
+    args: Mapping[str, Any]
+    ranks: tuple[RankSnapshot, ...]
+    sources: Mapping[str, SourceStatus]
+    log_lines: Mapping[str, float]
+    log_unparsed: float
+    log_rotations: float
+    log_truncations: float
+    log_last_line_time: float | None
+    ranks_expired: float
+    restarts: float
+    scrape_garbage: float
+    scrape_samples: float | None
+    server_info_endpoint: str | None
+    findings: tuple[Finding, ...]
+    document: Mapping[str, Any] | None
+    evaluated_at: float | None
+    window_s: float
+
+    @property
+    def up(self) -> bool:
+        """The SGLang /metrics scrape worked at its last attempt."""
+        return bool(self.sources["metrics"].up)
+
+
+@dataclass(slots=True)
+class _RankData:
+    last_seen: float
+    gauges: dict[str, float] = field(default_factory=dict)
+    no_graph: deque[tuple[float, float]] = field(default_factory=deque)
+
+
+def p90(values: Iterable[float]) -> float | None:
+    """Nearest-rank 90th percentile; None when empty."""
+    ordered = sorted(values)
+    if not ordered:
+        return None
+    return ordered[max(0, math.ceil(0.9 * len(ordered)) - 1)]
+
+
+class LiveState:
+    """Mutable live state guarded by one lock; read through `snapshot()`."""
+
+    def __init__(self, *, window_s: float, max_ranks: int, expire_after_s: float,
+                 enabled: Mapping[str, bool]) -> None:
+        self._lock = threading.Lock()
+        self.window_s = window_s
+        self.max_ranks = max_ranks
+        self.expire_after_s = expire_after_s
+        self._ranks: dict[Rank, _RankData] = {}
+        # Counters outlive rank expiry so they stay monotonic for the life of the process.
+        self._counters: dict[Rank, dict[tuple[str, str], float]] = {}
+        self._sources = {s: SourceStatus(enabled=bool(enabled.get(s, False))) for s in SOURCES}
+        self._server = ServerState()
+        self._model_from_metrics: str | None = None
+        self._log_lines: dict[str, float] = {}
+        self._log_unparsed = 0.0
+        self._rotations = 0.0
+        self._truncations = 0.0
+        self._last_line_time: float | None = None
+        self._expired = 0.0
+        self._restarts = 0.0
+        self._garbage = 0.0
+        self._scrape_samples: float | None = None
+        self._endpoint: str | None = None
+        self._signals: dict[Rank, dict[str, float]] = {}
+        self._findings: tuple[Finding, ...] = ()
+        self._document: Mapping[str, Any] | None = None
+        self._evaluated_at: float | None = None
+
+    # --- ranks -------------------------------------------------------------------------------
+    def _touch(self, rank: Rank, now: float) -> _RankData | None:
+        data = self._ranks.get(rank)
+        if data is None:
+            if len(self._ranks) >= self.max_ranks:
+                # Bounded: evict the least recently seen rank to make room.
+                oldest = min(self._ranks, key=lambda r: self._ranks[r].last_seen)
+                del self._ranks[oldest]
+                self._expired += 1
+            data = self._ranks[rank] = _RankData(last_seen=now)
+        data.last_seen = max(data.last_seen, now)
+        return data
+
+    def _count(self, rank: Rank, family: str, label: str, amount: float) -> None:
+        if amount <= 0 or not math.isfinite(amount):
+            return  # counters only ever grow
+        per_rank = self._counters.setdefault(rank, {})
+        per_rank[(family, label)] = per_rank.get((family, label), 0.0) + amount
+
+    def expire(self, now: float) -> int:
+        """Drop ranks not seen within `expire_after_s`; returns how many were dropped."""
+        with self._lock:
+            stale = [r for r, d in self._ranks.items() if now - d.last_seen > self.expire_after_s]
+            for r in stale:
+                del self._ranks[r]
+                self._signals.pop(r, None)
+            self._expired += len(stale)
+            retired = [r for r in self._counters if r not in self._ranks]
+            # Keep retired counters (a returning rank continues its series) but bounded.
+            for r in retired[: max(0, len(self._counters) - 4 * self.max_ranks)]:
+                del self._counters[r]
+            return len(stale)
+
+    # --- inputs -------------------------------------------------------------------------------
+    def add_observations(self, observations: Iterable[Observation], now: float) -> None:
+        """Latest gauges per rank; counter deltas from the metrics source."""
+        with self._lock:
+            for o in observations:
+                data = self._touch(o.rank, now)
+                if data is None:
+                    continue
+                if o.name in GAUGE_NAMES:
+                    data.gauges[o.name] = o.value
+                if o.source == "log":
+                    continue  # log counters come from events (add_events), not twice
+                if o.name == "retraction":
+                    self._count(o.rank, "retractions", "", 1)
+                    self._count(o.rank, "retracted_requests", "", o.value)
+                elif o.name == "decode_cuda_graph_passes":
+                    self._count(o.rank, "decode_samples", "true", o.value)
+                elif o.name == "decode_eager_passes":
+                    self._count(o.rank, "decode_samples", "false", o.value)
+                elif o.name == "prefill_new_tokens":
+                    self._count(o.rank, "prefill_tokens", "new", o.value)
+                elif o.name == "prefill_cached_tokens":
+                    self._count(o.rank, "prefill_tokens", "cached", o.value)
+
+    def add_events(self, events: Iterable[Event], now: float) -> None:
+        """Counters from log events: decode samples, retractions, prefill tokens, OOMs."""
+        with self._lock:
+            for e in events:
+                rank = Rank.from_dict(e.rank)
+                data = self._touch(rank, now)
+                if data is None:
+                    continue
+                f = e.fields
+                if e.kind == "decode":
+                    cg = f.get("cuda_graph")
+                    label = "unknown" if not isinstance(cg, bool) else ("true" if cg else "false")
+                    self._count(rank, "decode_samples", label, 1)
+                    bs = f.get("num_running_reqs")
+                    if cg is False and isinstance(bs, (int, float)):
+                        data.no_graph.append((now, float(bs)))
+                    self._prune_no_graph(data, now)
+                elif e.kind == "retract":
+                    self._count(rank, "retractions", "", 1)
+                    n = f.get("num_retracted_reqs")
+                    self._count(rank, "retracted_requests", "", float(n) if isinstance(n, (int, float)) else 0)
+                elif e.kind == "prefill":
+                    for key, label in (("num_new_tokens", "new"), ("num_cached_tokens", "cached")):
+                        v = f.get(key)
+                        if isinstance(v, (int, float)) and not isinstance(v, bool):
+                            self._count(rank, "prefill_tokens", label, float(v))
+                elif e.kind == "oom":
+                    phase = f.get("phase") if f.get("phase") in ("prefill", "decode", "startup") else "unknown"
+                    self._count(rank, "oom_events", str(phase), 1)
+
+    def _prune_no_graph(self, data: _RankData, now: float) -> None:
+        while data.no_graph and now - data.no_graph[0][0] > self.window_s:
+            data.no_graph.popleft()
+
+    def count_log_lines(self, lines: int, events_by_kind: Mapping[str, int], now: float | None) -> None:
+        """Lines read; each event counts for its kind, the remaining lines as `other`."""
+        with self._lock:
+            events = 0
+            for kind, n in events_by_kind.items():
+                if n > 0:
+                    self._log_lines[kind] = self._log_lines.get(kind, 0.0) + n
+                    events += n
+            other = lines - events
+            if other > 0:
+                self._log_lines["other"] = self._log_lines.get("other", 0.0) + other
+            if lines > 0 and now is not None:
+                self._last_line_time = now
+
+    def set_log_totals(self, *, unparsed: float, rotations: float, truncations: float) -> None:
+        """Totals kept by the reader/follower; never allowed to go down (a new reader starts at 0)."""
+        with self._lock:
+            self._log_unparsed = max(self._log_unparsed, unparsed)
+            self._rotations = max(self._rotations, rotations)
+            self._truncations = max(self._truncations, truncations)
+
+    def add_log_deltas(self, *, unparsed: float = 0, rotations: float = 0, truncations: float = 0) -> None:
+        """Increment log self-health counters."""
+        with self._lock:
+            self._log_unparsed += max(0.0, unparsed)
+            self._rotations += max(0.0, rotations)
+            self._truncations += max(0.0, truncations)
+
+    def record_source(self, source: str, *, ok: bool, duration_s: float | None, now: float,
+                      detail: str = "") -> None:
+        """Outcome of one attempt to read a source."""
+        with self._lock:
+            old = self._sources[source]
+            self._sources[source] = SourceStatus(old.enabled, ok, duration_s, now, detail)
+
+    def record_scrape(self, *, garbage_lines: int, samples: int | None, model_name: str | None,
+                      restarted: bool) -> None:
+        """Facts from one successful scrape."""
+        with self._lock:
+            self._garbage += max(0, garbage_lines)
+            self._scrape_samples = float(samples) if samples is not None else None
+            if model_name:
+                self._model_from_metrics = model_name
+            if restarted:
+                self._restarts += 1
+
+    def count_restart(self) -> None:
+        """SGLang restarted (detected outside a scrape: new server-info start time or version)."""
+        with self._lock:
+            self._restarts += 1
+
+    def set_server(self, *, version: str | None = None, args: Mapping[str, Any] | None = None,
+                   model_name: str | None = None, endpoint: str | None = None) -> None:
+        """Merge what we learned about the server's configuration."""
+        with self._lock:
+            if version:
+                self._server.version = version
+            if args:
+                self._server.args.update(args)
+            if model_name:
+                self._server.model_name = model_name
+            if endpoint:
+                self._endpoint = endpoint
+
+    def server_state(self) -> ServerState:
+        """A copy of the server configuration, for the advisor."""
+        with self._lock:
+            return ServerState(self._server.version, dict(self._server.args), self._current_model())
+
+    def set_evaluation(self, *, signals: Mapping[Rank, Mapping[str, float | None]],
+                       findings: Iterable[Finding], document: Mapping[str, Any] | None, now: float) -> None:
+        """Store the latest evaluation of the guide."""
+        with self._lock:
+            self._signals = {r: {k: float(v) for k, v in s.items() if v is not None and math.isfinite(v)}
+                             for r, s in signals.items()}
+            self._findings = tuple(findings)
+            self._document = document
+            self._evaluated_at = now
+
+    # --- output -------------------------------------------------------------------------------
+    def _current_model(self) -> str | None:
+        return self._server.model_name or self._model_from_metrics
+
+    def snapshot(self, now: float) -> Snapshot:
+        """A consistent, immutable copy for one /metrics scrape or status page."""
+        with self._lock:
+            ranks = []
+            for rank in sorted(self._ranks):
+                data = self._ranks[rank]
+                self._prune_no_graph(data, now)
+                ranks.append(RankSnapshot(
+                    rank=rank, last_seen=data.last_seen, gauges=dict(data.gauges),
+                    counters=dict(self._counters.get(rank, {})),
+                    no_graph_batch_p90=p90(v for _, v in data.no_graph),
+                    signals=dict(self._signals.get(rank, {}))))
+            return Snapshot(
+                now=now, model_name=self._current_model() or "", version=self._server.version,
+                args=dict(self._server.args), ranks=tuple(ranks), sources=dict(self._sources),
+                log_lines=dict(self._log_lines), log_unparsed=self._log_unparsed,
+                log_rotations=self._rotations, log_truncations=self._truncations,
+                log_last_line_time=self._last_line_time, ranks_expired=self._expired,
+                restarts=self._restarts, scrape_garbage=self._garbage, scrape_samples=self._scrape_samples,
+                server_info_endpoint=self._endpoint, findings=self._findings, document=self._document,
+                evaluated_at=self._evaluated_at, window_s=self.window_s)

@@ -1,0 +1,83 @@
+"""Tests for reading SGLang's server-info endpoint (pure parse + endpoint fallback with a fake HTTP)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from sglang_tuning_exporter.serverinfo import HttpError, ServerInfoClient, parse_server_info
+
+DOC = json.loads((Path(__file__).parent / "fixtures" / "sglang-0.5.23-server_info-toplevel.json").read_text())
+
+
+class FakeHttp:
+    """Answers from a dict path -> body or status; records the URLs asked."""
+
+    def __init__(self, routes: dict[str, bytes | int]) -> None:
+        self.routes = routes
+        self.asked: list[str] = []
+
+    def __call__(self, url: str, timeout: float) -> bytes:
+        self.asked.append(url)
+        for path, answer in self.routes.items():
+            if url.endswith(path):
+                if isinstance(answer, int):
+                    raise HttpError(f"HTTP {answer}", answer)
+                return answer
+        raise HttpError("HTTP 404", 404)
+
+
+def test_parse_real_0523_server_info() -> None:
+    """Version, the tuning knobs and capacity come out of the real 0.5.23 document."""
+    info = parse_server_info(DOC)
+    assert info.version == "0.5.23"
+    assert info.args["mem_fraction_static"] == 0.85
+    assert info.args["schedule_conservativeness"] == 0.3
+    assert info.args["chunked_prefill_size"] == 4096
+    assert info.args["schedule_policy"] == "fcfs"
+    assert "internal_states" not in info.args
+    assert info.model_name
+
+
+def test_parse_internal_states_memory() -> None:
+    """internal_states[0] gives the startup headroom and captured decode batch sizes."""
+    doc = {"version": "0.5.23", "served_model_name": "m", "max_total_num_tokens": 1000,
+           "internal_states": [{"memory_usage": {"startup_available": 6.5}, "decode_cuda_graph_bs": [1, 2, 4]}]}
+    info = parse_server_info(doc)
+    assert (info.available_gpu_mem_gb, info.decode_cuda_graph_bs, info.max_total_num_tokens) == (6.5, (1, 2, 4), 1000)
+
+
+def test_parse_rejects_non_object() -> None:
+    """A JSON list is not server info: a clear ValueError."""
+    with pytest.raises(ValueError, match="not a JSON object"):
+        parse_server_info([1, 2])
+
+
+def test_fallback_to_get_server_info_on_404_and_remembered() -> None:
+    """An older release 404s /server_info: /get_server_info is used and tried first next time."""
+    http = FakeHttp({"/server_info": 404, "/get_server_info": json.dumps({"version": "0.4.10"}).encode()})
+    client = ServerInfoClient("http://sglang:30000/", 1.0, get=http, timer=lambda: 0.0)
+    res = client.fetch()
+    assert res.info is not None and res.info.version == "0.4.10"
+    assert res.endpoint == "/get_server_info"
+    assert http.asked == ["http://sglang:30000/server_info", "http://sglang:30000/get_server_info"]
+    http.asked.clear()
+    client.fetch()
+    assert http.asked == ["http://sglang:30000/get_server_info"]
+
+
+def test_server_down_stops_at_first_failure() -> None:
+    """A connection failure is not a 404: no pointless fallbacks, a clear error."""
+    def down(url: str, timeout: float) -> bytes:
+        raise HttpError(f"GET {url} failed: connection refused")
+    res = ServerInfoClient("http://x", 1.0, get=down, timer=lambda: 0.0).fetch()
+    assert res.info is None and res.error is not None and "connection refused" in res.error
+
+
+def test_invalid_json_is_an_error_not_a_crash() -> None:
+    """Garbage from the endpoint is reported as an error."""
+    http = FakeHttp({"/server_info": b"<html>"})
+    res = ServerInfoClient("http://x", 1.0, get=http, timer=lambda: 0.0).fetch()
+    assert res.info is None and res.error is not None and "invalid server info" in res.error
