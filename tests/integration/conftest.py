@@ -1,0 +1,55 @@
+"""Fixtures of the end-to-end suite: one stack per test module, torn down whatever happens."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from integration.stack import Stack, TargetSpec, missing_binaries
+from integration.webhook import WebhookReceiver
+
+# One simulated SGLang server per case the suite asserts on; both metric spellings are covered.
+TARGETS = (
+    TargetSpec("storm-colon", "retraction_storm", "colon"),
+    TargetSpec("storm-underscore", "retraction_storm", "underscore"),
+    TargetSpec("headroom_low-colon", "memory_headroom_low", "colon"),
+    TargetSpec("headroom_high-underscore", "memory_headroom_high", "underscore"),
+    TargetSpec("graph-underscore", "cuda_graph_uncovered", "underscore"),
+    TargetSpec("graph-colon", "cuda_graph_uncovered", "colon"),
+    TargetSpec("healthy-colon", "healthy", "colon"),
+    TargetSpec("healthy-underscore", "healthy", "underscore"),
+    TargetSpec("killed", "healthy", "colon"),  # its SGLang is killed by a test
+    TargetSpec("restart", "retraction_storm", "colon"),  # its exporter is restarted by a test
+)
+
+
+class RunningStack:
+    """The started stack, its webhook receiver and when it started."""
+
+    def __init__(self, stack: Stack, webhook: WebhookReceiver) -> None:
+        self.stack = stack
+        self.webhook = webhook
+        self.started = time.monotonic()
+
+    def deadline(self, seconds: float) -> float:
+        """Seconds left until `seconds` after the stack started (at least 1)."""
+        return max(1.0, self.started + seconds - time.monotonic())
+
+
+@pytest.fixture(scope="session")
+def running_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningStack]:
+    """Webhook, Alertmanager, Prometheus, and one stand-in SGLang + exporter per target."""
+    missing = missing_binaries()
+    if missing:
+        pytest.skip(f"Debian binaries not installed: {', '.join(missing)} (apt-get install prometheus "
+                    "prometheus-alertmanager)")
+    webhook = WebhookReceiver().serve_in_thread()
+    stack = Stack(tmp_path_factory.mktemp("e2e"), list(TARGETS), webhook.url)
+    try:
+        stack.start()
+        yield RunningStack(stack, webhook)
+    finally:
+        stack.stop()
+        webhook.close()

@@ -1,0 +1,104 @@
+"""Fast checks of the suite's own parts: stand-in exposition, scenario log lines, config rewriting."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+import yaml
+
+from integration.scenario_log import SCENARIOS, startup_messages, tick_messages, with_prefix
+from integration.stack import AM_EXAMPLE, alertmanager_config
+from integration.standin_sglang import METRICS_FILE, MetricsState, Selector, spell
+from integration.test_dashboards import concrete
+
+
+class FakeClock:
+    """Monotonic time the test moves by hand."""
+
+    def __init__(self) -> None:
+        self.t = 100.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def _value(text: str, selector: str) -> float:
+    sel = Selector.parse(selector)
+    for line in text.splitlines():
+        m = re.match(r"^([^\s{]+)(\{[^}]*\})?\s+(\S+)", line)
+        if m and not line.startswith("#") and sel.matches(m[1], m[2] or ""):
+            return float(m[3])
+    raise AssertionError(f"{selector} not in exposition")
+
+
+def test_counter_grows_in_steps_and_never_back() -> None:
+    """The retraction counter grows by whole events (3 requests) at the scenario's rate, across a switch."""
+    clock = FakeClock()
+    state = MetricsState(METRICS_FILE.read_text(), SCENARIOS["retraction_storm"], clock=clock)
+    name = "sglang:num_retracted_requests_total"
+    assert _value(state.render(), name) == 3.0  # the recorded value
+    clock.t += 1.9  # 2.85 requests' worth: not yet a whole event
+    assert _value(state.render(), name) == 3.0
+    clock.t += 0.2
+    assert _value(state.render(), name) == 6.0
+    state.switch(SCENARIOS["healthy"])
+    clock.t += 60
+    assert _value(state.render(), name) == 6.0
+
+
+def test_gauge_override_and_underscore_spelling() -> None:
+    """Gauges take the scenario's value; the underscore spelling renames samples and HELP/TYPE alike."""
+    state = MetricsState(METRICS_FILE.read_text(), SCENARIOS["memory_headroom_low"], spelling="underscore",
+                         clock=FakeClock())
+    text = state.render()
+    assert not re.search(r"^(# (HELP|TYPE) )?sglang:", text, re.M)
+    assert "# TYPE sglang_startup_available_gpu_memory_gb gauge" in text
+    assert _value(text, "sglang_startup_available_gpu_memory_gb") == 1.2
+    assert _value(text, 'sglang_cuda_graph_passes_total{mode="decode_none"}') == 50.0
+
+
+def test_bad_spelling_is_refused() -> None:
+    """An unknown spelling is a clear error."""
+    with pytest.raises(ValueError, match="spelling"):
+        MetricsState("", SCENARIOS["healthy"], spelling="dots")
+
+
+def test_spell_only_touches_the_prefix() -> None:
+    """Only SGLang's namespace separator changes."""
+    assert spell("sglang:token_usage", "underscore") == "sglang_token_usage"
+    assert spell("sglang:token_usage", "colon") == "sglang:token_usage"
+
+
+def test_scenario_lines_have_sglang_formats() -> None:
+    """Startup and tick messages look like 0.5.23's, with the scenario's numbers."""
+    storm = SCENARIOS["retraction_storm"]
+    lines = [m for tick in range(8) for m in tick_messages(storm, tick)]
+    assert sum("KV cache pool is full. Retract requests. #retracted_reqs: 3" in m for m in lines) == 2
+    assert sum(m.startswith("Decode batch, #running-req: 187") for m in lines) == 8
+    graph = SCENARIOS["cuda_graph_uncovered"]
+    assert "cuda graph: False" in tick_messages(graph, 1)[-1]
+    start = startup_messages(SCENARIOS["memory_headroom_low"])
+    assert start[0].startswith("server_args={'model_path': 'Qwen/Qwen2.5-7B-Instruct'")
+    assert start[-1].endswith("available_gpu_mem=1.20 GB")
+    assert "Capture cuda graph bs [1, 2, 4, 8, 12, 16, 24, 32]" in startup_messages(graph)
+    import datetime as dt
+    assert with_prefix("x", dt.datetime(2026, 1, 2, 3, 4, 5)) == "[2026-01-02 03:04:05] x"
+
+
+def test_alertmanager_example_points_every_receiver_at_the_webhook() -> None:
+    """Routing and inhibition are kept; every receiver only posts to the webhook; waits are short."""
+    example = yaml.safe_load(AM_EXAMPLE.read_text())
+    cfg = alertmanager_config(example, "http://127.0.0.1:1")
+    assert cfg["inhibit_rules"] == example["inhibit_rules"]
+    assert [r["matchers"] for r in cfg["route"]["routes"]] == [r["matchers"] for r in example["route"]["routes"]]
+    for r in cfg["receivers"]:
+        assert set(r) == {"name", "webhook_configs"}
+        assert r["webhook_configs"][0]["url"] == f"http://127.0.0.1:1/{r['name']}"
+    assert cfg["route"]["group_wait"] == "1s"
+
+
+def test_grafana_variables_become_concrete() -> None:
+    """Built-in intervals get durations and dashboard variables match everything."""
+    expr = 'rate(x{job=~"$job", instance=~"${instance}"}[$__rate_interval])'
+    assert concrete(expr) == 'rate(x{job=~".*", instance=~".*"}[15s])'

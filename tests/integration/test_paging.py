@@ -1,0 +1,188 @@
+"""End to end: scenario logs and /metrics -> our exporter -> Prometheus rules -> Alertmanager -> webhook."""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import Any
+
+import pytest
+
+from integration.conftest import TARGETS, RunningStack
+from integration.stack import EXPORTER_JOB, SGLANG_JOB, Stack, wait_for
+from sglang_tuning_exporter.catalog import CATALOG
+from sglang_tuning_exporter.checks import Check, load_table
+
+pytestmark = pytest.mark.integration
+
+# scenario -> the check whose alert must page for it
+EXPECTED_CHECK = {
+    "retraction_storm": "retractions_frequent",
+    "memory_headroom_low": "gpu_mem_headroom_low",
+    "memory_headroom_high": "gpu_mem_headroom_high",
+    "cuda_graph_uncovered": "cuda_graph_uncovered",
+}
+PAGING_KEYS = [t.key for t in TARGETS if t.scenario in EXPECTED_CHECK and t.key != "restart"]
+ALERT_DEADLINE_S = 120.0  # from stack start; windows are 20 s and `for:` 3 s in the test render
+ADVICE_ANNOTATIONS = ("flag", "action", "suggested_value", "runbook_url")
+SCRAPE_DOWN_ALERTS = ("SGLangTuningScrapeFailing",)
+
+
+def _checks() -> dict[str, Check]:
+    return load_table().by_id()
+
+
+def target_key(stack: Stack, labels: dict[str, str]) -> str | None:
+    """Which target an alert belongs to: by the exporter's or the stand-in's `instance`."""
+    for t in stack.targets:
+        if labels.get("instance") in (t.exporter_instance, t.sglang_instance):
+            return t.spec.key
+    return labels.get("scenario")
+
+
+def webhook_alerts(rs: RunningStack, key: str, alertname: str | None = None) -> list[tuple[str, dict[str, Any]]]:
+    """Firing alerts the webhook got for target `key` (optionally only `alertname`): (receiver path, alert)."""
+    return [(path, a) for path, a in rs.webhook.firing()
+            if target_key(rs.stack, a["labels"]) == key
+            and (alertname is None or a["labels"].get("alertname") == alertname)]
+
+
+def _flags(check: Check) -> set[str]:
+    return {f for f in (check.flag, *(v.flag for v in check.flags_by_version)) if f}
+
+
+@pytest.mark.parametrize("key", PAGING_KEYS)
+def test_scenario_pages_with_advice(running_stack: RunningStack, key: str) -> None:
+    """The scenario's alert reaches the webhook from both the exporter and the SGLang-native rule, with advice."""
+    stack = running_stack.stack
+    target = stack.target(key)
+    check = _checks()[EXPECTED_CHECK[target.spec.scenario]]
+    instances = {target.exporter_instance}
+    if check.promql.get("sglang"):
+        instances.add(target.sglang_instance)  # the rule over SGLang's own metrics, in this spelling
+
+    def arrived() -> bool:
+        got = {a["labels"].get("instance") for _, a in webhook_alerts(running_stack, key, check.alert)}
+        return instances <= got
+
+    assert wait_for(arrived, running_stack.deadline(ALERT_DEADLINE_S)), (
+        f"{check.alert} for {key} did not reach the webhook from {sorted(instances)} within "
+        f"{ALERT_DEADLINE_S:.0f}s; received: {[(p, a['labels']) for p, a in running_stack.webhook.firing()]}\n"
+        f"firing in Prometheus: {[a['labels'] for a in stack.firing()]}\n{stack.describe()}")
+    for path, alert in webhook_alerts(running_stack, key, check.alert):
+        labels, notes = alert["labels"], alert["annotations"]
+        missing = [k for k in ADVICE_ANNOTATIONS if not str(notes.get(k, "")).strip()]
+        assert not missing, f"{check.alert} from {labels['instance']} lacks annotations {missing}: {notes}"
+        assert labels.get("check") == check.id
+        assert labels.get("severity") in ("warning", "critical")
+        assert notes["flag"] in _flags(check), f"flag {notes['flag']!r} is not one of {_flags(check)}"
+        assert notes["action"] == check.action
+        assert "#" in notes["runbook_url"], "runbook_url must point at the alert's runbook section"
+        # the example routing: critical pages, warning/info become tickets
+        assert path == ("/page" if labels["severity"] == "critical" else "/ticket"), (path, labels)
+
+
+@pytest.mark.parametrize("key", ["healthy-colon", "healthy-underscore"])
+def test_healthy_pages_nobody(running_stack: RunningStack, key: str) -> None:
+    """A healthy server fires no alert at all, in Prometheus or at the webhook, once paging has had time."""
+    stack = running_stack.stack
+    # At least as long as the slowest expected page took: if they fired, a false alarm would have too.
+    time.sleep(running_stack.deadline(45.0))
+    firing = [a["labels"] for a in stack.firing() if target_key(stack, a["labels"]) == key]
+    assert not firing, f"healthy target {key} has firing alerts: {firing}"
+    assert not webhook_alerts(running_stack, key), f"healthy target {key} paged: {webhook_alerts(running_stack, key)}"
+    # and it was really being watched: both of its scrapes are up and the exporter saw SGLang
+    t = stack.target(key)
+    ups = stack.query(f'up{{instance=~"{t.exporter_instance}|{t.sglang_instance}"}}')
+    assert sorted(float(s["value"][1]) for s in ups) == [1.0, 1.0], ups
+    seen = stack.query(f'sglang_tuning_up{{instance="{t.exporter_instance}"}}')
+    assert [float(s["value"][1]) for s in seen] == [1.0], seen
+
+
+def test_killed_sglang_fires_scrape_down_only(running_stack: RunningStack) -> None:
+    """Killing SGLang fires the scrape-down alert for its exporter, and no tuning alert for that server."""
+    stack = running_stack.stack
+    t = stack.target("killed")
+    assert t.standin is not None
+    wait_for(lambda: stack.query(f'sglang_tuning_up{{instance="{t.exporter_instance}"}} == 1'), 30)
+    t.standin.kill()
+
+    def scrape_down() -> list[dict[str, Any]]:
+        return [a for a in stack.firing()
+                if a["labels"].get("alertname") in SCRAPE_DOWN_ALERTS and target_key(stack, a["labels"]) == "killed"]
+
+    assert wait_for(scrape_down, 60), (
+        f"no {SCRAPE_DOWN_ALERTS} firing for the killed SGLang; firing: {[a['labels'] for a in stack.firing()]}\n"
+        f"{t.exporter.describe() if t.exporter else ''}")
+    assert wait_for(lambda: webhook_alerts(running_stack, "killed", SCRAPE_DOWN_ALERTS[0]), 30), (
+        "scrape-down alert fired in Prometheus but never reached the webhook")
+    time.sleep(8)  # long enough for any stale-data tuning alert to pass its `for:`
+    tuning = [a["labels"] for a in stack.firing()
+              if target_key(stack, a["labels"]) == "killed" and a["labels"].get("check")]
+    assert not tuning, f"tuning alerts fired for a server that is down: {tuning}"
+    paged = [a["labels"] for _, a in webhook_alerts(running_stack, "killed") if a["labels"].get("check")]
+    assert not paged, f"tuning alerts reached the webhook for a server that is down: {paged}"
+
+
+def _counter_names() -> list[str]:
+    return [m.name for m in CATALOG if m.type == "counter"]
+
+
+def _rates(stack: Stack, instance: str, window: str) -> dict[tuple[tuple[str, str], ...], float]:
+    names = "|".join(_counter_names())
+    out: dict[tuple[tuple[str, str], ...], float] = {}
+    for s in stack.query(f'rate({{__name__=~"{names}", instance="{instance}"}}[{window}])'):
+        labels = tuple(sorted(s["metric"].items()))
+        out[labels] = float(s["value"][1])
+    return out
+
+
+def test_exporter_restart_keeps_counters(running_stack: RunningStack) -> None:
+    """Restarting our exporter keeps every counter's rate and increase right across the restart."""
+    stack = running_stack.stack
+    t = stack.target("restart")
+    assert t.exporter is not None
+    window = "10s"
+    moving = wait_for(lambda: {k: v for k, v in _rates(stack, t.exporter_instance, window).items() if v > 0}, 60)
+    assert moving, f"no counter of the exporter moves for a retraction storm\n{t.exporter.describe()}"
+    time.sleep(3)
+    before = {k: v for k, v in _rates(stack, t.exporter_instance, window).items() if k in moving}
+    restart_at = time.time()
+    t.exporter.stop()
+    stack.start_exporter(t)
+    time.sleep(14)  # past the rate window: after-rates only see samples of the new process
+    after = _rates(stack, t.exporter_instance, window)
+    end = time.time()
+    span = f"{math.ceil(end - restart_at) + 10}s"
+    increases = {tuple(sorted(s["metric"].items())): float(s["value"][1]) for s in stack.query(
+        f'increase({{__name__=~"{"|".join(_counter_names())}", instance="{t.exporter_instance}"}}[{span}])')}
+    problems = []
+    for labels, r0 in before.items():
+        name = dict(labels)["__name__"] if "__name__" in dict(labels) else str(labels)
+        r1 = after.get(labels)
+        if r1 is None:
+            problems.append(f"{name} {dict(labels)}: series gone after the restart (labels changed?)")
+            continue
+        if not 0.5 * r0 <= r1 <= 2.0 * r0:
+            problems.append(f"{dict(labels)}: rate {r0:.3f}/s before, {r1:.3f}/s after the restart")
+        inc = increases.get(labels, 0.0)
+        expected = r0 * (end - restart_at + 10)
+        if not 0.4 * expected <= inc <= 2.0 * expected:
+            problems.append(f"{dict(labels)}: increase over {span} across the restart is {inc:.1f}, "
+                            f"expected about {expected:.1f}")
+    assert not problems, "\n".join(problems) + f"\n{t.exporter.describe() if t.exporter else ''}"
+
+
+def test_every_rule_evaluates(running_stack: RunningStack) -> None:
+    """Every loaded alerting and recording rule evaluates without error, and the recording rules run as queries."""
+    stack = running_stack.stack
+    rules = wait_for(lambda: [r for r in stack.rules() if r.get("lastEvaluation", "").startswith("2")] and
+                     stack.rules(), 30)
+    assert rules, "Prometheus loaded no rules"
+    bad = [(r["name"], r.get("lastError")) for r in rules if r.get("health") != "ok"]
+    assert not bad, f"rules failing in Prometheus: {bad}"
+    for r in rules:
+        if r["type"] == "recording":
+            stack.query(r["query"])  # raises PromQLError with the text
+    jobs = {s["metric"]["job"] for s in stack.query("up")}
+    assert {EXPORTER_JOB, SGLANG_JOB} <= jobs
