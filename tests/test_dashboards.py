@@ -1,0 +1,291 @@
+"""Dashboards generated from the checks table: committed JSON, panel lint, metric names, PromQL syntax."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from promql_lint import (
+    PromQLLintError,
+    known_names,
+    matchers,
+    metric_names,
+    range_durations,
+    sglang_names,
+    unknown_metrics,
+)
+from sglang_tuning_exporter import render_dashboards
+from sglang_tuning_exporter.catalog import RANK_LABELS, exposed_names
+from sglang_tuning_exporter.checks import CheckTable, load_table
+
+ROOT = Path(__file__).resolve().parent.parent
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
+SCAN = FIXTURES / "sglang-metric-names.txt"
+VARIABLES = ("datasource", "job", "instance", "model_name", "dp_rank")
+
+TABLE = load_table()
+GENERATED = render_dashboards.generate(TABLE)
+DASHBOARDS: dict[str, dict[str, Any]] = {path: json.loads(text) for path, text in GENERATED.items()}
+PANELS = [(path, p) for path, d in DASHBOARDS.items() for p in d["panels"] if p["type"] != "row"]
+TARGETS = [(path, p, t) for path, p in PANELS for t in p["targets"]]
+
+
+def _pid(item: tuple[Any, ...]) -> str:
+    path, panel = item[0], item[1]
+    return f"{Path(path).stem}:{panel['id']}:{panel['title']}"
+
+
+def test_committed_dashboards_match_generator(update_golden: bool) -> None:
+    """dashboards/*.json are exactly what the generator writes (rewrite with --update-golden)."""
+    for rel, text in GENERATED.items():
+        path = ROOT / rel
+        if update_golden:
+            path.write_text(text, encoding="utf-8")
+        assert path.read_text(encoding="utf-8") == text, f"{rel} drifted: run `sglang-tuning-exporter render`"
+
+
+def test_output_is_deterministic_with_sorted_keys() -> None:
+    """Two runs give identical text, keys sorted, no numeric dashboard id, stable uids."""
+    assert render_dashboards.generate(load_table()) == GENERATED
+    for rel, text in GENERATED.items():
+        doc = json.loads(text)
+        assert json.dumps(doc, indent=2, sort_keys=True, ensure_ascii=False) + "\n" == text
+        assert "id" not in doc, rel
+        assert doc["uid"] in (render_dashboards.SERVER_UID, render_dashboards.FLEET_UID)
+        assert doc["schemaVersion"] == render_dashboards.SCHEMA_VERSION
+
+
+def test_panel_ids_unique_and_grid_does_not_overlap() -> None:
+    """Panel ids are unique per dashboard and no two panels overlap on the 24-column grid."""
+    for rel, doc in DASHBOARDS.items():
+        ids = [p["id"] for p in doc["panels"]]
+        assert len(ids) == len(set(ids)), rel
+        cells: set[tuple[int, int]] = set()
+        for p in doc["panels"]:
+            g = p["gridPos"]
+            assert g["x"] >= 0 and g["x"] + g["w"] <= 24, (rel, p["title"])
+            mine = {(x, y) for x in range(g["x"], g["x"] + g["w"]) for y in range(g["y"], g["y"] + g["h"])}
+            assert not cells & mine, (rel, p["title"])
+            cells |= mine
+
+
+def test_variables_present_and_datasource_never_hard_coded() -> None:
+    """Every dashboard has the five variables; the datasource one is of type datasource."""
+    for rel, doc in DASHBOARDS.items():
+        variables = {v["name"]: v for v in doc["templating"]["list"]}
+        assert tuple(variables) == VARIABLES, rel
+        assert variables["datasource"]["type"] == "datasource"
+        assert variables["datasource"]["query"] == "prometheus"
+        for name in VARIABLES[1:]:
+            assert variables[name]["datasource"] == {"type": "prometheus", "uid": "${datasource}"}
+
+
+def _datasources(node: Any) -> list[dict[str, Any]]:
+    found: list[dict[str, Any]] = []
+    if isinstance(node, dict):
+        ds = node.get("datasource")
+        if isinstance(ds, dict):
+            found.append(ds)
+        for value in node.values():
+            found += _datasources(value)
+    elif isinstance(node, list):
+        for value in node:
+            found += _datasources(value)
+    return found
+
+
+def test_every_datasource_reference_is_the_variable() -> None:
+    """No panel, target or variable names a concrete datasource uid (only Grafana's built-in annotations)."""
+    for rel, doc in DASHBOARDS.items():
+        refs = _datasources({"panels": doc["panels"], "templating": doc["templating"]})
+        assert refs, rel
+        assert all(ds == {"type": "prometheus", "uid": "${datasource}"} for ds in refs), rel
+
+
+@pytest.mark.parametrize("item", PANELS, ids=_pid)
+def test_panel_has_unit_and_useful_description(item: tuple[str, dict[str, Any]]) -> None:
+    """Unit set; description says what healthy looks like and which flag (or knob) moves it."""
+    _, panel = item
+    assert panel["fieldConfig"]["defaults"].get("unit"), "unit missing"
+    description = panel.get("description", "")
+    assert "Healthy" in description, "description must say what healthy looks like"
+    assert re.search(r"--[a-z][a-z-]+|\bflag\b", description), "description must name the flag that moves it"
+    assert panel["type"] in ("timeseries", "stat", "table", "state-timeline")
+    assert panel["datasource"] == {"type": "prometheus", "uid": "${datasource}"}
+    assert panel["targets"], "panel has no query"
+
+
+@pytest.mark.parametrize("item", TARGETS, ids=_pid)
+def test_query_uses_variables_and_rate_interval(item: tuple[str, dict[str, Any], dict[str, Any]]) -> None:
+    """Each selector filters by job and instance (per-rank metrics also by model and DP rank); ranges
+    are `$__rate_interval`."""
+    _, _, tgt = item
+    expr = tgt["expr"]
+    assert tgt["datasource"] == {"type": "prometheus", "uid": "${datasource}"}
+    for sel in matchers(expr):
+        assert sel.get("job") == ("=~", "$job") and sel.get("instance") == ("=~", "$instance"), sel
+        name = sel.get("__name__", ("", ""))[1]
+        if name.startswith("sglang[:_]"):
+            assert sel.get("model_name") == ("=~", "$model_name") and sel.get("dp_rank") == ("=~", "$dp_rank")
+    ranges = range_durations(expr)
+    assert all(r == "$__rate_interval" for r in ranges), ranges
+    if re.search(r"\b(rate|irate|increase|deriv|delta)\(", expr):
+        assert ranges, "a rate without a range"
+
+
+def _rank_metric(name: str) -> bool:
+    from sglang_tuning_exporter.catalog import BY_NAME
+    spec = BY_NAME.get(name)
+    return bool(spec and set(RANK_LABELS) <= set(spec.labels))
+
+
+def test_rank_metric_selectors_carry_model_and_dp_rank() -> None:
+    """Every selector of one of our per-rank metrics also filters by `$model_name` and `$dp_rank`."""
+    checked = 0
+    for _, _, tgt in TARGETS:
+        for metric in metric_names(tgt["expr"]).metrics:
+            if not _rank_metric(metric):
+                continue
+            for m in re.finditer(re.escape(metric) + r"\{([^}]*)\}", tgt["expr"]):
+                assert 'model_name=~"$model_name"' in m.group(1) and 'dp_rank=~"$dp_rank"' in m.group(1)
+                checked += 1
+    assert checked > 20
+
+
+KNOWN = known_names(SCAN, ROOT / "alerts")
+
+
+@pytest.mark.parametrize("item", TARGETS, ids=_pid)
+def test_query_metrics_exist(item: tuple[str, dict[str, Any], dict[str, Any]]) -> None:
+    """Every metric a panel queries is exported by us (catalog or recording rules) or by SGLang."""
+    _, _, tgt = item
+    assert unknown_metrics(tgt["expr"], KNOWN) == []
+
+
+def test_variable_queries_use_known_metrics() -> None:
+    """`label_values(...)` variable queries select metrics that exist."""
+    for rel, doc in DASHBOARDS.items():
+        for var in doc["templating"]["list"]:
+            if var["type"] != "query":
+                continue
+            m = re.fullmatch(r"label_values\((.*),\s*(\w+)\)", var["query"]["query"])
+            assert m, var["query"]
+            assert m.group(2) == var["name"], rel
+            assert unknown_metrics(m.group(1), KNOWN) == [], (rel, var["name"])
+
+
+def test_lint_fails_on_a_metric_nobody_exports() -> None:
+    """The lint reports a misspelt metric, an unknown `__name__` alternative, and accepts both spellings."""
+    assert unknown_metrics('rate(sglang_tuning_retraction_total{job="x"}[5m])', KNOWN) == [
+        "sglang_tuning_retraction_total"]
+    assert unknown_metrics('{__name__=~"sglang[:_]token_usage|sglang[:_]tokens_usage"}', KNOWN) == [
+        "__name__=~'sglang[:_]tokens_usage'"]
+    assert unknown_metrics("sglang:token_usage + sglang_token_usage", KNOWN) == []
+    assert unknown_metrics("sglang:num_requests_running", KNOWN) == ["sglang:num_requests_running"]
+
+
+def test_tokenizer_tells_metrics_from_labels_functions_and_keywords() -> None:
+    """Labels in matchers and grouping clauses, functions, keywords, strings and variables are not metrics."""
+    expr = ('histogram_quantile(0.9, sum by (le, instance) (rate(a_bucket{job=~"$job", x="or"}[$__rate_interval])))'
+            ' / on (instance) group_left (model_name) b > bool 1 or vector(0) unless c[5m:1m] offset 1h'
+            ' and {__name__="d"} * topk(3, e)')
+    names = metric_names(expr)
+    assert names.metrics == {"a_bucket", "b", "c", "d", "e"}
+    with pytest.raises(PromQLLintError):
+        metric_names("not_a_function(foo)")
+    with pytest.raises(PromQLLintError):
+        metric_names("foo{a=\"b\"")
+
+
+def test_sglang_names_expand_types_and_spellings() -> None:
+    """Counters gain `_total` once, histograms `_bucket/_sum/_count`, and both spellings exist."""
+    names = sglang_names(SCAN)
+    assert {"sglang:num_retracted_requests_total", "sglang_num_retracted_requests_total",
+            "sglang:num_bootstrap_failed_reqs_total", "sglang:e2e_request_latency_seconds_bucket",
+            "sglang_token_usage"} <= names
+    assert "sglang:num_retracted_requests_total_total" not in names
+    assert not exposed_names() & names
+
+
+def test_fixture_scan_matches_shared_reference(shared_dir: Path) -> None:
+    """The fixture's SGLang names are the reference scan's (refresh the fixture when the scan changes)."""
+    scan = shared_dir / "reference" / "sglang-fixtures" / "metrics-by-release-static-scan.txt"
+    assert sglang_names(SCAN) == sglang_names(scan)
+
+
+def _panel(doc: dict[str, Any], title: str) -> dict[str, Any]:
+    return next(p for p in doc["panels"] if p["title"] == title)
+
+
+def _steps(panel: dict[str, Any]) -> list[float | None]:
+    return [s["value"] for s in panel["fieldConfig"]["defaults"]["thresholds"]["steps"]]
+
+
+def test_thresholds_are_the_default_profiles_numbers() -> None:
+    """Queue band, token usage, retractions/min and the memory band come from the default profile."""
+    server = DASHBOARDS["dashboards/sglang-tuning-server.json"]
+    prof = TABLE.profiles[TABLE.default_profile]
+    assert _steps(_panel(server, "Queue (#queue-req)")) == [None, *prof.queue_band]
+    checks = TABLE.by_id()
+    assert _steps(_panel(server, "Retractions per minute"))[1] == \
+        checks["retractions_frequent"].thresholds_for(prof.name)["warning"]
+    mem = _steps(_panel(server, "Available GPU memory after startup"))
+    gib = render_dashboards.GIB
+    assert mem[0] is None and [v / gib for v in mem[1:] if v is not None] == [1.0, 5.0, 8.0, 10.0]
+    assert _steps(_panel(server, "KV-cache token usage"))[1] == 0.9
+
+
+def test_thresholds_follow_the_table_not_the_code() -> None:
+    """Changing the table (another profile, another retraction threshold) changes the dashboards."""
+    older = render_dashboards.generate(TABLE, profile="older-md")
+    queue = _panel(json.loads(older["dashboards/sglang-tuning-server.json"]), "Queue (#queue-req)")
+    assert _steps(queue) == [None, *TABLE.profiles["older-md"].queue_band]
+
+    def bump(check: Any) -> Any:
+        if check.id != "retractions_frequent":
+            return check
+        thresholds = {p: {**levels, "warning": 3.0} for p, levels in check.thresholds.items()}
+        return dataclasses.replace(check, thresholds=thresholds)
+
+    edited = CheckTable(checks=[bump(c) for c in TABLE.checks], profiles=TABLE.profiles,
+                        non_checks=TABLE.non_checks, workloads=TABLE.workloads, defaults=TABLE.defaults)
+    server = json.loads(render_dashboards.generate(edited)["dashboards/sglang-tuning-server.json"])
+    assert _steps(_panel(server, "Retractions per minute"))[1] == 3.0
+    with pytest.raises(ValueError, match="unknown guide profile"):
+        render_dashboards.generate(TABLE, profile="nope")
+
+
+def test_table_without_a_needed_check_is_a_clear_error() -> None:
+    """A table lacking a check the dashboards draw fails with its id, not a KeyError."""
+    edited = CheckTable(checks=[c for c in TABLE.checks if c.id != "kv_underused"], profiles=TABLE.profiles,
+                        non_checks=TABLE.non_checks, workloads=TABLE.workloads, defaults=TABLE.defaults)
+    with pytest.raises(ValueError, match="kv_underused"):
+        render_dashboards.generate(edited)
+
+
+def _promql_for_promtool(expr: str) -> str:
+    """Grafana variables replaced by values Prometheus accepts."""
+    return (expr.replace("$__rate_interval", "5m").replace("$__range", "1h")
+            .replace("$job", ".*").replace("$instance", ".*").replace("$model_name", ".*")
+            .replace("$dp_rank", ".*"))
+
+
+@pytest.mark.skipif(shutil.which("promtool") is None, reason="promtool not installed")
+def test_every_query_is_valid_promql(tmp_path: Path) -> None:
+    """promtool parses every panel query (as recording rules), variables substituted."""
+    rules = [{"record": f"dashboard:query_{i}:check", "expr": _promql_for_promtool(tgt["expr"])}
+             for i, (_, _, tgt) in enumerate(TARGETS)]
+    path = tmp_path / "queries.rules.yaml"
+    path.write_text(yaml.safe_dump({"groups": [{"name": "dashboard-queries", "rules": rules}]}))
+    proc = subprocess.run(["promtool", "check", "rules", str(path)], capture_output=True, text=True,
+                          timeout=60, check=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert f"{len(rules)} rules found" in proc.stdout
