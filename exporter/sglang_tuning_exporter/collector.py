@@ -135,7 +135,7 @@ def build_families(snap: Snapshot, build: BuildInfo) -> list[Metric]:
         add_info("server_info", {"version": snap.version or "", "model_name": model,
                                  "schedule_policy": str(snap.args.get("schedule_policy") or "")})
     if snap.server_info_endpoint:
-        add_info("server_info_endpoint", {"endpoint": snap.server_info_endpoint})
+        add_info("sglang_endpoint_info", {"endpoint": snap.server_info_endpoint})
     # --- self health
     add("up", [], 1.0 if snap.up else 0.0)
     metrics = snap.sources["metrics"]

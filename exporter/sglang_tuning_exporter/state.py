@@ -86,6 +86,11 @@ class _RankData:
     no_graph: deque[tuple[float, float]] = field(default_factory=deque)
 
 
+def rank_key(rank: Rank) -> tuple[int, ...]:
+    """Sort key for ranks (None dimensions first; Rank's own ordering cannot compare None with int)."""
+    return tuple(-1 if v is None else v for v in (rank.dp, rank.pp, rank.tp, rank.ep))
+
+
 def p90(values: Iterable[float]) -> float | None:
     """Nearest-rank 90th percentile; None when empty."""
     ordered = sorted(values)
@@ -302,7 +307,7 @@ class LiveState:
         """A consistent, immutable copy for one /metrics scrape or status page."""
         with self._lock:
             ranks = []
-            for rank in sorted(self._ranks):
+            for rank in sorted(self._ranks, key=rank_key):
                 data = self._ranks[rank]
                 self._prune_no_graph(data, now)
                 ranks.append(RankSnapshot(

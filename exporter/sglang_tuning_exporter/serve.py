@@ -1,0 +1,275 @@
+"""The `serve` subcommand: the sidecar process (flags, wiring, background loop, HTTP server)."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import logging
+import signal
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from pathlib import Path
+from types import FrameType, ModuleType
+from typing import Any
+
+from .collector import BuildInfo, TuningCollector, current_build, make_registry
+from .events import Event
+from .model import Finding, Observation, Rank, ServerState
+from .serveconfig import ServeConfig, ServeConfigError, add_serve_flags, build_config
+from .serverinfo import urllib_get
+from .sidecar import Advisor, LogInput, MetricsInput, Sidecar
+from .state import LiveState
+from .web import WebApp, start_http
+
+HELP = "run the sidecar: follow the log, scrape SGLang, serve /metrics, the status page and /api/findings"
+log = logging.getLogger("sglang_tuning_exporter.serve")
+EXIT_OK, EXIT_RUNTIME, EXIT_USAGE = 0, 1, 2
+
+
+class StartupError(Exception):
+    """A problem found while wiring the sidecar; `problems` lists every one."""
+
+    def __init__(self, problems: list[str]) -> None:
+        super().__init__("; ".join(problems))
+        self.problems = problems
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The serve flags (see docs/sidecar.md)."""
+    add_serve_flags(parser)
+
+
+# --- own logging -------------------------------------------------------------------------------
+class LogfmtFormatter(logging.Formatter):
+    """`ts=... level=info logger=... msg="..."` lines."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        """One logfmt line."""
+        msg = record.getMessage()
+        if record.exc_info:
+            msg += " " + self.formatException(record.exc_info).replace("\n", " | ")
+        ts = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created)) + f".{int(record.msecs):03d}Z"
+        quoted = msg.replace("\\", "\\\\").replace('"', '\\"')
+        return f'ts={ts} level={record.levelname.lower()} logger={record.name} msg="{quoted}"'
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per line."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        """One JSON line."""
+        doc = {"ts": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created)) + f".{int(record.msecs):03d}Z",
+               "level": record.levelname.lower(), "logger": record.name, "msg": record.getMessage()}
+        if record.exc_info:
+            doc["exception"] = self.formatException(record.exc_info)
+        return json.dumps(doc)
+
+
+def configure_logging(level: str, fmt: str) -> None:
+    """Structured logs of our own on stderr."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(JsonFormatter() if fmt == "json" else LogfmtFormatter())
+    root = logging.getLogger("sglang_tuning_exporter")
+    root.handlers[:] = [handler]
+    root.setLevel({"warn": "WARNING"}.get(level, level.upper()))
+    root.propagate = False
+
+
+# --- wiring to the parser and advisor layers ---------------------------------------------------
+def _optional(module: str) -> ModuleType | None:
+    try:
+        return importlib.import_module(f"sglang_tuning_exporter.{module}")
+    except ModuleNotFoundError as exc:
+        if exc.name == f"sglang_tuning_exporter.{module}":
+            return None
+        raise
+
+
+def _server_arg_overrides(items: Iterable[str]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for item in items:
+        key, _, raw = item.partition("=")
+        value: Any = raw
+        try:
+            value = json.loads(raw)
+        except ValueError:
+            value = raw
+        out[key.strip().lstrip("-").replace("-", "_")] = value
+    return out
+
+
+def build_advisor(cfg: ServeConfig) -> Advisor:
+    """Bind the guide layer (checks table, config, window, evaluate) for this sidecar."""
+    checks = _optional("checks")
+    signals_mod = _optional("signals")
+    advisor_mod = _optional("advisor")
+    observations = _optional("observations")
+    config_mod = _optional("config")
+    problems: list[str] = []
+    table: Any = None
+    config: Any = None
+    if checks is not None:
+        try:
+            table = checks.load_table()
+        except ValueError as exc:
+            problems.extend(getattr(exc, "problems", [str(exc)]))
+    if cfg.config_file is not None:
+        if config_mod is not None:
+            try:
+                config = config_mod.load_config(cfg.config_file)
+            except Exception as exc:
+                problems.extend(getattr(exc, "problems", [f"--config: {exc}"]))
+        else:
+            problems.extend(_plain_yaml_problems(cfg.config_file))
+    if problems:
+        raise StartupError(problems)
+    window_s = cfg.window_s
+    window = signals_mod.Window(window_s, cfg.ranks_max) if signals_mod is not None else None
+    profile = cfg.guide_profile or (table.default_profile() if table is not None else None)
+    evaluate = None
+    document = None
+    if advisor_mod is not None and table is not None:
+        def evaluate(signals: Mapping[Rank, Mapping[str, float | None]], server: ServerState) -> list[Finding]:
+            return list(advisor_mod.evaluate(table, signals, server, profile=profile, workload=cfg.workload,
+                                             config=config))
+
+        def document(findings: list[Finding], signals: Mapping[Rank, Mapping[str, float | None]],
+                     server: ServerState, now: float) -> Mapping[str, Any]:
+            return dict(advisor_mod.findings_document(findings=findings, signals=signals, server=server,
+                                                      profile=profile, workload=cfg.workload,
+                                                      window=(now - window_s, now)))
+    to_obs: Callable[[Iterable[Event], Callable[[], float]], Iterator[Observation]] | None = None
+    if observations is not None:
+        to_obs = observations.events_to_observations
+    return Advisor(window=window, evaluate=evaluate, document=document, to_observations=to_obs)
+
+
+def _plain_yaml_problems(path: Path) -> list[str]:
+    import yaml
+    try:
+        doc = yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError) as exc:
+        return [f"--config {path}: {exc}"]
+    return [] if doc is None or isinstance(doc, dict) else [f"--config {path}: top level must be a mapping"]
+
+
+def build_log_input(cfg: ServeConfig, clock: Callable[[], float]) -> LogInput | None:
+    """Follower + event reader for --sglang.log-file."""
+    if cfg.log_file is None:
+        return None
+    tail = _optional("tail")
+    logreader = _optional("logreader")
+    if tail is None or logreader is None:
+        raise StartupError(["--sglang.log-file: the log parser is not available in this build"])
+    follower = tail.Follower(str(cfg.log_file), from_start=cfg.from_start, clock=clock)
+    reader = logreader.EventReader()
+
+    def unparsed() -> int:
+        stats = getattr(reader, "stats", None)
+        value = getattr(stats, "unparsed", 0) if stats is not None else 0
+        return int(value) if isinstance(value, (int, float)) else 0
+
+    return LogInput(follower=follower, reader=reader, exists=lambda: bool(getattr(follower, "exists", True)),
+                    unparsed=unparsed)
+
+
+def build_sidecar(cfg: ServeConfig, *, clock: Callable[[], float] = time.time,
+                  timer: Callable[[], float] = time.perf_counter, http_get: Any = urllib_get,
+                  advisor: Advisor | None = None, log_input: LogInput | None = None) -> Sidecar:
+    """The sidecar for `cfg` (tests pass fakes for clock, timer, HTTP, advisor and log input)."""
+    state = LiveState(window_s=cfg.window_s, max_ranks=cfg.ranks_max, expire_after_s=cfg.ranks_expire_after_s,
+                      enabled={"log": cfg.log_file is not None, "metrics": cfg.sglang_url is not None,
+                               "server_info": cfg.sglang_url is not None})
+    metrics = None
+    if cfg.sglang_url is not None:
+        metrics = MetricsInput(cfg.sglang_url, cfg.scrape_timeout_s, cfg.scrape_interval_s, http_get,
+                               server_info_interval=max(60.0, 10 * cfg.scrape_interval_s))
+    return Sidecar(state=state, advisor=advisor if advisor is not None else build_advisor(cfg),
+                   log_input=log_input if log_input is not None else build_log_input(cfg, clock),
+                   metrics=metrics, timer=timer, server_overrides=_server_arg_overrides(cfg.server_args))
+
+
+class Loop:
+    """Runs `sidecar.tick(clock())` every `period` seconds in a background thread."""
+
+    def __init__(self, sidecar: Sidecar, clock: Callable[[], float], period: float) -> None:
+        self.sidecar = sidecar
+        self.clock = clock
+        self.period = period
+        self.stop_event = threading.Event()
+        self.thread = threading.Thread(target=self._run, name="sidecar-loop", daemon=True)
+
+    def _run(self) -> None:
+        while not self.stop_event.is_set():
+            try:
+                self.sidecar.tick(self.clock())
+            except Exception:  # keep serving whatever we have
+                log.exception("sidecar tick failed")
+            self.stop_event.wait(self.period)
+
+    def start(self) -> None:
+        """Start the background thread."""
+        self.thread.start()
+
+    def stop(self) -> None:
+        """Ask the thread to stop and wait for it."""
+        self.stop_event.set()
+        self.thread.join(timeout=10)
+
+
+def make_web(cfg: ServeConfig, sidecar: Sidecar, clock: Callable[[], float],
+             build: BuildInfo | None = None) -> WebApp:
+    """The HTTP application over the sidecar's state."""
+    b = build or current_build()
+
+    def snapshot() -> Any:
+        return sidecar.state.snapshot(clock())
+
+    registry = make_registry(TuningCollector(snapshot, b))
+    return WebApp(snapshot=snapshot, registry=registry, ready=lambda: sidecar.ready, build=b,
+                  telemetry_path=cfg.telemetry_path)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Entry point of `serve`."""
+    try:
+        cfg = build_config(args)
+    except ServeConfigError as exc:
+        for p in exc.problems:
+            print(f"serve: {p}", file=sys.stderr)
+        return EXIT_USAGE
+    configure_logging(cfg.log_level, cfg.log_format)
+    try:
+        sidecar = build_sidecar(cfg)
+    except StartupError as exc:
+        for p in exc.problems:
+            print(f"serve: {p}", file=sys.stderr)
+        return EXIT_USAGE
+    app = make_web(cfg, sidecar, time.time)
+    try:
+        server, _ = start_http(app, cfg.listen_host, cfg.listen_port)
+    except OSError as exc:
+        print(f"serve: cannot listen on {cfg.listen_host}:{cfg.listen_port}: {exc}", file=sys.stderr)
+        return EXIT_RUNTIME
+    period = min(1.0, cfg.scrape_interval_s)
+    loop = Loop(sidecar, time.time, period)
+    loop.start()
+    host, port = server.server_address[:2]
+    log.info("listening on %s:%s (metrics %s); log=%s sglang=%s", host or "*", port, cfg.telemetry_path,
+             cfg.log_file or "-", cfg.sglang_url or "-")
+    done = threading.Event()
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        done.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    done.wait()
+    log.info("shutting down")
+    loop.stop()
+    server.shutdown()
+    server.server_close()
+    return EXIT_OK

@@ -1,0 +1,156 @@
+"""`serve` options: flags (with env mirrors) validated into one frozen ServeConfig, every problem listed."""
+
+from __future__ import annotations
+
+import argparse
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import urlsplit
+
+from .flags import add_flag, add_guide_flags
+
+DEFAULT_PORT = 9470
+_DURATION_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
+_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, None: 1.0}
+LOG_LEVELS = ("debug", "info", "warn", "error")
+LOG_FORMATS = ("logfmt", "json")
+
+
+class ServeConfigError(Exception):
+    """Invalid `serve` options; `problems` lists every one."""
+
+    def __init__(self, problems: list[str]) -> None:
+        super().__init__("; ".join(problems))
+        self.problems = problems
+
+
+@dataclass(frozen=True, slots=True)
+class ServeConfig:
+    """Validated `serve` settings."""
+
+    listen_host: str
+    listen_port: int
+    telemetry_path: str
+    sglang_url: str | None
+    log_file: Path | None
+    from_start: bool
+    scrape_timeout_s: float
+    scrape_interval_s: float
+    window_s: float
+    ranks_max: int
+    ranks_expire_after_s: float
+    log_level: str
+    log_format: str
+    guide_profile: str | None
+    workload: str
+    config_file: Path | None
+    server_args: tuple[str, ...]
+
+
+def parse_duration(text: str) -> float:
+    """`30s`, `10m`, `1h`, `500ms` or a number of seconds -> seconds."""
+    m = _DURATION_RE.match(str(text))
+    if m is None:
+        raise ValueError(f"not a duration: {text!r} (use e.g. 30s, 10m, 1h)")
+    return float(m.group(1)) * _UNITS[m.group(2)]
+
+
+def parse_listen_address(text: str) -> tuple[str, int]:
+    """`:9470`, `0.0.0.0:9470`, `127.0.0.1:0` or `[::1]:9470` -> (host, port)."""
+    host, sep, port = text.rpartition(":")
+    if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise ValueError(f"listen address {text!r} is not [host]:port")
+    return host.strip("[]"), int(port)
+
+
+def add_serve_flags(parser: argparse.ArgumentParser) -> None:
+    """Every `serve` flag (exporter style, env mirrors) plus the shared guide flags."""
+    add_flag(parser, "--web.listen-address", dest="listen_address", default=f":{DEFAULT_PORT}",
+             metavar="[HOST]:PORT", help="address to serve /metrics, the status page and the API on")
+    add_flag(parser, "--web.telemetry-path", dest="telemetry_path", default="/metrics", metavar="PATH",
+             help="path of our Prometheus metrics")
+    add_flag(parser, "--sglang.url", dest="sglang_url", default=None, metavar="URL",
+             help="SGLang HTTP base URL to scrape /metrics and read server info from, e.g. http://127.0.0.1:30000")
+    add_flag(parser, "--sglang.log-file", dest="log_file", default=None, metavar="FILE",
+             help="SGLang server log to follow (rotation and truncation are handled)")
+    add_flag(parser, "--from-start", dest="from_start", action="store_true", default=False,
+             help="read the log from its beginning instead of its end")
+    add_flag(parser, "--sglang.scrape-timeout", dest="scrape_timeout", default="5s", metavar="DURATION",
+             help="timeout of each HTTP request to SGLang")
+    add_flag(parser, "--sglang.scrape-interval", dest="scrape_interval", default="15s", metavar="DURATION",
+             help="how often to scrape SGLang's /metrics")
+    add_flag(parser, "--window", dest="window", default="10m", metavar="DURATION",
+             help="window over which the guide's signals are computed")
+    add_flag(parser, "--ranks.max", dest="ranks_max", default="256", metavar="N",
+             help="maximum number of scheduler ranks tracked (least recently seen are dropped)")
+    add_flag(parser, "--ranks.expire-after", dest="ranks_expire_after", default="10m", metavar="DURATION",
+             help="drop a rank's series when it has not been seen for this long")
+    add_flag(parser, "--log.level", dest="log_level", default="info", choices=LOG_LEVELS,
+             help="level of the exporter's own logs")
+    add_flag(parser, "--log.format", dest="log_format", default="logfmt", choices=LOG_FORMATS,
+             help="format of the exporter's own logs")
+    add_guide_flags(parser)
+
+
+def build_config(args: argparse.Namespace) -> ServeConfig:
+    """Validate parsed flags; raises ServeConfigError listing every problem."""
+    problems: list[str] = []
+
+    def duration(flag: str, value: str, minimum: float) -> float:
+        try:
+            d = parse_duration(value)
+        except ValueError as exc:
+            problems.append(f"{flag}: {exc}")
+            return minimum
+        if d < minimum:
+            problems.append(f"{flag}: {value!r} is below the minimum of {minimum:g}s")
+        return d
+
+    host, port = "", DEFAULT_PORT
+    try:
+        host, port = parse_listen_address(args.listen_address)
+    except ValueError as exc:
+        problems.append(f"--web.listen-address: {exc}")
+    path = str(args.telemetry_path)
+    if not path.startswith("/") or path in ("/", "/api/findings", "/-/healthy", "/-/ready"):
+        problems.append(f"--web.telemetry-path: {path!r} must start with / and not clash with another endpoint")
+    url = args.sglang_url or None
+    if url is not None:
+        parts = urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.netloc:
+            problems.append(f"--sglang.url: {url!r} is not an http(s) URL like http://127.0.0.1:30000")
+    log_file = Path(args.log_file) if args.log_file else None
+    if log_file is not None and log_file.exists() and not log_file.is_file():
+        problems.append(f"--sglang.log-file: {log_file} is not a file")
+    if url is None and log_file is None:
+        problems.append("nothing to watch: give --sglang.log-file, --sglang.url, or both")
+    timeout = duration("--sglang.scrape-timeout", args.scrape_timeout, 0.001)
+    interval = duration("--sglang.scrape-interval", args.scrape_interval, 0.01)
+    window = duration("--window", args.window, 1.0)
+    expire = duration("--ranks.expire-after", args.ranks_expire_after, 1.0)
+    ranks_max = 0
+    try:
+        ranks_max = int(args.ranks_max)
+        if ranks_max < 1:
+            problems.append(f"--ranks.max: {ranks_max} must be at least 1")
+    except (TypeError, ValueError):
+        problems.append(f"--ranks.max: {args.ranks_max!r} is not an integer")
+    config_file = Path(args.config) if args.config else None
+    if config_file is not None and not config_file.is_file():
+        problems.append(f"--config: {config_file} does not exist")
+    for item in args.server_arg or []:
+        if "=" not in item or not item.split("=", 1)[0].strip():
+            problems.append(f"--server-arg: {item!r} is not KEY=VALUE")
+    if args.log_level not in LOG_LEVELS:
+        problems.append(f"--log.level: {args.log_level!r} is not one of {', '.join(LOG_LEVELS)}")
+    if args.log_format not in LOG_FORMATS:
+        problems.append(f"--log.format: {args.log_format!r} is not one of {', '.join(LOG_FORMATS)}")
+    if problems:
+        raise ServeConfigError(problems)
+    return ServeConfig(
+        listen_host=host, listen_port=port, telemetry_path=path, sglang_url=url, log_file=log_file,
+        from_start=bool(args.from_start), scrape_timeout_s=timeout, scrape_interval_s=interval,
+        window_s=window, ranks_max=ranks_max, ranks_expire_after_s=expire, log_level=args.log_level,
+        log_format=args.log_format, guide_profile=args.guide_profile, workload=args.workload,
+        config_file=config_file, server_args=tuple(args.server_arg or ()))

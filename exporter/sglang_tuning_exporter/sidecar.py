@@ -1,0 +1,258 @@
+"""The sidecar's engine: one `tick(now)` reads the log, scrapes SGLang, refreshes server info and
+re-evaluates the guide. No threads and no clock here; `serve.py` calls `tick` from its loop.
+
+The parser and advisor layers are reached through small Protocols so tests hand in fakes and the
+sidecar degrades (no findings, still serving) when one of them is unavailable.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from .events import Event
+from .model import Finding, Observation, Rank, ServerState
+from .scrape import ScrapeInterpreter, parse_exposition
+from .serverinfo import HttpError, HttpGet, ServerInfoClient
+from .state import LiveState
+
+log = logging.getLogger("sglang_tuning_exporter.sidecar")
+
+
+class LineSource(Protocol):
+    """`tail.Follower`: complete new lines on each poll, plus rotation/truncation counters."""
+
+    rotations: int
+    truncations: int
+
+    def poll(self) -> list[str]: ...
+
+
+class EventFeed(Protocol):
+    """`logreader.EventReader`: lines in, events out (multi-line aware)."""
+
+    def feed(self, line: str) -> list[Event]: ...
+
+
+class SignalWindow(Protocol):
+    """`signals.Window`."""
+
+    def add(self, obs: Observation) -> None: ...
+
+    def prune(self, now: float) -> None: ...
+
+    def signals(self, now: float) -> Mapping[Rank, Mapping[str, float | None]]: ...
+
+
+ToObservations = Callable[[Iterable[Event], Callable[[], float]], Iterator[Observation]]
+Evaluate = Callable[[Mapping[Rank, Mapping[str, float | None]], ServerState], list[Finding]]
+Document = Callable[[list[Finding], Mapping[Rank, Mapping[str, float | None]], ServerState, float],
+                    Mapping[str, Any]]
+
+
+@dataclass(slots=True)
+class Advisor:
+    """The guide layer as the sidecar uses it (bound to table, profile, workload and config)."""
+
+    window: SignalWindow | None
+    evaluate: Evaluate | None
+    document: Document | None
+    to_observations: ToObservations | None
+
+
+@dataclass(slots=True)
+class LogInput:
+    """The log source: follower + reader (+ how to read unparsed/oversized counts from the reader)."""
+
+    follower: LineSource
+    reader: EventFeed
+    exists: Callable[[], bool]
+    unparsed: Callable[[], int] = lambda: 0
+
+
+@dataclass(slots=True)
+class MetricsInput:
+    """The SGLang HTTP source."""
+
+    base_url: str
+    timeout: float
+    interval: float
+    get: HttpGet
+    server_info_interval: float = 300.0
+
+
+def _sgl_arg_model(args: Mapping[str, Any]) -> str | None:
+    for key in ("served_model_name", "model_path"):
+        v = args.get(key)
+        if isinstance(v, str) and v:
+            return v
+    return None
+
+
+@dataclass(slots=True)
+class Sidecar:
+    """Wires sources -> state -> advisor; `tick(now)` does one round of work."""
+
+    state: LiveState
+    advisor: Advisor
+    log_input: LogInput | None = None
+    metrics: MetricsInput | None = None
+    timer: Callable[[], float] = field(default=lambda: 0.0)  # monotonic, for durations
+    server_overrides: Mapping[str, Any] = field(default_factory=dict)
+    _interp: ScrapeInterpreter = field(default_factory=ScrapeInterpreter)
+    _info: ServerInfoClient | None = None
+    _next_scrape: float = float("-inf")
+    _next_info: float = float("-inf")
+    _start_marker: str | None = None
+    _version: str | None = None
+    evaluations: int = 0
+
+    def __post_init__(self) -> None:
+        if self.metrics is not None:
+            self._info = ServerInfoClient(self.metrics.base_url, self.metrics.timeout, get=self.metrics.get,
+                                          timer=self.timer)
+        if self.server_overrides:
+            self.state.set_server(args=self.server_overrides)
+
+    @property
+    def ready(self) -> bool:
+        """True once the first evaluation ran."""
+        return self.evaluations > 0
+
+    def tick(self, now: float) -> None:
+        """One round: log, scrape (when due), server info (when due), expiry, evaluation."""
+        if self.log_input is not None:
+            self._read_log(now)
+        if self.metrics is not None and now >= self._next_scrape:
+            self._next_scrape = now + self.metrics.interval
+            self._scrape(now)
+        if self.metrics is not None and now >= self._next_info:
+            self._refresh_server_info(now)
+        self.state.expire(now)
+        self._evaluate(now)
+
+    # --- log ----------------------------------------------------------------------------------
+    def _read_log(self, now: float) -> None:
+        assert self.log_input is not None
+        src = self.log_input
+        start = self.timer()
+        try:
+            lines = src.follower.poll()
+        except OSError as exc:
+            self.state.record_source("log", ok=False, duration_s=self.timer() - start, now=now,
+                                     detail=f"read failed: {exc}")
+            return
+        events: list[Event] = []
+        for line in lines:
+            try:
+                events.extend(src.reader.feed(line))
+            except Exception as exc:  # a parser bug must not stop the sidecar
+                log.warning("log line not parsed: %s", exc)
+        kinds = Counter(e.kind for e in events)
+        self.state.count_log_lines(len(lines), kinds, now)
+        self.state.set_log_totals(unparsed=src.unparsed(), rotations=src.follower.rotations,
+                                  truncations=src.follower.truncations)
+        self._apply_config_events(events)
+        self.state.add_events(events, now)
+        conv = self.advisor.to_observations
+        if conv is not None and events:
+            obs = list(conv(events, lambda: now))
+            # Live data is timed by arrival (design.md), whatever the line's own timestamp says.
+            obs = [o if o.time == now else Observation(now, o.name, o.value, o.rank, o.source) for o in obs]
+            self.state.add_observations(obs, now)
+            if self.advisor.window is not None:
+                for o in obs:
+                    self.advisor.window.add(o)
+        exists = src.exists()
+        self.state.record_source("log", ok=exists, duration_s=self.timer() - start, now=now,
+                                 detail="" if exists else "log file not found (waiting for it)")
+
+    def _apply_config_events(self, events: Iterable[Event]) -> None:
+        for e in events:
+            if e.kind == "server_args":
+                args = {k: v for k, v in e.fields.items() if not isinstance(v, (dict, list))}
+                self.state.set_server(args=args, model_name=_sgl_arg_model(args))
+                if self.server_overrides:
+                    self.state.set_server(args=self.server_overrides)
+            elif e.kind == "version" and isinstance(e.fields.get("version"), str):
+                self.state.set_server(version=e.fields["version"])
+
+    # --- SGLang HTTP --------------------------------------------------------------------------
+    def _scrape(self, now: float) -> None:
+        assert self.metrics is not None
+        m = self.metrics
+        start = self.timer()
+        try:
+            body = m.get(m.base_url.rstrip("/") + "/metrics", m.timeout)
+            text = body.decode("utf-8", errors="replace")
+        except HttpError as exc:
+            self.state.record_source("metrics", ok=False, duration_s=self.timer() - start, now=now,
+                                     detail=str(exc))
+            return
+        result = self._interp.interpret(parse_exposition(text), now)
+        self.state.add_observations(result.observations, now)
+        if self.advisor.window is not None:
+            for o in result.observations:
+                self.advisor.window.add(o)
+        self.state.record_scrape(garbage_lines=result.garbage_lines, samples=result.samples,
+                                 model_name=result.model_name, restarted=result.restarted)
+        ok = result.samples > 0
+        self.state.record_source("metrics", ok=ok, duration_s=self.timer() - start, now=now,
+                                 detail="" if ok else "no samples (is --enable-metrics set?)")
+        if result.restarted:
+            self._next_info = now  # re-read args and version of the new process at once
+
+    def _refresh_server_info(self, now: float) -> None:
+        assert self.metrics is not None and self._info is not None
+        res = self._info.fetch()
+        if res.info is None:
+            self.state.record_source("server_info", ok=False, duration_s=res.duration_s, now=now,
+                                     detail=res.error or "")
+            self._next_info = now + self.metrics.interval  # retry soon
+            return
+        info = res.info
+        restarted = ((self._start_marker is not None and info.start_marker != self._start_marker)
+                     or (self._version is not None and info.version != self._version))
+        if restarted:
+            self.state.count_restart()
+        self._start_marker, self._version = info.start_marker, info.version
+        args = dict(info.args)
+        if info.max_total_num_tokens is not None:
+            args["max_total_num_tokens"] = info.max_total_num_tokens
+        args.update(self.server_overrides)
+        self.state.set_server(version=info.version, args=args, model_name=info.model_name, endpoint=res.endpoint)
+        facts = []
+        if info.available_gpu_mem_gb is not None:
+            facts.append(Observation(now, "available_gpu_mem_gb", info.available_gpu_mem_gb, Rank(), "server_info"))
+        if info.decode_cuda_graph_bs:
+            facts.append(Observation(now, "cuda_graph_max_bs_captured", float(max(info.decode_cuda_graph_bs)),
+                                     Rank(), "server_info"))
+        if facts and self.advisor.window is not None:
+            for o in facts:
+                self.advisor.window.add(o)
+        self.state.record_source("server_info", ok=True, duration_s=res.duration_s, now=now,
+                                 detail=res.endpoint or "")
+        self._next_info = now + self.metrics.server_info_interval
+
+    # --- guide ----------------------------------------------------------------------------------
+    def _evaluate(self, now: float) -> None:
+        adv = self.advisor
+        signals: Mapping[Rank, Mapping[str, float | None]] = {}
+        findings: list[Finding] = []
+        document: Mapping[str, Any] | None = None
+        server = self.state.server_state()
+        try:
+            if adv.window is not None:
+                adv.window.prune(now)
+                signals = adv.window.signals(now)
+            if adv.evaluate is not None:
+                findings = adv.evaluate(signals, server)
+            if adv.document is not None:
+                document = adv.document(findings, signals, server, now)
+        except Exception:  # an advisor bug must not take /metrics down
+            log.exception("evaluation failed")
+        self.state.set_evaluation(signals=signals, findings=findings, document=document, now=now)
+        self.evaluations += 1

@@ -1,0 +1,173 @@
+"""HTTP endpoints: /metrics, the status page `/`, /api/findings, /-/healthy and /-/ready.
+
+`WebApp.handle(path)` is a plain function of the request path (testable without sockets); the
+`ThreadingHTTPServer` handler around it stays thin.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import urlsplit
+
+import jinja2
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client.registry import CollectorRegistry
+
+from .collector import BuildInfo
+from .state import SOURCES, Snapshot
+
+log = logging.getLogger("sglang_tuning_exporter.web")
+_STATUS_ORDER = {"critical": 0, "warning": 1, "unknown": 2, "ok": 3}
+
+
+@dataclass(frozen=True, slots=True)
+class Response:
+    """What one request answers."""
+
+    status: int
+    content_type: str
+    body: bytes
+
+
+def _fmt(v: Any) -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, float):
+        return f"{v:.4g}"
+    return str(v)
+
+
+def _rank_text(rank: Mapping[str, int]) -> str:
+    return " ".join(f"{k.upper()}{v}" for k, v in rank.items()) or "all"
+
+
+def _when(t: float | None, now: float) -> str:
+    if t is None:
+        return "-"
+    stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(t))
+    return f"{stamp} UTC ({max(0.0, now - t):.0f} s ago)"
+
+
+def findings_json(snap: Snapshot) -> dict[str, Any]:
+    """The diagnose JSON: the advisor's document when it ran, else a minimal one from the findings."""
+    if snap.document is not None:
+        return dict(snap.document)
+    return {"profile": None, "workload": None,
+            "server": {"version": snap.version, "args": dict(snap.args)},
+            "window": {"start": None, "end": None}, "signals": {},
+            "findings": [f.to_json_dict() for f in snap.findings]}
+
+
+class WebApp:
+    """Routes requests to the registry, the status page and the JSON API."""
+
+    def __init__(self, *, snapshot: Callable[[], Snapshot], registry: CollectorRegistry, ready: Callable[[], bool],
+                 build: BuildInfo, telemetry_path: str = "/metrics", refresh_s: int = 10) -> None:
+        self._snapshot = snapshot
+        self._registry = registry
+        self._ready = ready
+        self._build = build
+        self.telemetry_path = telemetry_path
+        self._refresh_s = refresh_s
+        env = jinja2.Environment(loader=jinja2.PackageLoader("sglang_tuning_exporter", "templates"),
+                                 autoescape=True, undefined=jinja2.StrictUndefined)
+        self._template = env.get_template("status.html.j2")
+
+    def handle(self, method: str, target: str) -> Response:
+        """Answer one request."""
+        path = urlsplit(target).path
+        if method not in ("GET", "HEAD"):
+            return Response(405, "text/plain; charset=utf-8", b"method not allowed\n")
+        if path == self.telemetry_path:
+            return Response(200, CONTENT_TYPE_LATEST, generate_latest(self._registry))
+        if path == "/":
+            return Response(200, "text/html; charset=utf-8", self.status_page().encode())
+        if path == "/api/findings":
+            body = json.dumps(findings_json(self._snapshot()), indent=1, default=str)
+            return Response(200, "application/json", body.encode() + b"\n")
+        if path == "/-/healthy":
+            return Response(200, "text/plain; charset=utf-8", b"OK\n")
+        if path == "/-/ready":
+            if self._ready():
+                return Response(200, "text/plain; charset=utf-8", b"Ready\n")
+            return Response(503, "text/plain; charset=utf-8", b"Not ready: first evaluation pending\n")
+        return Response(404, "text/plain; charset=utf-8", b"not found\n")
+
+    def status_page(self) -> str:
+        """The status page HTML (autoescaped: label values from SGLang are untrusted)."""
+        snap = self._snapshot()
+        findings = sorted(snap.findings, key=lambda f: (_STATUS_ORDER.get(f.status, 9), f.check,
+                                                        sorted(f.rank.items())))
+        counts = {s: sum(1 for f in findings if f.status == s) for s in ("critical", "warning", "ok", "unknown")}
+        sources = [{"name": name, "enabled": st.enabled, "up": st.up, "last": _when(st.last_attempt, snap.now),
+                    "duration": "-" if st.duration_s is None else f"{st.duration_s * 1000:.1f} ms",
+                    "detail": st.detail}
+                   for name, st in ((n, snap.sources[n]) for n in SOURCES)]
+        ranks = [{"rank_text": _rank_text(r.rank.as_dict()), "queue": _fmt(r.gauges.get("num_queue_reqs")),
+                  "running": _fmt(r.gauges.get("num_running_reqs")), "usage": _fmt(r.gauges.get("token_usage")),
+                  "throughput": _fmt(r.gauges.get("gen_throughput")),
+                  "signals": [(k, _fmt(v)) for k, v in sorted(r.signals.items())]} for r in snap.ranks]
+        return self._template.render(
+            refresh_s=self._refresh_s, model=snap.model_name, version=snap.version,
+            window=f"{snap.window_s:.0f} s", evaluated=_when(snap.evaluated_at, snap.now) if snap.evaluated_at else "",
+            telemetry_path=self.telemetry_path, counts=counts,
+            findings=[{"status": f.status, "check": f.check, "rank_text": _rank_text(f.rank), "flag": f.flag,
+                       "action": f.action, "current": _fmt(f.current), "suggested": _fmt(f.suggested),
+                       "summary": f.summary, "evidence": f.evidence, "guide": f.guide, "tradeoff": f.tradeoff}
+                      for f in findings],
+            sources=sources, log_lines=sorted((k, int(v)) for k, v in snap.log_lines.items()),
+            unparsed=int(snap.log_unparsed), rotations=int(snap.log_rotations),
+            truncations=int(snap.log_truncations), restarts=int(snap.restarts), ranks=ranks,
+            args=sorted((k, _fmt(v)) for k, v in snap.args.items()), build_version=self._build.version)
+
+
+def make_handler(app: WebApp) -> type[BaseHTTPRequestHandler]:
+    """A request handler class bound to `app`."""
+
+    class Handler(BaseHTTPRequestHandler):
+        server_version = "sglang-tuning-exporter"
+        protocol_version = "HTTP/1.1"
+
+        def _answer(self, method: str) -> None:
+            try:
+                resp = app.handle(method, self.path)
+            except Exception:  # never let one bad request kill the serving thread silently
+                log.exception("request %s failed", self.path)
+                resp = Response(500, "text/plain; charset=utf-8", b"internal error\n")
+            self.send_response(resp.status)
+            self.send_header("Content-Type", resp.content_type)
+            self.send_header("Content-Length", str(len(resp.body)))
+            self.send_header("Cache-Control", "no-store")
+            self.end_headers()
+            if method != "HEAD":
+                self.wfile.write(resp.body)
+
+        def do_GET(self) -> None:
+            self._answer("GET")
+
+        def do_HEAD(self) -> None:
+            self._answer("HEAD")
+
+        def do_POST(self) -> None:
+            self._answer("POST")
+
+        def log_message(self, format: str, *args: Any) -> None:
+            log.debug("http: " + format, *args)
+
+    return Handler
+
+
+def start_http(app: WebApp, host: str, port: int) -> tuple[ThreadingHTTPServer, threading.Thread]:
+    """Bind and serve in a daemon thread; returns the server (its `server_address` has the port)."""
+    server = ThreadingHTTPServer((host, port), make_handler(app))
+    server.daemon_threads = True
+    thread = threading.Thread(target=server.serve_forever, name="http", daemon=True)
+    thread.start()
+    return server, thread
