@@ -1,0 +1,393 @@
+"""The `report` subcommand: a fleet review from Prometheus, evaluated with the same checks as `diagnose`.
+
+I/O lives here (flags, files, the Prometheus client); the PromQL plan and the folding of answers are pure
+functions in fleet.py, the evaluation is the advisor's, and the output formats are in report_formats.py.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import importlib
+import re
+import sys
+import time
+from collections import Counter
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from . import fleet
+from .flags import add_flag, add_guide_flags
+from .model import STATUS_CODE, Finding
+from .promapi import PromConfig, PrometheusClient, PrometheusError, Sample, Series
+from .signals import SignalParams
+
+HELP = "fleet review from a Prometheus server: every instance x check, drift, mis-tuned servers and their flags"
+EXIT_OK, EXIT_RUNTIME, EXIT_USAGE = 0, 1, 2
+FORMATS = ("markdown", "html", "json")
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d|w|y)")
+_UNIT_S = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800, "y": 31536000}
+# Worst first; `unknown` only wins when no check had data.
+STATUS_ORDER = ("critical", "warning", "ok", "unknown")
+
+
+class UsageError(ValueError):
+    """A flag value is invalid (exit 2)."""
+
+
+def parse_duration(text: str) -> float:
+    """Prometheus-style duration (`7d`, `12h`, `1d12h`, `90m`) in seconds."""
+    raw = text.strip()
+    pos, total = 0, 0.0
+    for m in _DURATION.finditer(raw):
+        if m.start() != pos:
+            break
+        total += float(m.group(1)) * _UNIT_S[m.group(2)]
+        pos = m.end()
+    if pos != len(raw) or not raw or total <= 0:
+        raise UsageError(f"invalid duration {text!r} (use e.g. 7d, 12h, 1d12h, 90m)")
+    return total
+
+
+def parse_time(text: str | None, now: float) -> float:
+    """`--end`: RFC 3339, unix seconds, or `now` (default)."""
+    if text is None or text.strip() in ("", "now"):
+        return now
+    raw = text.strip()
+    try:
+        return float(raw)
+    except ValueError:
+        pass
+    try:
+        parsed = dt.datetime.fromisoformat(raw.replace("Z", "+00:00"))
+    except ValueError:
+        raise UsageError(f"invalid time {text!r} (use RFC 3339 like 2026-10-31T00:00:00Z or unix seconds)") from None
+    if parsed.tzinfo is None:
+        parsed = parsed.replace(tzinfo=dt.timezone.utc)
+    return parsed.timestamp()
+
+
+def iso(t: float) -> str:
+    """Unix seconds as RFC 3339 UTC."""
+    return dt.datetime.fromtimestamp(t, tz=dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def natural_key(text: str) -> tuple[Any, ...]:
+    """Sort `10.0.0.2:9470` before `10.0.0.10:9470`."""
+    return tuple(int(p) if p.isdigit() else p for p in re.split(r"(\d+)", text))
+
+
+# --------------------------------------------------------------------------------------------- model
+
+
+@dataclass(frozen=True, slots=True)
+class InstanceReport:
+    """One server's verdicts."""
+
+    instance: str
+    model_name: str | None
+    version: str | None
+    args: dict[str, Any]
+    findings: tuple[Finding, ...]
+    signals: dict[str, dict[str, float | None]] = field(default_factory=dict)  # rank text -> signals
+
+    @property
+    def status(self) -> str:
+        """The worst verdict among the checks that had data."""
+        seen = {f.status for f in self.findings}
+        for s in STATUS_ORDER:
+            if s in seen:
+                return s
+        return "unknown"
+
+    def firing(self) -> list[Finding]:
+        """Findings at warning or critical, worst first."""
+        hits = [f for f in self.findings if f.status in ("warning", "critical")]
+        return sorted(hits, key=lambda f: (-STATUS_CODE[f.status], f.check))
+
+    def to_json_dict(self) -> dict[str, Any]:
+        """The `instances[]` entry of interfaces.md."""
+        return {"instance": self.instance, "model_name": self.model_name, "version": self.version,
+                "status": self.status, "args": dict(self.args),
+                "findings": [f.to_json_dict() for f in self.findings]}
+
+
+@dataclass(frozen=True, slots=True)
+class FleetReport:
+    """Everything the formats render."""
+
+    prometheus: str
+    start: float
+    end: float
+    queries: int
+    profile: str
+    workload: str
+    selector: str
+    instances: tuple[InstanceReport, ...]
+    drift: tuple[fleet.Drift, ...]
+    checks: tuple[str, ...]  # check ids evaluated, table order
+    charts: dict[str, dict[str, list[tuple[float, float]]]] = field(default_factory=dict)
+    elapsed_s: float = 0.0
+
+    def by_status(self) -> dict[str, int]:
+        """Servers per status (every status present, in a fixed order)."""
+        counts = Counter(i.status for i in self.instances)
+        return {s: counts.get(s, 0) for s in ("ok", "warning", "critical", "unknown")}
+
+    def common_findings(self, limit: int = 10) -> list[dict[str, Any]]:
+        """The most common firing checks: check, servers, worst status, flag and action."""
+        counts: Counter[str] = Counter()
+        worst: dict[str, str] = {}
+        flag: dict[str, tuple[str | None, str]] = {}
+        for inst in self.instances:
+            for f in {f.check: f for f in reversed(inst.firing())}.values():
+                counts[f.check] += 1
+                if f.status == "critical" or f.check not in worst:
+                    worst[f.check] = f.status
+                flag.setdefault(f.check, (f.flag, f.action))
+        return [{"check": c, "servers": n, "worst": worst[c], "flag": flag[c][0], "action": flag[c][1]}
+                for c, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[:limit]]
+
+    def to_json_dict(self) -> dict[str, Any]:
+        """The `report --format json` document of interfaces.md."""
+        return {"prometheus": self.prometheus, "range": {"start": iso(self.start), "end": iso(self.end)},
+                "selector": self.selector, "profile": self.profile, "workload": self.workload,
+                "queries": self.queries,
+                "summary": {"instances": len(self.instances), "by_status": self.by_status(),
+                            "common_findings": self.common_findings()},
+                "instances": [i.to_json_dict() for i in self.instances],
+                "drift": [d.to_json_dict() for d in self.drift]}
+
+
+# --------------------------------------------------------------------------------------------- evaluation
+
+Evaluate = Callable[[Mapping[Any, dict[str, float | None]], fleet.InstanceData], list[Finding]]
+
+
+def rank_text(rank: Any) -> str:
+    """`dp=1` / `all` for a Rank."""
+    d = rank.as_dict()
+    return ",".join(f"{k}={v}" for k, v in d.items()) or "all"
+
+
+def evaluate_fleet(data: Mapping[str, fleet.InstanceData], evaluate: Evaluate,
+                   overrides: Mapping[str, Any]) -> list[InstanceReport]:
+    """Run the advisor's evaluation once per instance on its per-rank signals (pure given `evaluate`)."""
+    out: list[InstanceReport] = []
+    for name in sorted(data, key=natural_key):
+        d = data[name]
+        d.args.update(overrides)
+        signals = fleet.derive_signals(d)
+        findings = evaluate(signals, d)
+        out.append(InstanceReport(instance=name, model_name=d.model_name, version=d.version, args=dict(d.args),
+                                  findings=tuple(findings),
+                                  signals={rank_text(r): dict(s) for r, s in sorted(signals.items())}))
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class Guide:
+    """The advisor bound to the checks table, profile, workload and config."""
+
+    evaluate: Evaluate
+    profile: str
+    workload: str
+    checks: tuple[str, ...]
+    params: SignalParams
+    server_args: dict[str, Any]
+
+
+def load_guide(args: argparse.Namespace) -> Guide:
+    """Load the checks table and config named by the guide flags; raises UsageError with every problem."""
+    from . import checks
+    from . import config as config_mod
+
+    # Imported by name: the advisor is built in parallel and may be missing from a partial checkout.
+    try:
+        advisor = importlib.import_module(".advisor", __package__)
+    except ModuleNotFoundError:
+        raise UsageError("the advisor (sglang_tuning_exporter.advisor) is not installed") from None
+
+    try:
+        table = checks.load_table()
+    except checks.TableError as exc:
+        raise UsageError(str(exc)) from None
+    try:
+        config = config_mod.load_config(args.config, table)
+    except config_mod.ConfigError as exc:
+        raise UsageError(str(exc)) from None
+    profile = args.guide_profile or config.guide_profile or table.default_profile
+    if profile not in table.profiles:
+        raise UsageError(f"unknown --guide-profile {profile!r} (known: {', '.join(table.profiles)})")
+    overrides, problems = config_mod.parse_server_arg_overrides(list(args.server_arg or []))
+    if problems:
+        raise UsageError("\n  ".join(problems))
+    band = config.queue_bands.get(profile, table.profiles[profile].queue_band)
+    params = SignalParams(queue_band=band, usage_good=config.usage_good, capped_fraction=config.capped_fraction,
+                          min_samples=config.min_samples)
+    workload = args.workload
+
+    def run(signals: Mapping[Any, dict[str, float | None]], d: fleet.InstanceData) -> list[Finding]:
+        return list(advisor.evaluate(table, dict(signals), d.server_state(), profile=profile,
+                                     workload=workload, config=config))
+
+    return Guide(evaluate=run, profile=profile, workload=workload,
+                 checks=tuple(c.id for c in table.for_workload(workload)), params=params,
+                 server_args={**config.server_args, **overrides})
+
+
+# --------------------------------------------------------------------------------------------- driver
+
+
+def build_report(client: PrometheusClient, window: fleet.Window, guide: Guide, *, with_charts: bool,
+                 clock: Callable[[], float] = time.monotonic) -> FleetReport:
+    """Query Prometheus with the fixed plan, evaluate every instance and find drift."""
+    t0 = clock()
+    results: dict[str, list[Sample]] = {}
+    for q in fleet.plan(window, guide.params) + fleet.identity_queries(window):
+        results[q.key] = client.instant(q.expr, window.end)
+    data = fleet.collect(results)
+    charts: dict[str, dict[str, list[tuple[float, float]]]] = {}
+    if with_charts:
+        ranged: dict[str, list[Series]] = {}
+        for name, expr in fleet.chart_queries(window):
+            ranged[name] = client.range(expr, window.start, window.end, fleet.chart_step(window))
+        charts = fleet.charts_by_instance(ranged)
+    instances = evaluate_fleet(data, guide.evaluate, guide.server_args)
+    drift = fleet.find_drift(data.values())
+    return FleetReport(prometheus=client.base, start=window.start, end=window.end, queries=client.queries,
+                       profile=guide.profile, workload=guide.workload, selector=window.selector,
+                       instances=tuple(instances), drift=tuple(drift), checks=guide.checks, charts=charts,
+                       elapsed_s=clock() - t0)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The report's flags (exporter style, with SGLANG_TUNING_* mirrors)."""
+    add_flag(parser, "--prometheus.url", dest="prometheus_url", default=None, metavar="URL",
+             help="base URL of the Prometheus (or Thanos/Mimir) HTTP API, e.g. http://prometheus:9090")
+    add_flag(parser, "--range", dest="range", default="7d", metavar="DURATION",
+             help="how far back to review, ending at --end")
+    add_flag(parser, "--end", dest="end", default=None, metavar="TIME",
+             help="end of the reviewed range: RFC 3339, unix seconds or now (default now)")
+    add_flag(parser, "--selector", dest="selector", default=None, metavar="MATCHERS",
+             help='label matchers added to every metric, e.g. \'{job="sglang"}\'')
+    add_flag(parser, "--resolution", dest="resolution", default=None, metavar="DURATION",
+             help="step of the subqueries that turn gauges into ratios (default: range/2000, at least 60s)")
+    add_flag(parser, "--format", dest="format", default="markdown", choices=FORMATS, help="output format")
+    add_flag(parser, "--output", dest="output", default="-", metavar="FILE", help="where to write; - for stdout")
+    add_flag(parser, "--prometheus.timeout", dest="prometheus_timeout", default="30s", metavar="DURATION",
+             help="timeout of each HTTP request to Prometheus")
+    add_flag(parser, "--prometheus.username", dest="prometheus_username", default=None, metavar="USER",
+             help="basic-auth user name")
+    add_flag(parser, "--prometheus.password", dest="prometheus_password", default=None, metavar="PASSWORD",
+             help="basic-auth password (prefer --prometheus.password-file)")
+    add_flag(parser, "--prometheus.password-file", dest="prometheus_password_file", default=None, metavar="FILE",
+             help="file holding the basic-auth password")
+    add_flag(parser, "--prometheus.bearer-token-file", dest="prometheus_bearer_token_file", default=None,
+             metavar="FILE", help="file holding a bearer token (sent as Authorization: Bearer)")
+    add_flag(parser, "--prometheus.ca-file", dest="prometheus_ca_file", default=None, metavar="FILE",
+             help="CA bundle to verify the server certificate")
+    add_flag(parser, "--prometheus.cert-file", dest="prometheus_cert_file", default=None, metavar="FILE",
+             help="client certificate for mutual TLS")
+    add_flag(parser, "--prometheus.key-file", dest="prometheus_key_file", default=None, metavar="FILE",
+             help="client key for mutual TLS")
+    add_flag(parser, "--prometheus.insecure-skip-verify", dest="prometheus_insecure_skip_verify",
+             action="store_true", default=False, help="do not verify the server certificate")
+    add_flag(parser, "--prometheus.header", dest="prometheus_header", action="append", default=[],
+             metavar="'NAME: VALUE'", help="extra HTTP header, e.g. 'X-Scope-OrgID: team-a' for Mimir (repeatable)")
+    add_guide_flags(parser)
+
+
+def _read_secret(path: str, what: str) -> str:
+    try:
+        return Path(path).read_text(encoding="utf-8").strip()
+    except OSError as exc:
+        raise UsageError(f"cannot read {what} {path}: {exc.strerror or exc}") from None
+
+
+def _headers(raw: list[str]) -> tuple[tuple[str, str], ...]:
+    out: list[tuple[str, str]] = []
+    for item in raw:
+        name, sep, value = item.partition(":")
+        if not sep or not re.fullmatch(r"[A-Za-z0-9!#$%&'*+.^_`|~-]+", name.strip()):
+            raise UsageError(f"invalid --prometheus.header {item!r} (use 'Name: value')")
+        out.append((name.strip(), value.strip()))
+    return tuple(out)
+
+
+def prom_config(args: argparse.Namespace) -> PromConfig:
+    """Build the client configuration from the flags; raises UsageError."""
+    url = args.prometheus_url
+    if not url:
+        raise UsageError("--prometheus.url is required (or set SGLANG_TUNING_PROMETHEUS_URL)")
+    if not re.match(r"^https?://[^/\s]+", url):
+        raise UsageError(f"--prometheus.url {url!r} must start with http:// or https://")
+    password = args.prometheus_password
+    if args.prometheus_password_file:
+        password = _read_secret(args.prometheus_password_file, "password file")
+    token = None
+    if args.prometheus_bearer_token_file:
+        token = _read_secret(args.prometheus_bearer_token_file, "bearer token file")
+    if token and args.prometheus_username:
+        raise UsageError("use either basic auth (--prometheus.username) or a bearer token, not both")
+    if bool(args.prometheus_cert_file) != bool(args.prometheus_key_file) and args.prometheus_key_file:
+        raise UsageError("--prometheus.key-file needs --prometheus.cert-file")
+    for flag, path in (("--prometheus.ca-file", args.prometheus_ca_file),
+                       ("--prometheus.cert-file", args.prometheus_cert_file),
+                       ("--prometheus.key-file", args.prometheus_key_file)):
+        if path and not Path(path).is_file():
+            raise UsageError(f"{flag} {path}: no such file")
+    return PromConfig(url=url, timeout_s=parse_duration(args.prometheus_timeout),
+                      username=args.prometheus_username, password=password, bearer_token=token,
+                      ca_file=args.prometheus_ca_file, cert_file=args.prometheus_cert_file,
+                      key_file=args.prometheus_key_file,
+                      insecure_skip_verify=bool(args.prometheus_insecure_skip_verify),
+                      headers=_headers(list(args.prometheus_header or [])))
+
+
+def window_from_args(args: argparse.Namespace, now: float) -> fleet.Window:
+    """The reviewed window and subquery resolution from the flags; raises UsageError."""
+    length = parse_duration(args.range)
+    end = parse_time(args.end, now)
+    step = parse_duration(args.resolution) if args.resolution else max(60.0, round(length / 2000))
+    if step > length:
+        raise UsageError(f"--resolution {args.resolution} is longer than --range {args.range}")
+    try:
+        selector = fleet.parse_selector(args.selector)
+    except fleet.SelectorError as exc:
+        raise UsageError(str(exc)) from None
+    return fleet.Window(start=end - length, end=end, step_s=step, selector=selector)
+
+
+def write_output(text: str, output: str) -> None:
+    """Write to a file or stdout."""
+    if output in ("-", ""):
+        sys.stdout.write(text)
+        return
+    try:
+        Path(output).write_text(text, encoding="utf-8")
+    except OSError as exc:
+        raise PrometheusError(f"cannot write {output}: {exc.strerror or exc}") from None
+
+
+def run(args: argparse.Namespace) -> int:
+    """Entry point of `sglang-tuning-exporter report`."""
+    from . import report_formats
+
+    try:
+        config = prom_config(args)
+        window = window_from_args(args, time.time())
+        guide = load_guide(args)
+    except UsageError as exc:
+        print(f"report: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    client = PrometheusClient(config)
+    try:
+        report = build_report(client, window, guide, with_charts=args.format == "html")
+        write_output(report_formats.render(report, args.format), args.output)
+    except PrometheusError as exc:
+        print(f"report: {exc}", file=sys.stderr)
+        return EXIT_RUNTIME
+    return EXIT_OK
