@@ -16,6 +16,8 @@ ERROR = "error"
 CUDA_GRAPH_CAPTURE = "cuda_graph_capture"  # `Capture cuda graph begin ... bs=[...]`: fields.batch_sizes
 MAX_RUNNING_REDUCED = "max_running_reduced"  # `max_running_requests was reduced from requested X to Y`
 VERSION = "version"  # a line that reveals the SGLang version: fields.version
+STARTUP_TIMINGS = "startup_timings"  # `Engine startup timings (s): ...` (0.5.18+): fields `<phase>_s`
+SERVER_READY = "server_ready"  # `The server is fired up and ready to roll!`: no fields
 
 RANK_KEYS = ("dp", "pp", "tp", "ep")
 

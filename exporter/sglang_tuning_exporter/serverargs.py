@@ -1,0 +1,143 @@
+"""The `server_args=` startup dump: `ServerArgs(...)` repr (<= 0.5.18) and dict repr (0.5.19+).
+
+Values are read with `ast.literal_eval` piece by piece, never `eval`; a value that is not a Python
+literal (an enum repr, an object) is kept as its source text so one odd field never loses the rest.
+"""
+
+from __future__ import annotations
+
+import ast
+from typing import Any
+
+_OPEN = {"(": ")", "[": "]", "{": "}"}
+_CLOSE = {")", "]", "}"}
+
+
+def _literal(text: str) -> Any:
+    text = text.strip()
+    try:
+        return ast.literal_eval(text)
+    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+        return text
+
+
+def _split_top_level(text: str) -> list[str]:
+    """Split on commas that are outside quotes and brackets."""
+    parts: list[str] = []
+    depth = 0
+    quote = ""
+    start = 0
+    i = 0
+    n = len(text)
+    while i < n:
+        c = text[i]
+        if quote:
+            if c == "\\":
+                i += 2
+                continue
+            if c == quote:
+                quote = ""
+        elif c in "'\"":
+            quote = c
+        elif c in _OPEN:
+            depth += 1
+        elif c in _CLOSE:
+            depth = max(0, depth - 1)
+        elif c == "," and depth == 0:
+            parts.append(text[start:i])
+            start = i + 1
+        i += 1
+    tail = text[start:]
+    if tail.strip():
+        parts.append(tail)
+    return parts
+
+
+def _matching_end(text: str, open_at: int) -> int:
+    """Index of the bracket closing the one at `open_at`, or len(text) when the text is cut."""
+    depth = 0
+    quote = ""
+    i = open_at
+    n = len(text)
+    while i < n:
+        c = text[i]
+        if quote:
+            if c == "\\":
+                i += 2
+                continue
+            if c == quote:
+                quote = ""
+        elif c in "'\"":
+            quote = c
+        elif c in _OPEN:
+            depth += 1
+        elif c in _CLOSE:
+            depth -= 1
+            if depth == 0:
+                return i
+        i += 1
+    return n
+
+
+def _from_repr(inner: str) -> dict[str, Any]:
+    """`model_path='x', tp_size=1, ...` (the inside of `ServerArgs(...)`)."""
+    try:
+        node = ast.parse(f"f({inner})", mode="eval").body
+    except (SyntaxError, ValueError, MemoryError, RecursionError):
+        node = None
+    out: dict[str, Any] = {}
+    if isinstance(node, ast.Call) and node.keywords:
+        for kw in node.keywords:
+            if kw.arg is None:
+                continue
+            try:
+                out[kw.arg] = ast.literal_eval(kw.value)
+            except (ValueError, SyntaxError, TypeError, RecursionError):
+                out[kw.arg] = ast.unparse(kw.value)
+        return out
+    for piece in _split_top_level(inner):
+        key, sep, value = piece.partition("=")
+        key = key.strip()
+        if sep and key.isidentifier():
+            out[key] = _literal(value)
+    return out
+
+
+def _from_dict(text: str) -> dict[str, Any]:
+    """`{'model_path': 'x', ...}`, literal as a whole or, failing that, pair by pair."""
+    try:
+        value = ast.literal_eval(text)
+    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+        value = None
+    if isinstance(value, dict):
+        return {str(k): v for k, v in value.items()}
+    out: dict[str, Any] = {}
+    body = text.strip()
+    if body.startswith("{"):
+        body = body[1:]
+    if body.endswith("}"):
+        body = body[:-1]
+    for piece in _split_top_level(body):
+        key, sep, val = piece.partition(":")
+        if not sep:
+            continue
+        k = _literal(key)
+        if isinstance(k, str) and k.isidentifier():
+            out[k] = _literal(val)
+    return out
+
+
+def parse_server_args(text: str) -> dict[str, Any] | None:
+    """Parse the text from `server_args` onwards; None when no argument could be read."""
+    at = text.find("ServerArgs(")
+    brace = text.find("{")
+    if at >= 0 and (brace < 0 or at < brace):
+        open_at = at + len("ServerArgs")
+        end = _matching_end(text, open_at)
+        args = _from_repr(text[open_at + 1:end])
+    elif brace >= 0:
+        end = _matching_end(text, brace)
+        args = _from_dict(text[brace:end + 1])
+    else:
+        return None
+    return args or None
