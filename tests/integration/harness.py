@@ -151,20 +151,12 @@ def stop_all() -> None:
 atexit.register(stop_all)
 
 
+def detach(p: ManagedProcess) -> None:
+    """Let `p` outlive this interpreter (`make stack` detached); whoever detaches must record its pid."""
+    if p in _RUNNING:
+        _RUNNING.remove(p)
+
+
 def python_module(module: str, *args: str) -> list[str]:
     """argv to run `python -m module args...` with this interpreter."""
     return [sys.executable, "-m", module, *args]
-
-
-def wait_until(check: Callable[[], bool], timeout_s: float, interval_s: float = 0.5) -> bool:
-    """Poll `check` until true or timeout; returns the last result (for tests waiting on Prometheus)."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        try:
-            if check():
-                return True
-        except (requests.RequestException, KeyError, ValueError):
-            pass
-        if time.monotonic() >= deadline:
-            return False
-        time.sleep(interval_s)

@@ -44,8 +44,8 @@ class Timing:
     scrape_s: int = 1
     window_s: int = 20  # every rule's range window (the shipped 10 min would take 10 min to fill)
     for_s: int = 3  # every alert's `for:` (0 stays 0)
-    exporter_window_s: int = 20  # the exporter's own signal window (--config)
-    exporter_poll_s: float = 1.0  # how often the exporter scrapes SGLang and polls the log
+    exporter_window_s: int = 20  # the exporter's own signal window (--window)
+    exporter_poll_s: float = 1.0  # how often the exporter scrapes SGLang (--sglang.scrape-interval)
 
 
 @dataclass(frozen=True)
@@ -137,11 +137,6 @@ def prometheus_config(targets: list[Target], rule_files: list[Path], am_port: in
     }
 
 
-def exporter_config(timing: Timing) -> dict[str, Any]:
-    """The exporter's --config: short window, fast polling."""
-    return {"window_s": timing.exporter_window_s}
-
-
 @dataclass
 class Stack:
     """Starts and stops everything; `workdir` holds configs, logs and data."""
@@ -178,7 +173,9 @@ class Stack:
             "--sglang.url", f"http://{t.sglang_instance}",
             "--sglang.log-file", str(t.log_file),
             "--web.listen-address", t.exporter_instance,
-            "--config", str(self.workdir / "exporter.yml"),
+            "--sglang.scrape-interval", f"{self.timing.exporter_poll_s}s",
+            "--sglang.scrape-timeout", f"{self.timing.exporter_poll_s}s",
+            "--window", f"{self.timing.exporter_window_s}s",
         )
 
     def start_exporter(self, t: Target) -> None:
@@ -200,7 +197,6 @@ class Stack:
         self.workdir.mkdir(parents=True, exist_ok=True)
         (self.workdir / "logs").mkdir(exist_ok=True)
         self.rule_files = render_rules(self.workdir / "rules", self.timing)
-        (self.workdir / "exporter.yml").write_text(yaml.safe_dump(exporter_config(self.timing)))
         example = yaml.safe_load(AM_EXAMPLE.read_text(encoding="utf-8"))
         am_dir = self.workdir / "alertmanager"
         am_dir.mkdir(exist_ok=True)

@@ -1,0 +1,20 @@
+# Developer entry points. `make stack` starts the integration stack locally (no Docker); see docs/integration.md.
+PYTHON ?= python3
+STACK_ARGS ?=
+
+.PHONY: stack stack-fg stack-down stack-status test-integration
+
+stack:  ## start stand-in SGLang servers, exporters, Prometheus, Alertmanager, webhook; detached
+	$(PYTHON) scripts/stack.py up --detach $(STACK_ARGS)
+
+stack-fg:  ## the same in the foreground; Ctrl-C stops it
+	$(PYTHON) scripts/stack.py up $(STACK_ARGS)
+
+stack-status:
+	$(PYTHON) scripts/stack.py status
+
+stack-down:
+	$(PYTHON) scripts/stack.py down
+
+test-integration:  ## only the end-to-end suite
+	$(PYTHON) -m pytest -m integration tests/integration
