@@ -120,7 +120,9 @@ def build_families(snap: Snapshot, build: BuildInfo) -> list[Metric]:
                 if fam_name == family:
                     add(short, base + ([label] if extra else []), total)
         add("decode_batch_size_without_graph", base, r.no_graph_batch_p90)
-        for name, value in sorted(r.signals.items()):
+    for rank, values in snap.signals:
+        base = rank_label_values(model, rank)
+        for name, value in sorted(values.items()):
             add("signal", [*base, name], value)
     for f in snap.findings:
         base = rank_label_values(model, f.rank)

@@ -10,7 +10,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from types import FrameType, ModuleType
 from typing import Any
@@ -141,9 +141,15 @@ def build_advisor(cfg: ServeConfig) -> Advisor:
             return dict(advisor_mod.findings_document(findings=findings, signals=signals, server=server,
                                                       profile=profile, workload=cfg.workload,
                                                       window=(now - window_s, now)))
-    to_obs: Callable[[Iterable[Event], Callable[[], float]], Iterator[Observation]] | None = None
+    to_obs: Callable[[list[Event], float], list[Observation]] | None = None
     if observations is not None:
-        to_obs = observations.events_to_observations
+        clock_now = [0.0]
+        # One converter for the life of the process: it pairs startup lines across ticks.
+        converter = observations.EventConverter(clock=lambda: clock_now[0])
+
+        def to_obs(events: list[Event], now: float) -> list[Observation]:
+            clock_now[0] = now
+            return list(converter.convert_all(events))
     return Advisor(window=window, evaluate=evaluate, document=document, to_observations=to_obs)
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -47,7 +47,7 @@ class SignalWindow(Protocol):
     def signals(self, now: float) -> Mapping[Rank, Mapping[str, float | None]]: ...
 
 
-ToObservations = Callable[[Iterable[Event], Callable[[], float]], Iterator[Observation]]
+ToObservations = Callable[[list[Event], float], list[Observation]]  # events read at `now`
 Evaluate = Callable[[Mapping[Rank, Mapping[str, float | None]], ServerState], list[Finding]]
 Document = Callable[[list[Finding], Mapping[Rank, Mapping[str, float | None]], ServerState, float],
                     Mapping[str, Any]]
@@ -159,9 +159,9 @@ class Sidecar:
         self.state.add_events(events, now)
         conv = self.advisor.to_observations
         if conv is not None and events:
-            obs = list(conv(events, lambda: now))
             # Live data is timed by arrival (design.md), whatever the line's own timestamp says.
-            obs = [o if o.time == now else Observation(now, o.name, o.value, o.rank, o.source) for o in obs]
+            obs = [o if o.time == now else Observation(now, o.name, o.value, o.rank, o.source)
+                   for o in conv(events, now)]
             self.state.add_observations(obs, now)
             if self.advisor.window is not None:
                 for o in obs:

@@ -23,6 +23,7 @@ GAUGE_NAMES = frozenset({
     "available_gpu_mem_gb", "gpu_mem_total_gb", "max_total_num_tokens", "max_running_requests",
     "cuda_graph_max_bs_captured",
 })
+_COUNTED_KINDS = frozenset({"decode", "retract", "prefill", "oom"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,7 +46,6 @@ class RankSnapshot:
     gauges: Mapping[str, float]
     counters: Mapping[tuple[str, str], float]  # (family, extra label value) -> total
     no_graph_batch_p90: float | None
-    signals: Mapping[str, float]
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,6 +68,7 @@ class Snapshot:
     scrape_garbage: float
     scrape_samples: float | None
     server_info_endpoint: str | None
+    signals: tuple[tuple[Rank, Mapping[str, float]], ...]  # keyed by the window's ranks (TP folded)
     findings: tuple[Finding, ...]
     document: Mapping[str, Any] | None
     evaluated_at: float | None
@@ -154,7 +155,6 @@ class LiveState:
             stale = [r for r, d in self._ranks.items() if now - d.last_seen > self.expire_after_s]
             for r in stale:
                 del self._ranks[r]
-                self._signals.pop(r, None)
             self._expired += len(stale)
             retired = [r for r in self._counters if r not in self._ranks]
             # Keep retired counters (a returning rank continues its series) but bounded.
@@ -190,6 +190,8 @@ class LiveState:
         """Counters from log events: decode samples, retractions, prefill tokens, OOMs."""
         with self._lock:
             for e in events:
+                if e.kind not in _COUNTED_KINDS:
+                    continue  # config and startup events are not per-rank activity
                 rank = Rank.from_dict(e.rank)
                 data = self._touch(rank, now)
                 if data is None:
@@ -313,8 +315,7 @@ class LiveState:
                 ranks.append(RankSnapshot(
                     rank=rank, last_seen=data.last_seen, gauges=dict(data.gauges),
                     counters=dict(self._counters.get(rank, {})),
-                    no_graph_batch_p90=p90(v for _, v in data.no_graph),
-                    signals=dict(self._signals.get(rank, {}))))
+                    no_graph_batch_p90=p90(v for _, v in data.no_graph)))
             return Snapshot(
                 now=now, model_name=self._current_model() or "", version=self._server.version,
                 args=dict(self._server.args), ranks=tuple(ranks), sources=dict(self._sources),
@@ -322,5 +323,7 @@ class LiveState:
                 log_rotations=self._rotations, log_truncations=self._truncations,
                 log_last_line_time=self._last_line_time, ranks_expired=self._expired,
                 restarts=self._restarts, scrape_garbage=self._garbage, scrape_samples=self._scrape_samples,
-                server_info_endpoint=self._endpoint, findings=self._findings, document=self._document,
+                server_info_endpoint=self._endpoint,
+                signals=tuple((r, dict(self._signals[r])) for r in sorted(self._signals, key=rank_key)),
+                findings=self._findings, document=self._document,
                 evaluated_at=self._evaluated_at, window_s=self.window_s)

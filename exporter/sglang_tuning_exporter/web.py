@@ -112,8 +112,9 @@ class WebApp:
                    for name, st in ((n, snap.sources[n]) for n in SOURCES)]
         ranks = [{"rank_text": _rank_text(r.rank.as_dict()), "queue": _fmt(r.gauges.get("num_queue_reqs")),
                   "running": _fmt(r.gauges.get("num_running_reqs")), "usage": _fmt(r.gauges.get("token_usage")),
-                  "throughput": _fmt(r.gauges.get("gen_throughput")),
-                  "signals": [(k, _fmt(v)) for k, v in sorted(r.signals.items())]} for r in snap.ranks]
+                  "throughput": _fmt(r.gauges.get("gen_throughput"))} for r in snap.ranks]
+        signals = [{"rank_text": _rank_text(rank.as_dict()),
+                    "pairs": [(k, _fmt(v)) for k, v in sorted(values.items())]} for rank, values in snap.signals]
         return self._template.render(
             refresh_s=self._refresh_s, model=snap.model_name, version=snap.version,
             window=f"{snap.window_s:.0f} s", evaluated=_when(snap.evaluated_at, snap.now) if snap.evaluated_at else "",
@@ -124,7 +125,7 @@ class WebApp:
                       for f in findings],
             sources=sources, log_lines=sorted((k, int(v)) for k, v in snap.log_lines.items()),
             unparsed=int(snap.log_unparsed), rotations=int(snap.log_rotations),
-            truncations=int(snap.log_truncations), restarts=int(snap.restarts), ranks=ranks,
+            truncations=int(snap.log_truncations), restarts=int(snap.restarts), ranks=ranks, signals=signals,
             args=sorted((k, _fmt(v)) for k, v in snap.args.items()), build_version=self._build.version)
 
 

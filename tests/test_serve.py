@@ -1,0 +1,240 @@
+"""Tests for the serve command: flag validation, the tick engine with fakes, the loop and logging."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import threading
+from collections.abc import Mapping
+from pathlib import Path
+
+import pytest
+
+from sglang_tuning_exporter import cli
+from sglang_tuning_exporter.events import Event
+from sglang_tuning_exporter.model import Finding, Observation, Rank, ServerState
+from sglang_tuning_exporter.serve import JsonFormatter, LogfmtFormatter, Loop, build_sidecar, make_web
+from sglang_tuning_exporter.serveconfig import (
+    ServeConfigError,
+    add_serve_flags,
+    build_config,
+    parse_duration,
+    parse_listen_address,
+)
+from sglang_tuning_exporter.serverinfo import HttpError
+from sglang_tuning_exporter.sidecar import Advisor, LogInput
+
+FIX = Path(__file__).parent / "fixtures"
+
+
+def _args(*argv: str) -> argparse.Namespace:
+    p = argparse.ArgumentParser()
+    add_serve_flags(p)
+    return p.parse_args(list(argv))
+
+
+class FakeFollower:
+    """Hands out queued lines on poll, like tail.Follower."""
+
+    def __init__(self) -> None:
+        self.pending: list[str] = []
+        self.rotations = 0
+        self.truncations = 0
+
+    def poll(self) -> list[str]:
+        out, self.pending = self.pending, []
+        return out
+
+
+class FakeReader:
+    """`decode <bs> <graph>` and `retract <n>` lines become events; anything else is not an event."""
+
+    def feed(self, line: str) -> list[Event]:
+        parts = line.split()
+        if parts and parts[0] == "decode":
+            return [Event(1, "decode", rank={"tp": 0},
+                          fields={"num_running_reqs": int(parts[1]), "cuda_graph": parts[2] == "True",
+                                  "num_queue_reqs": 0})]
+        if parts and parts[0] == "retract":
+            return [Event(1, "retract", rank={"tp": 0}, fields={"num_retracted_reqs": int(parts[1])})]
+        if parts and parts[0] == "args":
+            return [Event(1, "server_args", fields={"served_model_name": "m", "schedule_conservativeness": 1.0})]
+        return []
+
+
+class FakeWindow:
+    """Counts what it is given; one signal: the number of observations."""
+
+    def __init__(self) -> None:
+        self.obs: list[Observation] = []
+
+    def add(self, obs: Observation) -> None:
+        self.obs.append(obs)
+
+    def prune(self, now: float) -> None:
+        self.obs = [o for o in self.obs if now - o.time <= 60]
+
+    def signals(self, now: float) -> Mapping[Rank, Mapping[str, float | None]]:
+        return {Rank(): {"observations": float(len(self.obs)), "unknown": None}}
+
+
+def _fake_advisor(window: FakeWindow, ticked: threading.Event | None = None) -> Advisor:
+    def evaluate(signals: Mapping[Rank, Mapping[str, float | None]], server: ServerState) -> list[Finding]:
+        if ticked is not None:
+            ticked.set()
+        n = signals[Rank()]["observations"] or 0
+        return [Finding("queue_empty", "warning" if n else "unknown", {}, None, "client", None, None,
+                        "queue empty", f"{n} observations")]
+
+    def to_obs(events: list[Event], now: float) -> list[Observation]:
+        return [Observation(0.0, "num_queue_reqs", 0.0, Rank.from_dict(e.rank), "log")
+                for e in events if e.kind == "decode"]
+
+    return Advisor(window=window, evaluate=evaluate, document=None, to_observations=to_obs)
+
+
+def _log_sidecar(tmp_path: Path, window: FakeWindow, follower: FakeFollower):  # type: ignore[no-untyped-def]
+    cfg = build_config(_args("--sglang.log-file", str(tmp_path / "x.log"), "--window", "60s"))
+    log_input = LogInput(follower=follower, reader=FakeReader(), exists=lambda: True)
+    return build_sidecar(cfg, clock=lambda: 0.0, timer=lambda: 0.0, advisor=_fake_advisor(window),
+                         log_input=log_input)
+
+
+def test_durations_and_listen_addresses() -> None:
+    """Prometheus-style durations and [host]:port addresses."""
+    assert [parse_duration(d) for d in ("30s", "10m", "1h", "500ms", "2")] == [30, 600, 3600, 0.5, 2]
+    assert parse_listen_address(":9470") == ("", 9470)
+    assert parse_listen_address("127.0.0.1:0") == ("127.0.0.1", 0)
+    assert parse_listen_address("[::1]:9470") == ("::1", 9470)
+    with pytest.raises(ValueError):
+        parse_duration("soon")
+    with pytest.raises(ValueError):
+        parse_listen_address("9470x")
+
+
+def test_defaults() -> None:
+    """Default port 9470, /metrics, 10 min window and rank expiry."""
+    cfg = build_config(_args("--sglang.url", "http://127.0.0.1:30000"))
+    assert (cfg.listen_port, cfg.telemetry_path, cfg.window_s, cfg.ranks_expire_after_s) == (9470, "/metrics", 600, 600)
+    assert cfg.log_file is None and cfg.sglang_url == "http://127.0.0.1:30000"
+
+
+def test_every_problem_is_listed() -> None:
+    """Bad flags: one error listing each problem."""
+    with pytest.raises(ServeConfigError) as err:
+        build_config(_args("--sglang.url", "ftp://x", "--ranks.max", "0", "--window", "soon",
+                           "--web.listen-address", "nope", "--web.telemetry-path", "/", "--config", "/no/such.yaml"))
+    text = "\n".join(err.value.problems)
+    for flag in ("--sglang.url", "--ranks.max", "--window", "--web.listen-address", "--web.telemetry-path", "--config"):
+        assert flag in text
+    assert len(err.value.problems) == 6
+
+
+def test_cli_exits_2_with_problems_on_stderr(capsys: pytest.CaptureFixture[str]) -> None:
+    """`serve` with no source and a bad interval exits 2 and says why, without a traceback."""
+    assert cli.main(["serve", "--sglang.scrape-interval", "0s"]) == 2
+    err = capsys.readouterr().err
+    assert "nothing to watch" in err and "--sglang.scrape-interval" in err and "Traceback" not in err
+
+
+def test_env_mirror(monkeypatch: pytest.MonkeyPatch) -> None:
+    """SGLANG_TUNING_SGLANG_URL provides --sglang.url."""
+    monkeypatch.setenv("SGLANG_TUNING_SGLANG_URL", "http://10.0.0.1:30000")
+    monkeypatch.setenv("SGLANG_TUNING_RANKS_MAX", "7")
+    cfg = build_config(_args())
+    assert cfg.sglang_url == "http://10.0.0.1:30000" and cfg.ranks_max == 7
+
+
+def test_tick_reads_log_counts_and_evaluates(tmp_path: Path) -> None:
+    """One tick: lines counted by kind, events into state, observations into the window, evaluation."""
+    window, follower = FakeWindow(), FakeFollower()
+    sc = _log_sidecar(tmp_path, window, follower)
+    assert not sc.ready
+    follower.pending = ["args", "decode 300 False", "decode 8 True", "retract 2", "noise"]
+    sc.tick(100.0)
+    assert sc.ready
+    snap = sc.state.snapshot(100.0)
+    assert dict(snap.log_lines) == {"server_args": 1, "decode": 2, "retract": 1, "other": 1}
+    assert snap.model_name == "m" and snap.args["schedule_conservativeness"] == 1.0
+    r = snap.ranks[0]
+    assert r.counters[("decode_samples", "false")] == 1 and r.counters[("retracted_requests", "")] == 2
+    assert r.no_graph_batch_p90 == 300
+    assert all(o.time == 100.0 for o in window.obs)  # arrival time, not the line's own
+    assert snap.findings[0].status == "warning"
+    assert dict(snap.signals[0][1]) == {"observations": 2.0}
+    assert snap.sources["log"].up is True and snap.sources["metrics"].enabled is False
+
+
+def test_counters_survive_quiet_ticks(tmp_path: Path) -> None:
+    """Counters never go down across ticks with no new lines."""
+    window, follower = FakeWindow(), FakeFollower()
+    sc = _log_sidecar(tmp_path, window, follower)
+    follower.pending = ["retract 3"]
+    sc.tick(1.0)
+    sc.tick(2.0)
+    sc.tick(3.0)
+    assert sc.state.snapshot(3.0).ranks[0].counters[("retracted_requests", "")] == 3
+
+
+def test_server_restart_detected_from_server_info(tmp_path: Path) -> None:
+    """A new version (or start time) in server info counts a restart; args are refreshed."""
+    docs = [{"version": "0.5.22", "schedule_conservativeness": 1.0, "startup_time": {"t": 1}},
+            {"version": "0.5.23", "schedule_conservativeness": 0.3, "startup_time": {"t": 2}}]
+
+    def http(url: str, timeout: float) -> bytes:
+        if url.endswith("/metrics"):
+            return b'sglang:num_queue_reqs{tp_rank="0"} 5\n'
+        return json.dumps(docs[0]).encode()
+
+    cfg = build_config(_args("--sglang.url", "http://sglang:30000", "--sglang.scrape-interval", "1s"))
+    sc = build_sidecar(cfg, timer=lambda: 0.0, http_get=http, advisor=_fake_advisor(FakeWindow()))
+    sc.tick(0.0)
+    assert sc.state.snapshot(0.0).version == "0.5.22"
+    docs.pop(0)
+    sc.tick(1000.0)  # past the periodic refresh
+    snap = sc.state.snapshot(1000.0)
+    assert (snap.version, snap.restarts, snap.args["schedule_conservativeness"]) == ("0.5.23", 1, 0.3)
+    assert snap.server_info_endpoint == "/server_info"
+
+
+def test_server_arg_overrides_win(tmp_path: Path) -> None:
+    """--server-arg values override what the server reports (advice is computed from them)."""
+    def http(url: str, timeout: float) -> bytes:
+        if url.endswith("/metrics"):
+            raise HttpError("down")
+        return json.dumps({"version": "0.5.23", "mem_fraction_static": 0.8}).encode()
+
+    cfg = build_config(_args("--sglang.url", "http://s:1", "--server-arg", "mem_fraction_static=0.9"))
+    sc = build_sidecar(cfg, timer=lambda: 0.0, http_get=http, advisor=_fake_advisor(FakeWindow()))
+    sc.tick(0.0)
+    assert sc.state.server_state().args["mem_fraction_static"] == 0.9
+
+
+def test_loop_thread_ticks_and_web_serves(tmp_path: Path) -> None:
+    """The background loop calls tick; the web app sees the result; stop() joins the thread."""
+    ticked = threading.Event()
+    follower = FakeFollower()
+    follower.pending = ["decode 4 True"]
+    cfg = build_config(_args("--sglang.log-file", str(tmp_path / "x.log")))
+    sc = build_sidecar(cfg, advisor=_fake_advisor(FakeWindow(), ticked),
+                       log_input=LogInput(follower=follower, reader=FakeReader(), exists=lambda: True))
+    loop = Loop(sc, clock=lambda: 50.0, period=0.01)
+    loop.start()
+    try:
+        assert ticked.wait(timeout=10)
+    finally:
+        loop.stop()
+    assert not loop.thread.is_alive()
+    app = make_web(cfg, sc, clock=lambda: 50.0)
+    assert app.handle("GET", "/-/ready").status == 200
+    assert b'sglang_tuning_decode_samples_total{cuda_graph="true"' in app.handle("GET", "/metrics").body
+
+
+def test_own_log_formats() -> None:
+    """logfmt and json formatters produce one parseable line each."""
+    rec = logging.LogRecord("sglang_tuning_exporter.x", logging.WARNING, __file__, 1, 'say "hi"', None, None)
+    line = LogfmtFormatter().format(rec)
+    assert line.startswith("ts=") and 'level=warning' in line and 'msg="say \\"hi\\""' in line
+    doc = json.loads(JsonFormatter().format(rec))
+    assert doc["level"] == "warning" and doc["msg"] == 'say "hi"'
