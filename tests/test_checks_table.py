@@ -49,7 +49,7 @@ def test_profiles_carry_the_guide_bands() -> None:
     assert profiles["older-web"].queue_band == (50, 1000)
     assert profiles["older-md"].queue_band == (50, 500)
     assert profiles["older-fragment"].queue_band == (100, 2000)
-    assert load_table().default_profile == "docs-2025"
+    assert load_table().default_profile() == "docs-2025"
 
 
 def test_thresholds_resolved_for_every_profile() -> None:

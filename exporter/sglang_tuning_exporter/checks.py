@@ -157,7 +157,6 @@ class CheckTable:
     workloads: tuple[str, ...]
     defaults: dict[str, float]
 
-    @property
     def default_profile(self) -> str:
         """The profile used when none is chosen (the newest guide)."""
         for p in self.profiles.values():

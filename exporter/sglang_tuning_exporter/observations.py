@@ -1,0 +1,206 @@
+"""Parser events -> observations (canonical names of docs/contracts.md) and server-state updates.
+
+Offline, time comes from the log: a line without a timestamp inherits the last one seen;
+time-only stamps roll over midnight; a log with no timestamps at all is timed by line order
+(1 s per line) and `EventConverter.synthetic_time` says so.  Live, the caller's clock wins.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
+
+from .events import Event
+from .model import Observation, Rank, ServerState
+from .timeparse import event_seconds, has_date
+
+SECONDS_PER_LINE = 1.0  # the stand-in clock of a log without timestamps
+_DAY = 86400.0
+_USAGE_KEYS = ("token_usage", "full_token_usage", "swa_token_usage", "mamba_usage")
+_NOT_ENOUGH = re.compile(r"not enough memory|leave no gpu memory for the kv cache", re.I)
+_CAPTURE = re.compile(r"capture cuda graph failed|cuda graph capture|capture .*graph", re.I)
+# Server-args keys that are also startup facts (numbers only).
+_ARG_FACTS = {"max_running_requests": "max_running_requests", "chunked_prefill_size": "chunked_prefill_size",
+              "context_length": "context_len"}
+
+
+def _num(v: Any) -> float | None:
+    if isinstance(v, bool):
+        return 1.0 if v else 0.0
+    if isinstance(v, (int, float)):
+        return float(v)
+    if isinstance(v, str):
+        try:
+            return float(v.strip().rstrip("%"))
+        except ValueError:
+            return None
+    return None
+
+
+def apply_to_server(event: Event, server: ServerState) -> bool:
+    """Update `server` from a server_args or version event; True when something changed."""
+    if event.kind == "server_args":
+        args = {k: v for k, v in event.fields.items()}
+        server.args.update(args)
+        model = args.get("served_model_name") or args.get("model_path")
+        if isinstance(model, str) and model and server.model_name is None:
+            server.model_name = model
+        return True
+    if event.kind == "version" and isinstance(event.fields.get("version"), str):
+        server.version = event.fields["version"]
+        return True
+    return False
+
+
+class EventConverter:
+    """Stateful events -> observations mapping (timestamps carried across lines)."""
+
+    def __init__(self, clock: Callable[[], float] | None = None, server: ServerState | None = None) -> None:
+        self.clock = clock
+        self.server = server
+        self.synthetic_time = False  # some events were timed by line order
+        self.timed_events = 0
+        self._last_t: float | None = None
+        self._day_offset = 0.0
+        self._last_raw: float | None = None
+        self._decode_ranks: set[Rank] = set()
+        self._weight_begin: dict[Rank, float] = {}
+        self.first_time: float | None = None
+        self.last_time: float | None = None
+        self.time_has_date: bool | None = None
+
+    def _time(self, e: Event) -> float:
+        if self.clock is not None:
+            return self.clock()
+        t = event_seconds(e.time)
+        if t is not None:
+            if not has_date(e.time):
+                # Time-only stamps: a jump back of more than 12 h is the next day.
+                if self._last_raw is not None and t < self._last_raw - _DAY / 2:
+                    self._day_offset += _DAY
+                self._last_raw = t
+                t += self._day_offset
+                if self.time_has_date is None:
+                    self.time_has_date = False
+            elif self.time_has_date is None:
+                self.time_has_date = True
+            self.timed_events += 1
+            self._last_t = t
+        elif self._last_t is not None:
+            t = self._last_t
+        else:
+            self.synthetic_time = True
+            t = e.line * SECONDS_PER_LINE
+        if self.first_time is None:
+            self.first_time = t
+        self.last_time = t if self.last_time is None else max(self.last_time, t)
+        return t
+
+    def convert(self, e: Event) -> list[Observation]:
+        """The observations one event yields (updates the server state when bound)."""
+        if self.server is not None:
+            apply_to_server(e, self.server)
+        t = self._time(e)
+        rank = Rank.from_dict(e.rank)
+        f = e.fields
+        out: list[Observation] = []
+
+        def add(name: str, value: Any) -> None:
+            v = _num(value)
+            if v is not None:
+                out.append(Observation(t, name, v, rank, "log"))
+
+        kind = e.kind
+        if kind == "decode":
+            self._decode_ranks.add(rank)
+            self._batch_sample(f, add)
+            add("gen_throughput", f.get("gen_throughput"))
+            add("num_used_tokens", f.get("num_used_tokens", f.get("num_full_tokens")))
+            if "cuda_graph" in f:
+                add("cuda_graph", f["cuda_graph"])
+        elif kind == "prefill":
+            add("prefill_new_tokens", f.get("num_new_tokens"))
+            add("prefill_cached_tokens", f.get("num_cached_tokens"))
+            if rank not in self._decode_ranks:
+                # A prefill-only rank (PD prefill node, v0.1 logs): its queue is judged from these lines.
+                self._batch_sample(f, add)
+        elif kind == "retract":
+            add("retraction", f.get("num_retracted_reqs", 1))
+        elif kind == "oom":
+            out.extend(self._oom(t, rank, str(f.get("phase") or "unknown"), str(f.get("message") or "")))
+        elif kind == "error":
+            msg = str(f.get("message") or "")
+            if _NOT_ENOUGH.search(msg):
+                out.extend(self._oom(t, rank, "startup", msg))
+        elif kind == "startup_memory":
+            self._startup(f, rank, add)
+        elif kind == "cuda_graph_capture":
+            sizes = [s for s in (f.get("batch_sizes") or []) if isinstance(s, (int, float))]
+            if sizes:
+                add("cuda_graph_max_bs_captured", max(sizes))
+        elif kind == "max_running_reduced":
+            add("max_running_requests", f.get("reduced_to"))
+        elif kind == "server_args":
+            for key, name in _ARG_FACTS.items():
+                if f.get(key) is not None:
+                    add(name, f[key])
+            ceiling = f.get("cuda_graph_max_bs_decode", f.get("cuda_graph_max_bs"))
+            if ceiling is not None and not f.get("disable_cuda_graph"):
+                add("cuda_graph_max_bs_captured", ceiling)
+            if "enable_metrics" in f:
+                add("metrics_enabled", bool(f["enable_metrics"]))
+        return out
+
+    @staticmethod
+    def _batch_sample(f: dict[str, Any], add: Callable[[str, Any], None]) -> None:
+        add("num_queue_reqs", f.get("num_queue_reqs"))
+        add("num_running_reqs", f.get("num_running_reqs"))
+        usages = [u for u in (_num(f.get(k)) for k in _USAGE_KEYS) if u is not None]
+        if usages:
+            # Hybrid models log each pool; SGLang's own gauge is their max.
+            add("token_usage", f["token_usage"] if "token_usage" in f else max(usages))
+
+    @staticmethod
+    def _oom(t: float, rank: Rank, phase: str, message: str) -> list[Observation]:
+        if phase == "startup" and _CAPTURE.search(message) and not _NOT_ENOUGH.search(message):
+            name = "oom_capture"
+        elif phase in ("prefill", "decode", "startup"):
+            name = f"oom_{phase}"
+        else:
+            name = "oom_unknown"
+        return [Observation(t, name, 1.0, rank, "log")]
+
+    def _startup(self, f: dict[str, Any], rank: Rank, add: Callable[[str, Any], None]) -> None:
+        stage = str(f.get("stage") or "")
+        avail = _num(f.get("avail_mem_gb"))
+        if stage == "load_weight_begin" and avail is not None:
+            self._weight_begin[rank] = avail
+            add("gpu_mem_total_gb", avail)
+        elif stage == "load_weight_end":
+            usage = _num(f.get("mem_usage_gb"))
+            if usage is None and avail is not None and rank in self._weight_begin:
+                usage = self._weight_begin[rank] - avail
+            add("weights_gb", usage)
+            if avail is not None and usage is not None and rank not in self._weight_begin:
+                add("gpu_mem_total_gb", avail + usage)  # no begin line: avail + weights estimates capacity
+        elif stage in ("memory_pool_end", "cuda_graph_begin", "cuda_graph_end") and avail is not None:
+            add("avail_mem_after_pool_gb", avail)
+        elif stage == "summary":
+            add("available_gpu_mem_gb", f.get("available_gpu_mem_gb"))
+            for key in ("max_total_num_tokens", "max_running_requests", "chunked_prefill_size", "context_len"):
+                add(key, f.get(key))
+        sizes = f.get("batch_sizes")
+        if isinstance(sizes, list) and sizes:
+            add("cuda_graph_max_bs_captured", max(s for s in sizes if isinstance(s, (int, float))))
+
+    def convert_all(self, events: Iterable[Event]) -> Iterator[Observation]:
+        """Observations for many events, in order."""
+        for e in events:
+            yield from self.convert(e)
+
+
+def events_to_observations(events: Iterable[Event], clock: Callable[[], float] | None = None,
+                           server: ServerState | None = None) -> Iterator[Observation]:
+    """Observations for `events`; times from the log unless a clock is given (live data)."""
+    return EventConverter(clock, server).convert_all(events)
