@@ -10,7 +10,7 @@ STATUSES = ("ok", "warning", "critical", "unknown")
 STATUS_CODE = {"unknown": -1.0, "ok": 0.0, "warning": 1.0, "critical": 2.0}
 
 
-@dataclass(frozen=True, slots=True, order=True)
+@dataclass(frozen=True, slots=True)
 class Rank:
     """A scheduler rank; None means the source did not name that dimension."""
 
@@ -18,6 +18,23 @@ class Rank:
     pp: int | None = None
     tp: int | None = None
     ep: int | None = None
+
+    def _key(self) -> tuple[int, ...]:
+        # Ranks from different sources mix named and unnamed dimensions: None sorts first
+        # (dataclass order=True would raise comparing None with an int).
+        return tuple(-1 if v is None else v for v in (self.dp, self.pp, self.tp, self.ep))
+
+    def __lt__(self, other: Rank) -> bool:
+        return self._key() < other._key()
+
+    def __le__(self, other: Rank) -> bool:
+        return self._key() <= other._key()
+
+    def __gt__(self, other: Rank) -> bool:
+        return self._key() > other._key()
+
+    def __ge__(self, other: Rank) -> bool:
+        return self._key() >= other._key()
 
     @classmethod
     def from_dict(cls, d: dict[str, int]) -> Rank:
