@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -83,10 +84,12 @@ class PrometheusClient:
             self.session.headers["Authorization"] = f"Bearer {config.bearer_token}"
         elif config.username is not None:
             self.session.auth = (config.username, config.password or "")
+        # Passed on every request: a session-level `verify` loses to REQUESTS_CA_BUNDLE in requests.
+        self.verify: bool | str = True
         if config.insecure_skip_verify:
-            self.session.verify = False
+            self.verify = False
         elif config.ca_file:
-            self.session.verify = config.ca_file
+            self.verify = config.ca_file
         if config.cert_file:
             self.session.cert = (config.cert_file, config.key_file) if config.key_file else config.cert_file
 
@@ -120,7 +123,10 @@ class PrometheusClient:
         self.queries += 1
         url = self.base + path
         try:
-            resp = self.session.post(url, data=dict(params), timeout=self.config.timeout_s)
+            with warnings.catch_warnings():
+                # The user asked for --prometheus.insecure-skip-verify; do not print urllib3's warning per query.
+                warnings.simplefilter("ignore")
+                resp = self.session.post(url, data=dict(params), timeout=self.config.timeout_s, verify=self.verify)
         except requests.exceptions.Timeout:
             raise PrometheusError(
                 f"Prometheus at {self.base} did not answer within {self.config.timeout_s:g} s "
@@ -155,10 +161,10 @@ def _decode(resp: requests.Response, base: str, expr: str) -> dict[str, Any]:
         msg = _one_line(str(body.get("error", "no error message")))
         raise PrometheusError(f"Prometheus at {base} rejected the query (HTTP {resp.status_code}, {kind}): {msg}"
                               f" [query: {_one_line(expr, 120)}]")
-    warnings = body.get("warnings")
-    if warnings:
+    partial = body.get("warnings")
+    if partial:
         # A partial answer would make healthy servers look unknown or mis-tuned; refuse it.
-        text = "; ".join(str(w) for w in warnings) if isinstance(warnings, list) else str(warnings)
+        text = "; ".join(str(w) for w in partial) if isinstance(partial, list) else str(partial)
         raise PrometheusError(f"Prometheus at {base} returned a partial answer (warnings: {_one_line(text)})")
     data = body.get("data")
     if not isinstance(data, dict):
