@@ -232,7 +232,7 @@ def _steps(panel: dict[str, Any]) -> list[float | None]:
 def test_thresholds_are_the_default_profiles_numbers() -> None:
     """Queue band, token usage, retractions/min and the memory band come from the default profile."""
     server = DASHBOARDS["dashboards/sglang-tuning-server.json"]
-    prof = TABLE.profiles[TABLE.default_profile]
+    prof = TABLE.profiles[TABLE.default_profile()]
     assert _steps(_panel(server, "Queue (#queue-req)")) == [None, *prof.queue_band]
     checks = TABLE.by_id()
     assert _steps(_panel(server, "Retractions per minute"))[1] == \

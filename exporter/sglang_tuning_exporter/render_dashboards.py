@@ -77,7 +77,7 @@ def _token_usage_min(check: Check) -> float:
 
 def bands_from_table(table: CheckTable, profile: str | None = None) -> GuideBands:
     """Read the dashboard bands from the checks table (default profile unless named)."""
-    prof = profile or table.default_profile
+    prof = profile or table.default_profile()
     if prof not in table.profiles:
         raise ValueError(f"unknown guide profile {prof!r} (known: {', '.join(sorted(table.profiles))})")
     low, high = table.profiles[prof].queue_band
