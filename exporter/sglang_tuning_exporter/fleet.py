@@ -418,18 +418,15 @@ def charts_by_instance(results: Mapping[str, Sequence[Series]]) -> dict[str, dic
 
 
 def derive_signals(d: InstanceData) -> dict[Rank, dict[str, float | None]]:
-    """Per-rank signals plus those computed from startup facts and server arguments (pure)."""
-    policy = d.args.get("schedule_policy")
-    enabled = d.args.get("enable_metrics")
+    """Per-rank signals plus those signals.py derives from startup facts (pure).
+
+    Signals read from server arguments (schedule policy, metrics enabled) are the advisor's job.
+    """
     out: dict[Rank, dict[str, float | None]] = {}
     for rank, sig in (d.signals or {Rank(): {}}).items():
         s = dict(sig)
         cap, captured = s.get("max_running_requests"), s.get("cuda_graph_max_bs_captured")
         if s.get("cuda_graph_ceiling_ratio") is None and cap and captured is not None:
             s["cuda_graph_ceiling_ratio"] = captured / cap
-        if isinstance(policy, str):
-            s["schedule_policy_lpm"] = 1.0 if policy == "lpm" else 0.0
-        if isinstance(enabled, (int, float)):
-            s["metrics_enabled"] = float(enabled)
         out[rank] = s
     return out

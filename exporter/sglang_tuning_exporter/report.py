@@ -7,6 +7,7 @@ functions in fleet.py, the evaluation is the advisor's, and the output formats a
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime as dt
 import importlib
 import re
@@ -163,7 +164,7 @@ class FleetReport:
 
 # --------------------------------------------------------------------------------------------- evaluation
 
-Evaluate = Callable[[Mapping[Any, dict[str, float | None]], fleet.InstanceData], list[Finding]]
+Evaluate = Callable[[Mapping[Any, dict[str, float | None]], fleet.InstanceData, float], list[Finding]]
 
 
 def rank_text(rank: Any) -> str:
@@ -173,14 +174,14 @@ def rank_text(rank: Any) -> str:
 
 
 def evaluate_fleet(data: Mapping[str, fleet.InstanceData], evaluate: Evaluate,
-                   overrides: Mapping[str, Any]) -> list[InstanceReport]:
+                   overrides: Mapping[str, Any], window_s: float) -> list[InstanceReport]:
     """Run the advisor's evaluation once per instance on its per-rank signals (pure given `evaluate`)."""
     out: list[InstanceReport] = []
     for name in sorted(data, key=natural_key):
         d = data[name]
         d.args.update(overrides)
         signals = fleet.derive_signals(d)
-        findings = evaluate(signals, d)
+        findings = evaluate(signals, d, window_s)
         out.append(InstanceReport(instance=name, model_name=d.model_name, version=d.version, args=dict(d.args),
                                   findings=tuple(findings),
                                   signals={rank_text(r): dict(s) for r, s in sorted(signals.items())}))
@@ -218,7 +219,7 @@ def load_guide(args: argparse.Namespace) -> Guide:
         config = config_mod.load_config(args.config, table)
     except config_mod.ConfigError as exc:
         raise UsageError(str(exc)) from None
-    profile = args.guide_profile or config.guide_profile or table.default_profile
+    profile = args.guide_profile or config.guide_profile or table.default_profile()
     if profile not in table.profiles:
         raise UsageError(f"unknown --guide-profile {profile!r} (known: {', '.join(table.profiles)})")
     overrides, problems = config_mod.parse_server_arg_overrides(list(args.server_arg or []))
@@ -229,9 +230,11 @@ def load_guide(args: argparse.Namespace) -> Guide:
                           min_samples=config.min_samples)
     workload = args.workload
 
-    def run(signals: Mapping[Any, dict[str, float | None]], d: fleet.InstanceData) -> list[Finding]:
+    def run(signals: Mapping[Any, dict[str, float | None]], d: fleet.InstanceData, window_s: float) -> list[Finding]:
+        # The evidence names the reviewed range, not the sidecar's 10-minute window.
+        cfg = dataclasses.replace(config, window_s=window_s)
         return list(advisor.evaluate(table, dict(signals), d.server_state(), profile=profile,
-                                     workload=workload, config=config))
+                                     workload=workload, config=cfg))
 
     return Guide(evaluate=run, profile=profile, workload=workload,
                  checks=tuple(c.id for c in table.for_workload(workload)), params=params,
@@ -255,7 +258,7 @@ def build_report(client: PrometheusClient, window: fleet.Window, guide: Guide, *
         for name, expr in fleet.chart_queries(window):
             ranged[name] = client.range(expr, window.start, window.end, fleet.chart_step(window))
         charts = fleet.charts_by_instance(ranged)
-    instances = evaluate_fleet(data, guide.evaluate, guide.server_args)
+    instances = evaluate_fleet(data, guide.evaluate, guide.server_args, window.length_s)
     drift = fleet.find_drift(data.values())
     return FleetReport(prometheus=client.base, start=window.start, end=window.end, queries=client.queries,
                        profile=guide.profile, workload=guide.workload, selector=window.selector,
