@@ -27,7 +27,7 @@ GIB = float(1 << 30)
 PROMETHEUS = shutil.which("prometheus") or "/usr/bin/prometheus"
 PROMTOOL = shutil.which("promtool") or "/usr/bin/promtool"
 # A fixed end keeps the generated data, and the report on it, the same from run to run.
-HISTORY_END = 1_793_491_200.0  # 2026-10-31T00:00:00Z
+HISTORY_END = 1_793_491_200.0  # 2026-11-01T00:00:00Z
 MODEL_A = "meta-llama/Llama-3.1-8B-Instruct"
 MODEL_B = "Qwen/Qwen2.5-72B-Instruct"
 
@@ -58,16 +58,16 @@ class InstanceSpec:
 BASE_ARGS = {"mem_fraction_static": 0.88, "schedule_conservativeness": 1.0, "chunked_prefill_size": 8192.0,
              "max_running_requests": 1024.0, "cuda_graph_max_bs": 256.0, "tp_size": 1.0, "port": 30000.0}
 
-# instance name -> (scenario, expected flag or None for a client-side finding, expected action)
+# instance name -> (check that must fire, flag it must name or None for a client-side remedy, action)
 KNOWN_MISTUNED: dict[str, tuple[str, str | None, str]] = {
-    "10.9.0.1:9470": ("retraction_storm", "--schedule-conservativeness", "increase"),
-    "10.9.0.2:9470": ("headroom_high", "--mem-fraction-static", "increase"),
+    "10.9.0.1:9470": ("retractions_frequent", "--schedule-conservativeness", "increase"),
+    "10.9.0.2:9470": ("gpu_mem_headroom_high", "--mem-fraction-static", "increase"),
     "10.9.0.3:9470": ("queue_empty", None, ""),
-    "10.9.0.4:9470": ("cuda_graph_misses", "--cuda-graph-max-bs", "increase"),
+    "10.9.0.4:9470": ("cuda_graph_uncovered", "--cuda-graph-max-bs", "increase"),
     "10.9.0.5:9470": ("kv_underused", "--schedule-conservativeness", "decrease"),
-    "10.9.0.6:9470": ("drift_mem_fraction", "--mem-fraction-static", "increase"),
-    "10.9.0.7:9470": ("dp_rank_storm", "--schedule-conservativeness", "increase"),
-    "10.9.1.1:30000": ("retraction_storm_raw", "--schedule-conservativeness", "increase"),
+    "10.9.0.6:9470": ("gpu_mem_headroom_high", "--mem-fraction-static", "increase"),
+    "10.9.0.7:9470": ("retractions_frequent", "--schedule-conservativeness", "increase"),
+    "10.9.1.1:30000": ("retractions_frequent", "--schedule-conservativeness", "increase"),
 }
 DRIFT_INSTANCE = "10.9.0.6:9470"
 
