@@ -69,6 +69,7 @@ CATALOG: tuple[MetricSpec, ...] = (
     # --- sidecar source details (owner: sidecar)
     _m("sglang_restarts_total", "counter", "SGLang restarts detected (a counter going backwards, a new start time or version in server info)."),
     _m("scrape_garbage_lines_total", "counter", "Lines of SGLang's /metrics that were not valid exposition format (skipped)."),
+    _m("log_oversized_lines_total", "counter", "Log lines longer than the reader's limit (1 MiB), cut to the limit and read on."),
     _m("scrape_samples", "gauge", "Samples read from SGLang's /metrics at the last successful scrape."),
     _m("sglang_endpoint_info", "info", "The server-info endpoint the running SGLang release answered (/server_info, /get_server_info or /get_server_args).", ("endpoint",)),
     _m("evaluation_timestamp_seconds", "gauge", "Unix time of the last evaluation of the guide checks."),

@@ -161,6 +161,7 @@ def build_families(snap: Snapshot, build: BuildInfo) -> list[Metric]:
         add("log_last_line_timestamp_seconds", [], snap.log_last_line_time)
         add("log_rotations_total", [], snap.log_rotations)
         add("log_truncations_total", [], snap.log_truncations)
+        add("log_oversized_lines_total", [], snap.log_oversized)
     add("tracked_ranks", [], float(len(snap.ranks)))
     add("ranks_expired_total", [], snap.ranks_expired)
     add("evaluation_timestamp_seconds", [], snap.evaluated_at)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import importlib
 import json
 import logging
@@ -102,9 +103,12 @@ def _server_arg_overrides(items: Iterable[str]) -> dict[str, Any]:
 
 
 def build_advisor(cfg: ServeConfig) -> Advisor:
-    """Bind the guide layer (checks table, config, window, evaluate) for this sidecar."""
+    """Bind the guide layer (checks table, --config, window, evaluate) for this sidecar.
+
+    Precedence: the --config file's window/rank/profile/workload settings when it sets them, else
+    the flags. A missing layer (partial build) leaves the sidecar serving without findings.
+    """
     checks = _optional("checks")
-    signals_mod = _optional("signals")
     advisor_mod = _optional("advisor")
     observations = _optional("observations")
     config_mod = _optional("config")
@@ -116,41 +120,61 @@ def build_advisor(cfg: ServeConfig) -> Advisor:
             table = checks.load_table()
         except ValueError as exc:
             problems.extend(getattr(exc, "problems", [str(exc)]))
-    if cfg.config_file is not None:
-        if config_mod is not None:
-            try:
-                config = config_mod.load_config(cfg.config_file)
-            except Exception as exc:
-                problems.extend(getattr(exc, "problems", [f"--config: {exc}"]))
-        else:
-            problems.extend(_plain_yaml_problems(cfg.config_file))
+    if config_mod is not None and table is not None:
+        try:
+            config = config_mod.load_config(cfg.config_file, table)
+        except ValueError as exc:
+            problems.extend(getattr(exc, "problems", [f"--config: {exc}"]))
+    elif cfg.config_file is not None:
+        problems.extend(_plain_yaml_problems(cfg.config_file))
+    if table is not None and cfg.guide_profile and cfg.guide_profile not in table.profiles:
+        problems.append(f"--guide-profile: unknown profile {cfg.guide_profile!r} "
+                        f"(known: {', '.join(sorted(table.profiles))})")
     if problems:
         raise StartupError(problems)
-    window_s = cfg.window_s
-    window = signals_mod.Window(window_s, cfg.ranks_max) if signals_mod is not None else None
-    profile = cfg.guide_profile or (table.default_profile() if table is not None else None)
-    evaluate = None
-    document = None
-    if advisor_mod is not None and table is not None:
-        def evaluate(signals: Mapping[Rank, Mapping[str, float | None]], server: ServerState) -> list[Finding]:
-            return list(advisor_mod.evaluate(table, signals, server, profile=profile, workload=cfg.workload,
-                                             config=config))
+    to_obs = _converter(observations)
+    if advisor_mod is None or table is None or config is None:
+        log.warning("checks unavailable in this build: serving raw signals without findings")
+        return Advisor(window=None, evaluate=None, document=None, to_observations=to_obs)
+    defaults = type(config)()
+    changes: dict[str, Any] = {}
+    if config.window_s == defaults.window_s:
+        changes["window_s"] = cfg.window_s
+    if config.max_ranks == defaults.max_ranks:
+        changes["max_ranks"] = cfg.ranks_max
+    if config.expire_s is None:
+        changes["expire_s"] = cfg.ranks_expire_after_s
+    config = dataclasses.replace(config, **changes)
+    profile = config.guide_profile if (config.guide_profile and not cfg.guide_profile) else (
+        cfg.guide_profile or table.default_profile())
+    workload = config.workload or cfg.workload
+    window = advisor_mod.window_for(table, profile, config)
+    window_s = float(config.window_s)
 
-        def document(findings: list[Finding], signals: Mapping[Rank, Mapping[str, float | None]],
-                     server: ServerState, now: float) -> Mapping[str, Any]:
-            return dict(advisor_mod.findings_document(findings=findings, signals=signals, server=server,
-                                                      profile=profile, workload=cfg.workload,
-                                                      window=(now - window_s, now)))
-    to_obs: Callable[[list[Event], float], list[Observation]] | None = None
-    if observations is not None:
-        clock_now = [0.0]
-        # One converter for the life of the process: it pairs startup lines across ticks.
-        converter = observations.EventConverter(clock=lambda: clock_now[0])
+    def evaluate(signals: Mapping[Rank, Mapping[str, float | None]], server: ServerState) -> list[Finding]:
+        return list(advisor_mod.evaluate(table, signals, server, profile=profile, workload=workload, config=config))
 
-        def to_obs(events: list[Event], now: float) -> list[Observation]:
-            clock_now[0] = now
-            return list(converter.convert_all(events))
-    return Advisor(window=window, evaluate=evaluate, document=document, to_observations=to_obs)
+    def document(findings: list[Finding], signals: Mapping[Rank, Mapping[str, float | None]],
+                 server: ServerState, now: float) -> Mapping[str, Any]:
+        return dict(advisor_mod.findings_document(findings=findings, signals=signals, server=server, profile=profile,
+                                                  workload=workload, window=(now - window_s, now), table=table))
+
+    return Advisor(window=window, evaluate=evaluate, document=document, to_observations=to_obs,
+                   window_s=window_s)
+
+
+def _converter(observations: ModuleType | None) -> Callable[[list[Event], float], list[Observation]] | None:
+    if observations is None:
+        return None
+    clock_now = [0.0]
+    # One converter for the life of the process: it pairs startup lines across ticks.
+    converter = observations.EventConverter(clock=lambda: clock_now[0])
+
+    def to_obs(events: list[Event], now: float) -> list[Observation]:
+        clock_now[0] = now
+        return list(converter.convert_all(events))
+
+    return to_obs
 
 
 def _plain_yaml_problems(path: Path) -> list[str]:
@@ -170,30 +194,38 @@ def build_log_input(cfg: ServeConfig, clock: Callable[[], float]) -> LogInput | 
     logreader = _optional("logreader")
     if tail is None or logreader is None:
         raise StartupError(["--sglang.log-file: the log parser is not available in this build"])
-    follower = tail.Follower(str(cfg.log_file), from_start=cfg.from_start, clock=clock)
-    reader = logreader.EventReader()
+    return log_input_for(tail.Follower(str(cfg.log_file), from_start=cfg.from_start), logreader.EventReader())
 
+
+def log_input_for(follower: Any, reader: Any) -> LogInput:
+    """Adapt a tail.Follower-like and a logreader.EventReader-like object to the sidecar."""
     def unparsed() -> int:
         stats = getattr(reader, "stats", None)
         value = getattr(stats, "unparsed", 0) if stats is not None else 0
         return int(value) if isinstance(value, (int, float)) else 0
 
+    def oversized() -> int:
+        value = getattr(follower, "truncated_lines", 0)
+        return int(value) if isinstance(value, (int, float)) else 0
+
     return LogInput(follower=follower, reader=reader, exists=lambda: bool(getattr(follower, "exists", True)),
-                    unparsed=unparsed)
+                    unparsed=unparsed, oversized=oversized)
 
 
 def build_sidecar(cfg: ServeConfig, *, clock: Callable[[], float] = time.time,
                   timer: Callable[[], float] = time.perf_counter, http_get: Any = urllib_get,
                   advisor: Advisor | None = None, log_input: LogInput | None = None) -> Sidecar:
     """The sidecar for `cfg` (tests pass fakes for clock, timer, HTTP, advisor and log input)."""
-    state = LiveState(window_s=cfg.window_s, max_ranks=cfg.ranks_max, expire_after_s=cfg.ranks_expire_after_s,
+    adv = advisor if advisor is not None else build_advisor(cfg)
+    state = LiveState(window_s=adv.window_s or cfg.window_s, max_ranks=cfg.ranks_max,
+                      expire_after_s=cfg.ranks_expire_after_s,
                       enabled={"log": cfg.log_file is not None, "metrics": cfg.sglang_url is not None,
                                "server_info": cfg.sglang_url is not None})
     metrics = None
     if cfg.sglang_url is not None:
         metrics = MetricsInput(cfg.sglang_url, cfg.scrape_timeout_s, cfg.scrape_interval_s, http_get,
                                server_info_interval=max(60.0, 10 * cfg.scrape_interval_s))
-    return Sidecar(state=state, advisor=advisor if advisor is not None else build_advisor(cfg),
+    return Sidecar(state=state, advisor=adv,
                    log_input=log_input if log_input is not None else build_log_input(cfg, clock),
                    metrics=metrics, timer=timer, server_overrides=_server_arg_overrides(cfg.server_args))
 

@@ -20,6 +20,9 @@ from .serverinfo import HttpError, HttpGet, ServerInfoClient
 from .state import LiveState
 
 log = logging.getLogger("sglang_tuning_exporter.sidecar")
+# Scrape observations that are counter deltas (the log has the same events line by line).
+COUNTED_OBSERVATIONS = frozenset({"retraction", "decode_cuda_graph_passes", "decode_eager_passes",
+                                  "prefill_new_tokens", "prefill_cached_tokens"})
 
 
 class LineSource(Protocol):
@@ -61,6 +64,7 @@ class Advisor:
     evaluate: Evaluate | None
     document: Document | None
     to_observations: ToObservations | None
+    window_s: float | None = None  # the window actually used (a --config file may set it)
 
 
 @dataclass(slots=True)
@@ -71,6 +75,8 @@ class LogInput:
     reader: EventFeed
     exists: Callable[[], bool]
     unparsed: Callable[[], int] = lambda: 0
+    oversized: Callable[[], int] = lambda: 0
+    idle_flush_s: float = 5.0
 
 
 @dataclass(slots=True)
@@ -92,6 +98,21 @@ def _sgl_arg_model(args: Mapping[str, Any]) -> str | None:
     return None
 
 
+def _rank_normaliser(args: Mapping[str, Any]) -> Callable[[Rank], Rank]:
+    """SGLang labels every rank dimension (`pp_rank="0"`) while its log names a dimension only when
+    its size is above 1 (0.4.7+): drop size-1 dimensions so both sources agree on the rank."""
+    single = {dim for dim, key in (("pp", "pp_size"), ("tp", "tp_size"), ("ep", "ep_size"))
+              if args.get(key) == 1}
+
+    def norm(rank: Rank) -> Rank:
+        if not single:
+            return rank
+        return Rank(dp=rank.dp, pp=None if "pp" in single else rank.pp, tp=None if "tp" in single else rank.tp,
+                    ep=None if "ep" in single else rank.ep)
+
+    return norm
+
+
 @dataclass(slots=True)
 class Sidecar:
     """Wires sources -> state -> advisor; `tick(now)` does one round of work."""
@@ -108,6 +129,7 @@ class Sidecar:
     _next_info: float = float("-inf")
     _start_marker: str | None = None
     _version: str | None = None
+    _last_line_at: float | None = None
     evaluations: int = 0
 
     def __post_init__(self) -> None:
@@ -126,11 +148,11 @@ class Sidecar:
         """One round: log, scrape (when due), server info (when due), expiry, evaluation."""
         if self.log_input is not None:
             self._read_log(now)
+        if self.metrics is not None and now >= self._next_info:
+            self._refresh_server_info(now)  # first: rank normalisation needs tp/pp/ep sizes
         if self.metrics is not None and now >= self._next_scrape:
             self._next_scrape = now + self.metrics.interval
             self._scrape(now)
-        if self.metrics is not None and now >= self._next_info:
-            self._refresh_server_info(now)
         self.state.expire(now)
         self._evaluate(now)
 
@@ -151,10 +173,19 @@ class Sidecar:
                 events.extend(src.reader.feed(line))
             except Exception as exc:  # a parser bug must not stop the sidecar
                 log.warning("log line not parsed: %s", exc)
+        if lines:
+            self._last_line_at = now
+        elif self._last_line_at is not None and now - self._last_line_at >= src.idle_flush_s:
+            # A multi-line record (traceback, OOM) is held until the next line; a crashed
+            # server writes none, so close the record once the log has been quiet a while.
+            flush = getattr(src.reader, "flush", None)
+            if callable(flush):
+                events.extend(flush())
+            self._last_line_at = None
         kinds = Counter(e.kind for e in events)
         self.state.count_log_lines(len(lines), kinds, now)
         self.state.set_log_totals(unparsed=src.unparsed(), rotations=src.follower.rotations,
-                                  truncations=src.follower.truncations)
+                                  truncations=src.follower.truncations, oversized=src.oversized())
         self._apply_config_events(events)
         self.state.add_events(events, now)
         conv = self.advisor.to_observations
@@ -193,9 +224,15 @@ class Sidecar:
                                      detail=str(exc))
             return
         result = self._interp.interpret(parse_exposition(text), now)
-        self.state.add_observations(result.observations, now)
+        norm = _rank_normaliser(self.state.server_state().args)
+        # With a working log, counted events come from its lines: the scrape's counter deltas
+        # would count the same retractions and batches twice.
+        log_up = self.log_input is not None and bool(self.state.source_up("log"))
+        observations = [o if norm(o.rank) == o.rank else Observation(o.time, o.name, o.value, norm(o.rank), o.source)
+                        for o in result.observations if not (log_up and o.name in COUNTED_OBSERVATIONS)]
+        self.state.add_observations(observations, now)
         if self.advisor.window is not None:
-            for o in result.observations:
+            for o in observations:
                 self.advisor.window.add(o)
         self.state.record_scrape(garbage_lines=result.garbage_lines, samples=result.samples,
                                  model_name=result.model_name, restarted=result.restarted)

@@ -62,6 +62,7 @@ class Snapshot:
     log_unparsed: float
     log_rotations: float
     log_truncations: float
+    log_oversized: float
     log_last_line_time: float | None
     ranks_expired: float
     restarts: float
@@ -119,6 +120,7 @@ class LiveState:
         self._log_unparsed = 0.0
         self._rotations = 0.0
         self._truncations = 0.0
+        self._oversized = 0.0
         self._last_line_time: float | None = None
         self._expired = 0.0
         self._restarts = 0.0
@@ -236,19 +238,14 @@ class LiveState:
             if lines > 0 and now is not None:
                 self._last_line_time = now
 
-    def set_log_totals(self, *, unparsed: float, rotations: float, truncations: float) -> None:
+    def set_log_totals(self, *, unparsed: float, rotations: float, truncations: float,
+                       oversized: float = 0.0) -> None:
         """Totals kept by the reader/follower; never allowed to go down (a new reader starts at 0)."""
         with self._lock:
             self._log_unparsed = max(self._log_unparsed, unparsed)
             self._rotations = max(self._rotations, rotations)
             self._truncations = max(self._truncations, truncations)
-
-    def add_log_deltas(self, *, unparsed: float = 0, rotations: float = 0, truncations: float = 0) -> None:
-        """Increment log self-health counters."""
-        with self._lock:
-            self._log_unparsed += max(0.0, unparsed)
-            self._rotations += max(0.0, rotations)
-            self._truncations += max(0.0, truncations)
+            self._oversized = max(self._oversized, oversized)
 
     def record_source(self, source: str, *, ok: bool, duration_s: float | None, now: float,
                       detail: str = "") -> None:
@@ -256,6 +253,11 @@ class LiveState:
         with self._lock:
             old = self._sources[source]
             self._sources[source] = SourceStatus(old.enabled, ok, duration_s, now, detail)
+
+    def source_up(self, source: str) -> bool | None:
+        """Whether `source` worked at its last attempt (None: not tried)."""
+        with self._lock:
+            return self._sources[source].up
 
     def record_scrape(self, *, garbage_lines: int, samples: int | None, model_name: str | None,
                       restarted: bool) -> None:
@@ -320,7 +322,7 @@ class LiveState:
                 now=now, model_name=self._current_model() or "", version=self._server.version,
                 args=dict(self._server.args), ranks=tuple(ranks), sources=dict(self._sources),
                 log_lines=dict(self._log_lines), log_unparsed=self._log_unparsed,
-                log_rotations=self._rotations, log_truncations=self._truncations,
+                log_rotations=self._rotations, log_truncations=self._truncations, log_oversized=self._oversized,
                 log_last_line_time=self._last_line_time, ranks_expired=self._expired,
                 restarts=self._restarts, scrape_garbage=self._garbage, scrape_samples=self._scrape_samples,
                 server_info_endpoint=self._endpoint,

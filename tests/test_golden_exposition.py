@@ -1,0 +1,124 @@
+"""Golden /metrics expositions of the sidecar: logs only, metrics only, and both (fixed clock).
+
+Rewrite with `pytest --update-golden` after a reviewed change; every golden is linted by promtool.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from sglang_tuning_exporter.collector import BuildInfo
+from sglang_tuning_exporter.logreader import EventReader
+from sglang_tuning_exporter.serve import build_sidecar, log_input_for, make_web
+from sglang_tuning_exporter.serveconfig import add_serve_flags, build_config
+from sglang_tuning_exporter.serverinfo import HttpError
+from sglang_tuning_exporter.sidecar import Sidecar
+
+FIX = Path(__file__).parent / "fixtures"
+GOLDEN = Path(__file__).parent / "golden"
+BUILD = BuildInfo("0.0.0-golden", "3.x")
+T0 = 1_767_225_600.0  # 2026-01-01T00:00:00Z
+LOG = FIX / "logs" / "sidecar-golden.log"
+METRICS = (FIX / "metrics" / "sglang-0.5.23-metrics.txt").read_text()
+RANK_LABELS = 'engine_type="unified",model_name="Qwen/Qwen2.5-7B-Instruct",moe_ep_rank="0",pp_rank="0",tp_rank="0"'
+# Second scrape: 2 more retracted requests, 10 more eager decode passes, 40 more graph passes.
+METRICS_LATER = (METRICS
+                 .replace(f"sglang:num_retracted_requests_total{{{RANK_LABELS}}} 3.0",
+                          f"sglang:num_retracted_requests_total{{{RANK_LABELS}}} 5.0")
+                 .replace('mode="decode_none",model_name="Qwen/Qwen2.5-7B-Instruct",moe_ep_rank="0",pp_rank="0",tp_rank="0"} 50.0',
+                          'mode="decode_none",model_name="Qwen/Qwen2.5-7B-Instruct",moe_ep_rank="0",pp_rank="0",tp_rank="0"} 60.0')
+                 .replace('mode="decode_cuda_graph",model_name="Qwen/Qwen2.5-7B-Instruct",moe_ep_rank="0",pp_rank="0",tp_rank="0"} 950.0',
+                          'mode="decode_cuda_graph",model_name="Qwen/Qwen2.5-7B-Instruct",moe_ep_rank="0",pp_rank="0",tp_rank="0"} 990.0'))
+SERVER_INFO = (FIX / "sglang-0.5.23-server_info-toplevel.json").read_bytes()
+
+
+class ListFollower:
+    """Hands out a file's lines in batches, like tail.Follower reading a growing file."""
+
+    def __init__(self, lines: list[str], batches: int) -> None:
+        size = -(-len(lines) // batches)
+        self.batches = [lines[i:i + size] for i in range(0, len(lines), size)]
+        self.rotations = 0
+        self.truncations = 0
+        self.exists = True
+
+    def poll(self) -> list[str]:
+        return self.batches.pop(0) if self.batches else []
+
+
+def _args(*argv: str) -> argparse.Namespace:
+    p = argparse.ArgumentParser()
+    add_serve_flags(p)
+    return p.parse_args(list(argv))
+
+
+def _http(texts: list[str]) -> Callable[[str, float], bytes]:
+    def get(url: str, timeout: float) -> bytes:
+        if url.endswith("/metrics"):
+            return (texts.pop(0) if len(texts) > 1 else texts[0]).encode()
+        if url.endswith("/server_info"):
+            return SERVER_INFO
+        raise HttpError("HTTP 404", 404)
+    return get
+
+
+def _sidecar(mode: str) -> Sidecar:
+    argv = ["--sglang.scrape-interval", "15s"]
+    if mode in ("logs", "both"):
+        argv += ["--sglang.log-file", str(LOG), "--from-start"]
+    if mode in ("metrics", "both"):
+        argv += ["--sglang.url", "http://127.0.0.1:30000"]
+    cfg = build_config(_args(*argv))
+    log_input = None
+    if mode in ("logs", "both"):
+        log_input = log_input_for(ListFollower(LOG.read_text().splitlines(), 2), EventReader())
+    return build_sidecar(cfg, clock=lambda: T0, timer=lambda: 0.0, http_get=_http([METRICS, METRICS_LATER]),
+                         log_input=log_input)
+
+
+def _exposition(mode: str) -> str:
+    sc = _sidecar(mode)
+    for t in (T0, T0 + 15.0, T0 + 30.0):
+        sc.tick(t)
+    cfg = build_config(_args("--sglang.url", "http://x:1"))
+    return make_web(cfg, sc, clock=lambda: T0 + 30.0, build=BUILD).handle("GET", "/metrics").body.decode()
+
+
+@pytest.mark.parametrize("mode", ["logs", "metrics", "both"])
+def test_golden_exposition(mode: str, update_golden: bool, tmp_path: Path) -> None:
+    """The exposition equals the reviewed golden file and passes `promtool check metrics`."""
+    text = _exposition(mode)
+    golden = GOLDEN / f"sidecar-{mode}.prom"
+    if update_golden:
+        golden.parent.mkdir(parents=True, exist_ok=True)
+        golden.write_text(text)
+    assert golden.is_file(), f"missing {golden}: run pytest --update-golden"
+    assert text == golden.read_text()
+    if shutil.which("promtool") is None:
+        pytest.skip("promtool not installed")
+    proc = subprocess.run(["promtool", "check", "metrics"], input=golden.read_bytes(), capture_output=True,
+                          timeout=30)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr).decode()
+
+
+def test_goldens_say_which_sources_they_have() -> None:
+    """Each mode's golden states its sources (enabled/up) and carries that source's data."""
+    logs, metrics, both = ((GOLDEN / f"sidecar-{m}.prom").read_text() for m in ("logs", "metrics", "both"))
+    assert 'sglang_tuning_source_enabled{source="metrics"} 0.0' in logs
+    assert "sglang_tuning_up 0.0" in logs and 'sglang_tuning_log_lines_total{kind="decode"}' in logs
+    assert 'sglang_tuning_source_enabled{source="log"} 0.0' in metrics
+    assert "sglang_tuning_up 1.0" in metrics and 'sglang_tuning_sglang_endpoint_info{endpoint="/server_info"}' in metrics
+    assert "sglang_tuning_log_lines_total" not in metrics
+    assert "sglang_tuning_up 1.0" in both and 'sglang_tuning_log_lines_total{kind="decode"}' in both
+    # metrics-only: the 2 retracted requests and 10 eager passes seen between scrapes
+    assert "sglang_tuning_retracted_requests_total{" in metrics
+    assert 'cuda_graph="false",dp_rank="",model_name="Qwen/Qwen2.5-7B-Instruct",moe_ep_rank="",pp_rank="",tp_rank=""} 10.0' in metrics
+    # both: the log is up, so the scrape's counter deltas are not counted a second time
+    assert 'cuda_graph="false",dp_rank="",model_name="Qwen/Qwen2.5-7B-Instruct",moe_ep_rank="",pp_rank="",tp_rank=""} 2.0' in both
+    assert f'version="{BUILD.version}"' in metrics
