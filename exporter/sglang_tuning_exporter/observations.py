@@ -20,6 +20,9 @@ _DAY = 86400.0
 _USAGE_KEYS = ("token_usage", "full_token_usage", "swa_token_usage", "mamba_usage")
 _NOT_ENOUGH = re.compile(r"not enough memory|leave no gpu memory for the kv cache", re.I)
 _CAPTURE = re.compile(r"capture cuda graph failed|cuda graph capture|capture .*graph", re.I)
+# Stages after the KV pool is allocated: their `avail mem` is the headroom when the summary lacks it.
+_AFTER_POOL_STAGES = ("memory_pool_end", "cuda_graph_begin", "cuda_graph_end", "cuda_graph_bs",
+                      "prefill_graph_begin", "prefill_graph_end")
 # Server-args keys that are also startup facts (numbers only).
 _ARG_FACTS = {"max_running_requests": "max_running_requests", "chunked_prefill_size": "chunked_prefill_size",
               "context_length": "context_len"}
@@ -64,7 +67,6 @@ class EventConverter:
         self._last_t: float | None = None
         self._day_offset = 0.0
         self._last_raw: float | None = None
-        self._decode_ranks: set[Rank] = set()
         self._weight_begin: dict[Rank, float] = {}
         self.first_time: float | None = None
         self.last_time: float | None = None
@@ -113,8 +115,7 @@ class EventConverter:
 
         kind = e.kind
         if kind == "decode":
-            self._decode_ranks.add(rank)
-            self._batch_sample(f, add)
+            self._batch_sample(f, add, "")
             add("gen_throughput", f.get("gen_throughput"))
             add("num_used_tokens", f.get("num_used_tokens", f.get("num_full_tokens")))
             if "cuda_graph" in f:
@@ -122,13 +123,13 @@ class EventConverter:
         elif kind == "prefill":
             add("prefill_new_tokens", f.get("num_new_tokens"))
             add("prefill_cached_tokens", f.get("num_cached_tokens"))
-            if rank not in self._decode_ranks:
-                # A prefill-only rank (PD prefill node, v0.1 logs): its queue is judged from these lines.
-                self._batch_sample(f, add)
+            # Judged only on ranks without Decode lines (PD prefill nodes, v0.1 logs): see signals.py.
+            self._batch_sample(f, add, "prefill_")
         elif kind == "retract":
             add("retraction", f.get("num_retracted_reqs", 1))
         elif kind == "oom":
-            out.extend(self._oom(t, rank, str(f.get("phase") or "unknown"), str(f.get("message") or "")))
+            out.extend(self._oom(t, rank, str(f.get("phase") or "unknown"),
+                                 str(f.get("reason") or "") + " " + str(f.get("message") or "")))
         elif kind == "error":
             msg = str(f.get("message") or "")
             if _NOT_ENOUGH.search(msg):
@@ -153,17 +154,18 @@ class EventConverter:
         return out
 
     @staticmethod
-    def _batch_sample(f: dict[str, Any], add: Callable[[str, Any], None]) -> None:
-        add("num_queue_reqs", f.get("num_queue_reqs"))
-        add("num_running_reqs", f.get("num_running_reqs"))
+    def _batch_sample(f: dict[str, Any], add: Callable[[str, Any], None], prefix: str) -> None:
+        add(prefix + "num_queue_reqs", f.get("num_queue_reqs"))
+        add(prefix + "num_running_reqs", f.get("num_running_reqs"))
         usages = [u for u in (_num(f.get(k)) for k in _USAGE_KEYS) if u is not None]
         if usages:
             # Hybrid models log each pool; SGLang's own gauge is their max.
-            add("token_usage", f["token_usage"] if "token_usage" in f else max(usages))
+            add(prefix + "token_usage", f["token_usage"] if "token_usage" in f else max(usages))
 
     @staticmethod
     def _oom(t: float, rank: Rank, phase: str, message: str) -> list[Observation]:
-        if phase == "startup" and _CAPTURE.search(message) and not _NOT_ENOUGH.search(message):
+        if phase == "startup" and (_CAPTURE.search(message) or "cuda_graph_capture" in message) \
+                and not _NOT_ENOUGH.search(message):
             name = "oom_capture"
         elif phase in ("prefill", "decode", "startup"):
             name = f"oom_{phase}"
@@ -182,16 +184,24 @@ class EventConverter:
             if usage is None and avail is not None and rank in self._weight_begin:
                 usage = self._weight_begin[rank] - avail
             add("weights_gb", usage)
+            add("avail_after_weights_gb", avail)
             if avail is not None and usage is not None and rank not in self._weight_begin:
                 add("gpu_mem_total_gb", avail + usage)  # no begin line: avail + weights estimates capacity
-        elif stage in ("memory_pool_end", "cuda_graph_begin", "cuda_graph_end") and avail is not None:
+        elif stage == "kv_cache_allocated":
+            kv = _num(f.get("kv_size_gb"))
+            if kv is None and _num(f.get("k_size_gb")) is not None and _num(f.get("v_size_gb")) is not None:
+                kv = float(f["k_size_gb"]) + float(f["v_size_gb"])
+            add("kv_cache_gb", kv)
+        elif stage in _AFTER_POOL_STAGES and avail is not None:
             add("avail_mem_after_pool_gb", avail)
         elif stage == "summary":
             add("available_gpu_mem_gb", f.get("available_gpu_mem_gb"))
             for key in ("max_total_num_tokens", "max_running_requests", "chunked_prefill_size", "context_len"):
                 add(key, f.get(key))
         sizes = f.get("batch_sizes")
-        if isinstance(sizes, list) and sizes:
+        graph = str(f.get("graph") or "").lower()
+        decode_graph = stage.startswith("cuda_graph_") and "draft" not in graph and "verify" not in graph
+        if decode_graph and isinstance(sizes, list) and sizes:
             add("cuda_graph_max_bs_captured", max(s for s in sizes if isinstance(s, (int, float))))
 
     def convert_all(self, events: Iterable[Event]) -> Iterator[Observation]:

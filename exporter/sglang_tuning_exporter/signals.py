@@ -2,6 +2,10 @@
 
 Pure: time is whatever the observations and the caller's `now` say.  A signal is `None`
 (unknown) when the window holds too few samples to judge it.
+
+The window keeps, per rank, a deque of time buckets (`resolution_s` wide) holding mergeable
+aggregates: counts and exact value histograms.  Adding is O(1), pruning pops whole buckets, and
+`diagnose` can build buckets in worker processes and merge them here (`add_bucket`).
 """
 
 from __future__ import annotations
@@ -16,16 +20,22 @@ from .model import Observation, Rank
 # Per-sample values of a Decode line (or a scrape); observations of one line share a time.
 SAMPLE_NAMES = frozenset({"num_queue_reqs", "num_running_reqs", "token_usage", "gen_throughput",
                           "num_used_tokens", "cuda_graph"})
+# The same values from a Prefill line: used only for ranks without Decode samples (PD prefill nodes).
+PREFILL_SAMPLE_NAMES = {"prefill_num_queue_reqs": "num_queue_reqs",
+                        "prefill_num_running_reqs": "num_running_reqs",
+                        "prefill_token_usage": "token_usage"}
+OOM_PHASES = ("prefill", "decode", "startup", "unknown", "capture")
 # One observation = one thing that happened (value = its size).
-EVENT_NAMES = frozenset({"retraction", "oom_prefill", "oom_decode", "oom_startup", "oom_unknown",
-                         "oom_capture", "prefill_new_tokens", "prefill_cached_tokens",
-                         "decode_cuda_graph_passes", "decode_eager_passes"})
+EVENT_NAMES = frozenset({"retraction", *(f"oom_{p}" for p in OOM_PHASES), "prefill_new_tokens",
+                         "prefill_cached_tokens", "decode_cuda_graph_passes", "decode_eager_passes"})
 # Facts stated once (startup lines, server info): kept while the rank lives, not windowed.
 FACT_NAMES = frozenset({"available_gpu_mem_gb", "avail_mem_after_pool_gb", "gpu_mem_total_gb", "weights_gb",
                         "max_total_num_tokens", "max_running_requests", "cuda_graph_max_bs_captured",
-                        "chunked_prefill_size", "context_len", "metrics_enabled"})
+                        "chunked_prefill_size", "context_len", "metrics_enabled", "avail_after_weights_gb",
+                        "kv_cache_gb"})
 # Facts that differ between TP ranks of one replica: keep the worst when folding TP ranks.
-_FACT_MIN = frozenset({"available_gpu_mem_gb", "avail_mem_after_pool_gb", "gpu_mem_total_gb"})
+_FACT_MIN = frozenset({"available_gpu_mem_gb", "avail_mem_after_pool_gb", "gpu_mem_total_gb",
+                       "avail_after_weights_gb"})
 _FACT_MAX = frozenset({"weights_gb"})
 
 # Which sample count decides whether a signal is known (the advisor applies check.min_samples to it).
@@ -44,10 +54,11 @@ SIGNAL_NAMES = (
     "kv_underused_ratio", "token_usage_max", "token_usage_mean", "retractions_per_minute",
     "retracted_requests_per_minute", "cuda_graph_miss_ratio", "cuda_graph_miss_batch_p90",
     "decode_batch_p90", "running_max", "running_capped_ratio", "prefix_cache_hit_ratio",
-    "oom_prefill_count", "oom_decode_count", "oom_startup_count", "oom_unknown_count", "oom_capture_count",
+    *(f"oom_{p}_count" for p in OOM_PHASES),
     "available_gpu_mem_gb", "available_gpu_mem_from_summary", "gpu_mem_total_gb", "weights_gb",
     "max_total_num_tokens", "max_running_requests", "cuda_graph_max_bs_captured", "cuda_graph_ceiling_ratio",
-    "chunked_prefill_size", "context_len", "metrics_enabled", "gen_throughput_mean",
+    "chunked_prefill_size", "context_len", "metrics_enabled", "gen_throughput_mean", "kv_cache_gb",
+    "mem_fraction_static_estimate",
     "decode_samples", "queue_samples", "kv_samples", "graph_samples", "prefill_samples",
 )
 
@@ -62,9 +73,130 @@ class SignalParams:
     min_samples: int = 3  # below this a windowed ratio is unknown
 
 
+def _bump(d: dict[int, int], k: int, n: int = 1) -> None:
+    d[k] = d.get(k, 0) + n
+
+
+class SampleStats:
+    """Mergeable statistics of batch samples (queue, running, usage, graph, throughput)."""
+
+    __slots__ = ("capped_base", "capped_cand", "graph_miss", "graph_n", "kv_n", "kv_under", "missed",
+                 "queue", "queue_n", "running", "running_n", "tp_n", "tp_sum", "usage_max", "usage_sum")
+
+    def __init__(self) -> None:
+        self.queue_n = 0
+        self.queue: dict[int, int] = {}
+        self.running_n = 0
+        self.running: dict[int, int] = {}
+        self.kv_n = 0
+        self.kv_under = 0
+        self.usage_sum = 0.0
+        self.usage_max = -1.0
+        self.graph_n = 0
+        self.graph_miss = 0
+        self.missed: dict[int, int] = {}
+        self.tp_n = 0
+        self.tp_sum = 0.0
+        self.capped_base = 0  # samples with running, queue and usage
+        self.capped_cand: dict[int, int] = {}  # running values of those with queue > 0 and usage < good
+
+    def add(self, queue: float | None, running: float | None, usage: float | None, graph: float | None,
+            throughput: float | None, usage_good: float) -> None:
+        """Add one sample; None = the line did not have that field."""
+        if queue is not None:
+            self.queue_n += 1
+            _bump(self.queue, int(queue))
+        if running is not None:
+            self.running_n += 1
+            _bump(self.running, int(running))
+        if usage is not None and queue is not None:
+            self.kv_n += 1
+            self.usage_sum += usage
+            if usage > self.usage_max:
+                self.usage_max = usage
+            low = usage < usage_good
+            if low and queue > 0:
+                self.kv_under += 1
+            if running is not None:
+                self.capped_base += 1
+                if low and queue > 0:
+                    _bump(self.capped_cand, int(running))
+        if graph is not None:
+            self.graph_n += 1
+            if graph < 0.5:
+                self.graph_miss += 1
+                if running is not None:
+                    _bump(self.missed, int(running))
+        if throughput is not None:
+            self.tp_n += 1
+            self.tp_sum += throughput
+
+    def merge(self, o: SampleStats) -> None:
+        """Add another aggregate into this one."""
+        self.queue_n += o.queue_n
+        for k, v in o.queue.items():
+            _bump(self.queue, k, v)
+        self.running_n += o.running_n
+        for k, v in o.running.items():
+            _bump(self.running, k, v)
+        self.kv_n += o.kv_n
+        self.kv_under += o.kv_under
+        self.usage_sum += o.usage_sum
+        self.usage_max = max(self.usage_max, o.usage_max)
+        self.graph_n += o.graph_n
+        self.graph_miss += o.graph_miss
+        for k, v in o.missed.items():
+            _bump(self.missed, k, v)
+        self.tp_n += o.tp_n
+        self.tp_sum += o.tp_sum
+        self.capped_base += o.capped_base
+        for k, v in o.capped_cand.items():
+            _bump(self.capped_cand, k, v)
+
+
+class Bucket:
+    """Everything that happened on one rank in one time bucket (mergeable)."""
+
+    __slots__ = ("decode", "eager_passes", "graph_passes", "oom", "prefill", "prefill_cached", "prefill_n",
+                 "prefill_new", "retracted", "retractions")
+
+    def __init__(self) -> None:
+        self.decode = SampleStats()
+        self.prefill = SampleStats()  # samples from Prefill lines
+        self.retractions = 0
+        self.retracted = 0.0
+        self.oom: dict[str, int] = {}
+        self.prefill_new = 0.0
+        self.prefill_cached = 0.0
+        self.prefill_n = 0
+        self.graph_passes = 0.0
+        self.eager_passes = 0.0
+
+    def merge(self, o: Bucket) -> None:
+        """Add another bucket into this one."""
+        self.decode.merge(o.decode)
+        self.prefill.merge(o.prefill)
+        self.retractions += o.retractions
+        self.retracted += o.retracted
+        for k, v in o.oom.items():
+            self.oom[k] = self.oom.get(k, 0) + v
+        self.prefill_new += o.prefill_new
+        self.prefill_cached += o.prefill_cached
+        self.prefill_n += o.prefill_n
+        self.graph_passes += o.graph_passes
+        self.eager_passes += o.eager_passes
+
+    def is_active(self) -> bool:
+        """True when the bucket holds any sample or event."""
+        return bool(self.decode.queue_n or self.decode.running_n or self.prefill.queue_n or self.retractions
+                    or self.oom or self.prefill_n or self.graph_passes or self.eager_passes)
+
+
 @dataclass(slots=True)
-class _Sample:
+class _Pending:
     time: float
+    prefill: bool
+    names: set[str] = field(default_factory=set)
     queue: float | None = None
     running: float | None = None
     usage: float | None = None
@@ -76,11 +208,9 @@ class _Sample:
 class _RankState:
     first_seen: float
     last_seen: float
-    samples: deque[_Sample] = field(default_factory=deque)
-    events: dict[str, deque[tuple[float, float]]] = field(default_factory=dict)
+    buckets: deque[tuple[float, Bucket]] = field(default_factory=deque)
     facts: dict[str, float] = field(default_factory=dict)
-    pending: _Sample | None = None
-    pending_names: set[str] = field(default_factory=set)
+    pending: _Pending | None = None
     from_log: bool = False
     last_event_key: dict[str, tuple[float, float, frozenset[int | None]]] = field(default_factory=dict)
 
@@ -92,8 +222,22 @@ def quantile(values: list[float], q: float) -> float:
     return ordered[idx]
 
 
-def _fold(rank: Rank) -> Rank:
-    # TP/EP ranks of one DP replica print the same batch numbers: one series per (dp, pp).
+def hist_quantile(hist: dict[int, int], q: float) -> float | None:
+    """Nearest-rank quantile of a value -> count histogram."""
+    n = sum(hist.values())
+    if n == 0:
+        return None
+    need = max(1, math.ceil(q * n))
+    seen = 0
+    for k in sorted(hist):
+        seen += hist[k]
+        if seen >= need:
+            return float(k)
+    return float(max(hist))
+
+
+def fold_rank(rank: Rank) -> Rank:
+    """TP/EP ranks of one DP replica print the same batch numbers: one series per (dp, pp)."""
     return Rank(dp=rank.dp, pp=rank.pp)
 
 
@@ -102,10 +246,11 @@ class Window:
 
     def __init__(self, length_s: float = 600.0, max_ranks: int = 256, *,
                  params: SignalParams | None = None, expire_s: float | None = None,
-                 fold_tp: bool = True) -> None:
-        if length_s <= 0:
-            raise ValueError("window length must be positive")
+                 fold_tp: bool = True, resolution_s: float = 1.0) -> None:
+        if length_s <= 0 or resolution_s <= 0:
+            raise ValueError("window length and resolution must be positive")
         self.length_s = float(length_s)
+        self.resolution_s = float(resolution_s)
         self.max_ranks = max(1, int(max_ranks))
         self.params = params or SignalParams()
         self.expire_s = 3 * self.length_s if expire_s is None else expire_s
@@ -127,70 +272,126 @@ class Window:
                 self.expired += 1
             st = _RankState(first_seen=t, last_seen=t)
             self._ranks[rank] = st
+        else:
+            if t > st.last_seen:
+                st.last_seen = t
+            if t < st.first_seen:
+                st.first_seen = t
         return st
+
+    def _bucket(self, st: _RankState, t: float) -> Bucket:
+        start = math.floor(t / self.resolution_s) * self.resolution_s
+        b = st.buckets
+        if b and b[-1][0] == start:
+            return b[-1][1]
+        if not b or b[-1][0] < start:
+            nb = Bucket()
+            b.append((start, nb))
+            return nb
+        for s, bucket in reversed(b):  # late data: merge into its bucket (rare)
+            if s == start:
+                return bucket
+        nb = Bucket()
+        b.append((start, nb))
+        b2 = sorted(b, key=lambda x: x[0])
+        b.clear()
+        b.extend(b2)
+        return nb
 
     def add(self, obs: Observation) -> None:
         """Add one observation (any order of names; a sample's values share a time)."""
         if not math.isfinite(obs.value) or not math.isfinite(obs.time):
             return
-        rank = _fold(obs.rank) if self.fold_tp else obs.rank
+        rank = fold_rank(obs.rank) if self.fold_tp else obs.rank
         st = self._state(rank, obs.time)
-        st.last_seen = max(st.last_seen, obs.time)
-        st.first_seen = min(st.first_seen, obs.time)
         if obs.source == "log":
             st.from_log = True
         name = obs.name
-        if name in SAMPLE_NAMES:
+        prefill = name in PREFILL_SAMPLE_NAMES
+        if prefill or name in SAMPLE_NAMES:
+            key = PREFILL_SAMPLE_NAMES.get(name, name)
             p = st.pending
-            if p is not None and (p.time != obs.time or name in st.pending_names):
+            if p is not None and (p.time != obs.time or key in p.names or p.prefill != prefill):
                 self._commit(st)
                 p = None
             if p is None:
-                p = st.pending = _Sample(obs.time)
-            st.pending_names.add(name)
-            if name == "num_queue_reqs":
+                p = st.pending = _Pending(obs.time, prefill)
+            p.names.add(key)
+            if key == "num_queue_reqs":
                 p.queue = obs.value
-            elif name == "num_running_reqs":
+            elif key == "num_running_reqs":
                 p.running = obs.value
-            elif name == "token_usage":
+            elif key == "token_usage":
                 p.usage = obs.value
-            elif name == "cuda_graph":
+            elif key == "cuda_graph":
                 p.graph = obs.value
-            elif name == "gen_throughput":
+            elif key == "gen_throughput":
                 p.throughput = obs.value
         elif name in EVENT_NAMES:
-            if self.fold_tp and name in ("retraction", "oom_prefill", "oom_decode", "oom_startup",
-                                         "oom_unknown", "oom_capture") and obs.rank.tp is not None:
+            if self.fold_tp and (name == "retraction" or name.startswith("oom_")) and obs.rank.tp is not None:
                 # The same event printed by every TP rank of the replica counts once.
                 prev = st.last_event_key.get(name)
                 if prev is not None and prev[0] == obs.time and prev[1] == obs.value and obs.rank.tp not in prev[2]:
                     st.last_event_key[name] = (prev[0], prev[1], prev[2] | {obs.rank.tp})
                     return
                 st.last_event_key[name] = (obs.time, obs.value, frozenset({obs.rank.tp}))
-            st.events.setdefault(name, deque()).append((obs.time, obs.value))
+            b = self._bucket(st, obs.time)
+            if name == "retraction":
+                b.retractions += 1
+                b.retracted += obs.value
+            elif name.startswith("oom_"):
+                b.oom[name] = b.oom.get(name, 0) + 1
+            elif name == "prefill_new_tokens":
+                b.prefill_new += obs.value
+                b.prefill_n += 1
+            elif name == "prefill_cached_tokens":
+                b.prefill_cached += obs.value
+            elif name == "decode_cuda_graph_passes":
+                b.graph_passes += obs.value
+            elif name == "decode_eager_passes":
+                b.eager_passes += obs.value
         elif name in FACT_NAMES:
-            old = st.facts.get(name)
-            if old is not None and name in _FACT_MIN and obs.rank.tp is not None:
-                st.facts[name] = min(old, obs.value)
-            elif old is not None and name in _FACT_MAX and obs.rank.tp is not None:
-                st.facts[name] = max(old, obs.value)
-            else:
-                st.facts[name] = obs.value
+            self.set_fact(rank, name, obs.value, tp=obs.rank.tp, time=obs.time)
+
+    def set_fact(self, rank: Rank, name: str, value: float, *, tp: int | None = None,
+                 time: float | None = None) -> None:
+        """Record a startup fact for an (already folded) rank."""
+        st = self._ranks.get(rank)
+        if st is None:
+            st = self._state(rank, time if time is not None else 0.0)
+        old = st.facts.get(name)
+        if old is not None and name in _FACT_MIN and tp is not None:
+            st.facts[name] = min(old, value)
+        elif old is not None and name in _FACT_MAX and tp is not None:
+            st.facts[name] = max(old, value)
+        else:
+            st.facts[name] = value
 
     def add_all(self, observations: Iterable[Observation]) -> None:
         """Add many observations."""
         for o in observations:
             self.add(o)
 
-    @staticmethod
-    def _commit(st: _RankState) -> None:
-        if st.pending is not None:
-            st.samples.append(st.pending)
+    def add_bucket(self, rank: Rank, start: float, bucket: Bucket, *, from_log: bool = True,
+                   first: float | None = None, last: float | None = None) -> None:
+        """Merge a pre-aggregated bucket (built elsewhere, e.g. in a worker) for `rank`."""
+        rank = fold_rank(rank) if self.fold_tp else rank
+        st = self._state(rank, start if first is None else first)
+        if last is not None and last > st.last_seen:
+            st.last_seen = last
+        st.from_log = st.from_log or from_log
+        self._bucket(st, start).merge(bucket)
+
+    def _commit(self, st: _RankState) -> None:
+        p = st.pending
+        if p is not None:
+            b = self._bucket(st, p.time)
+            stats = b.prefill if p.prefill else b.decode
+            stats.add(p.queue, p.running, p.usage, p.graph, p.throughput, self.params.usage_good)
             st.pending = None
-            st.pending_names.clear()
 
     def prune(self, now: float) -> None:
-        """Drop samples older than the window and ranks not seen for `expire_s`."""
+        """Drop buckets older than the window and ranks not seen for `expire_s`."""
         start = now - self.length_s
         for rank in list(self._ranks):
             st = self._ranks[rank]
@@ -198,11 +399,9 @@ class Window:
                 del self._ranks[rank]
                 self.expired += 1
                 continue
-            while st.samples and st.samples[0].time < start:
-                st.samples.popleft()
-            for dq in st.events.values():
-                while dq and dq[0][0] < start:
-                    dq.popleft()
+            b = st.buckets
+            while b and b[0][0] < start:
+                b.popleft()
 
     # ---------------------------------------------------------------- output
     def signals(self, now: float) -> dict[Rank, dict[str, float | None]]:
@@ -215,110 +414,82 @@ class Window:
     def _rank_signals(self, st: _RankState, now: float) -> dict[str, float | None]:
         p = self.params
         start = now - self.length_s
-        low, high = p.queue_band
-        out: dict[str, float | None] = dict.fromkeys(SIGNAL_NAMES)
-        queues: list[float] = []
-        running: list[float] = []
-        usages: list[float] = []
-        kv_n = kv_under = 0
-        graph_n = graph_miss = 0
-        missed_bs: list[float] = []
-        throughput: list[float] = []
-        capped_n = capped = 0
-        max_running = st.facts.get("max_running_requests")
-        for s in st.samples:
-            if s.time < start or s.time > now:
-                continue
-            if s.queue is not None:
-                queues.append(s.queue)
-            if s.running is not None:
-                running.append(s.running)
-            if s.throughput is not None:
-                throughput.append(s.throughput)
-            if s.usage is not None and s.queue is not None:
-                kv_n += 1
-                usages.append(s.usage)
-                if s.usage < p.usage_good and s.queue > 0:
-                    kv_under += 1
-            if s.graph is not None:
-                graph_n += 1
-                if s.graph < 0.5:
-                    graph_miss += 1
-                    if s.running is not None:
-                        missed_bs.append(s.running)
-            if max_running and s.running is not None and s.queue is not None and s.usage is not None:
-                capped_n += 1
-                if s.running >= p.capped_fraction * max_running and s.queue > 0 and s.usage < p.usage_good:
-                    capped += 1
-        enough = p.min_samples
-        out["queue_samples"] = float(len(queues))
-        out["decode_samples"] = float(len(running))
-        out["kv_samples"] = float(kv_n)
-        if len(queues) >= enough:
-            nq = len(queues)
-            out["queue_empty_ratio"] = sum(1 for q in queues if q == 0) / nq
-            out["queue_over_band_ratio"] = sum(1 for q in queues if q > high) / nq
-            out["queue_under_band_ratio"] = sum(1 for q in queues if q < low) / nq
-            out["queue_p50"] = quantile(queues, 0.5)
-        if kv_n >= enough:
-            out["kv_underused_ratio"] = kv_under / kv_n
-            out["token_usage_max"] = max(usages)
-            out["token_usage_mean"] = sum(usages) / kv_n
-        if len(running) >= enough:
-            out["decode_batch_p90"] = quantile(running, 0.9)
-            out["running_max"] = max(running)
-        if throughput:
-            out["gen_throughput_mean"] = sum(throughput) / len(throughput)
-        if capped_n >= enough:
-            out["running_capped_ratio"] = capped / capped_n
-        # CUDA graph coverage: exact counters (scrape) win over sampled Decode lines.
-        passes = self._sum(st, "decode_cuda_graph_passes", start, now)
-        eager = self._sum(st, "decode_eager_passes", start, now)
-        if passes + eager > 0:
-            out["graph_samples"] = passes + eager
-            out["cuda_graph_miss_ratio"] = eager / (passes + eager)
-        else:
-            out["graph_samples"] = float(graph_n)
-            if graph_n >= enough:
-                out["cuda_graph_miss_ratio"] = graph_miss / graph_n
-        if missed_bs:
-            out["cuda_graph_miss_batch_p90"] = quantile(missed_bs, 0.9)
-        new = self._sum(st, "prefill_new_tokens", start, now)
-        cached = self._sum(st, "prefill_cached_tokens", start, now)
-        n_prefill = self._count(st, "prefill_new_tokens", start, now)
-        out["prefill_samples"] = float(n_prefill)
-        if n_prefill >= enough and new + cached > 0:
-            out["prefix_cache_hit_ratio"] = cached / (new + cached)
-        active = bool(running or queues or st.events)
-        if active:
-            span_min = max(1.0, min(self.length_s, now - st.first_seen) / 60.0)
-            out["retractions_per_minute"] = self._count(st, "retraction", start, now) / span_min
-            out["retracted_requests_per_minute"] = self._sum(st, "retraction", start, now) / span_min
-        if st.from_log:
-            # OOMs are only observable from the log; metrics-only ranks leave them unknown.
-            for phase in ("prefill", "decode", "startup", "unknown", "capture"):
-                out[f"oom_{phase}_count"] = float(self._count(st, f"oom_{phase}", start, now))
-        f = st.facts
-        for name in ("gpu_mem_total_gb", "weights_gb", "max_total_num_tokens", "max_running_requests",
-                     "cuda_graph_max_bs_captured", "chunked_prefill_size", "context_len", "metrics_enabled"):
-            out[name] = f.get(name)
-        if "available_gpu_mem_gb" in f:
-            out["available_gpu_mem_gb"] = f["available_gpu_mem_gb"]
-            out["available_gpu_mem_from_summary"] = 1.0
-        elif "avail_mem_after_pool_gb" in f:
-            out["available_gpu_mem_gb"] = f["avail_mem_after_pool_gb"]
-            out["available_gpu_mem_from_summary"] = 0.0
-        captured, cap = f.get("cuda_graph_max_bs_captured"), f.get("max_running_requests")
-        if captured is not None and cap:
-            out["cuda_graph_ceiling_ratio"] = captured / cap
-        return out
+        total = Bucket()
+        for s, b in st.buckets:
+            if start <= s <= now:
+                total.merge(b)
+        return compute_signals(total, st.facts, p, span_s=min(self.length_s, max(0.0, now - st.first_seen)),
+                               from_log=st.from_log)
 
-    @staticmethod
-    def _sum(st: _RankState, name: str, start: float, now: float) -> float:
-        dq = st.events.get(name)
-        return sum(v for t, v in dq if start <= t <= now) if dq else 0.0
 
-    @staticmethod
-    def _count(st: _RankState, name: str, start: float, now: float) -> int:
-        dq = st.events.get(name)
-        return sum(1 for t, _ in dq if start <= t <= now) if dq else 0
+def compute_signals(total: Bucket, facts: dict[str, float], p: SignalParams, *, span_s: float,
+                    from_log: bool) -> dict[str, float | None]:
+    """The signals of one rank from its merged window bucket and its startup facts (pure)."""
+    out: dict[str, float | None] = dict.fromkeys(SIGNAL_NAMES)
+    low, high = p.queue_band
+    enough = p.min_samples
+    # A prefill-only rank (PD prefill node, v0.1 logs) is judged from its Prefill lines.
+    s = total.decode if (total.decode.queue_n or total.decode.running_n) else total.prefill
+    out["queue_samples"] = float(s.queue_n)
+    out["decode_samples"] = float(s.running_n)
+    out["kv_samples"] = float(s.kv_n)
+    if s.queue_n >= enough:
+        nq = s.queue_n
+        out["queue_empty_ratio"] = s.queue.get(0, 0) / nq
+        out["queue_over_band_ratio"] = sum(c for q, c in s.queue.items() if q > high) / nq
+        out["queue_under_band_ratio"] = sum(c for q, c in s.queue.items() if q < low) / nq
+        out["queue_p50"] = hist_quantile(s.queue, 0.5)
+    if s.kv_n >= enough:
+        out["kv_underused_ratio"] = s.kv_under / s.kv_n
+        out["token_usage_max"] = s.usage_max
+        out["token_usage_mean"] = s.usage_sum / s.kv_n
+    if s.running_n >= enough:
+        out["decode_batch_p90"] = hist_quantile(s.running, 0.9)
+        out["running_max"] = float(max(s.running))
+    if s.tp_n:
+        out["gen_throughput_mean"] = s.tp_sum / s.tp_n
+    cap = facts.get("max_running_requests")
+    if cap and s.capped_base >= enough:
+        capped = sum(c for r, c in s.capped_cand.items() if r >= p.capped_fraction * cap)
+        out["running_capped_ratio"] = capped / s.capped_base
+    # CUDA graph coverage: exact counters (scrape) win over sampled Decode lines.
+    passes, eager = total.graph_passes, total.eager_passes
+    if passes + eager > 0:
+        out["graph_samples"] = passes + eager
+        out["cuda_graph_miss_ratio"] = eager / (passes + eager)
+    else:
+        out["graph_samples"] = float(s.graph_n)
+        if s.graph_n >= enough:
+            out["cuda_graph_miss_ratio"] = s.graph_miss / s.graph_n
+    if s.missed:
+        out["cuda_graph_miss_batch_p90"] = hist_quantile(s.missed, 0.9)
+    out["prefill_samples"] = float(total.prefill_n)
+    new, cached = total.prefill_new, total.prefill_cached
+    if total.prefill_n >= enough and new + cached > 0:
+        out["prefix_cache_hit_ratio"] = cached / (new + cached)
+    if total.is_active():
+        minutes = max(1.0, span_s / 60.0)
+        out["retractions_per_minute"] = total.retractions / minutes
+        out["retracted_requests_per_minute"] = total.retracted / minutes
+    if from_log:
+        # OOMs are only observable from the log; metrics-only ranks leave them unknown.
+        for phase in OOM_PHASES:
+            out[f"oom_{phase}_count"] = float(total.oom.get(f"oom_{phase}", 0))
+    for name in ("gpu_mem_total_gb", "weights_gb", "max_total_num_tokens", "max_running_requests",
+                 "cuda_graph_max_bs_captured", "chunked_prefill_size", "context_len", "metrics_enabled",
+                 "kv_cache_gb"):
+        out[name] = facts.get(name)
+    if "available_gpu_mem_gb" in facts:
+        out["available_gpu_mem_gb"] = facts["available_gpu_mem_gb"]
+        out["available_gpu_mem_from_summary"] = 1.0
+    elif "avail_mem_after_pool_gb" in facts:
+        out["available_gpu_mem_gb"] = facts["avail_mem_after_pool_gb"]
+        out["available_gpu_mem_from_summary"] = 0.0
+    gpu, after_w, kv = facts.get("gpu_mem_total_gb"), facts.get("avail_after_weights_gb"), facts.get("kv_cache_gb")
+    if gpu and after_w is not None and kv is not None and after_w >= kv:
+        # SGLang sizes the KV pool as avail_after_weights - total * (1 - mem_fraction_static).
+        out["mem_fraction_static_estimate"] = round(1.0 - (after_w - kv) / gpu, 3)
+    captured = facts.get("cuda_graph_max_bs_captured")
+    if captured is not None and cap:
+        out["cuda_graph_ceiling_ratio"] = captured / cap
+    return out

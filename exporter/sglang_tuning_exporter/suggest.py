@@ -76,6 +76,9 @@ def current_value(flag: str | None, args: Mapping[str, Any], sig: Signals,
     if fact is not None and sig.get(fact) is not None:
         v = sig[fact]
         return (int(v) if v is not None and float(v).is_integer() else v), f"startup log {fact}"
+    if flag == "--mem-fraction-static" and sig.get("mem_fraction_static_estimate") is not None:
+        return sig["mem_fraction_static_estimate"], ("an estimate from the startup memory lines "
+                                                     "(1 - (avail after weights - KV size) / GPU memory)")
     if flag == "--schedule-conservativeness":
         return 1.0, "SGLang default (1.0 since 0.2.0)"
     if flag == "--schedule-policy":
