@@ -157,9 +157,10 @@ def _shipped_rule_groups() -> list[dict[str, Any]]:
     return groups
 
 
-def test_committed_manifests_match_generator_and_alert_rules(update_golden: bool) -> None:
-    """deploy/kubernetes/ is what `render` writes from the table and the groups shipped in alerts/."""
-    files = render_kubernetes.generate(TABLE, _shipped_rule_groups())
+def test_committed_manifests_match_generator(update_golden: bool) -> None:
+    """deploy/kubernetes/ is what `render` writes from the table and render_rules' groups."""
+    render_rules = pytest.importorskip("sglang_tuning_exporter.render_rules")
+    files = render_kubernetes.generate(TABLE, render_rules.rule_groups(TABLE))
     for rel, text in files.items():
         path = ROOT / rel
         if update_golden:
@@ -167,6 +168,18 @@ def test_committed_manifests_match_generator_and_alert_rules(update_golden: bool
             path.write_text(text, encoding="utf-8")
         assert path.is_file(), f"{rel} missing: run `sglang-tuning-exporter render`"
         assert path.read_text(encoding="utf-8") == text, f"{rel} drifted: run `sglang-tuning-exporter render`"
+
+
+def test_committed_prometheus_rule_has_the_groups_of_the_rule_files() -> None:
+    """The PrometheusRule and the plain rule files in alerts/ hold the same groups (one source)."""
+    shipped = _shipped_rule_groups()
+    if not shipped:
+        pytest.skip("no alerts/*.rules.yaml rendered yet")
+    docs = [d for d in yaml.safe_load_all((K8S / "prometheusrule.yaml").read_text(encoding="utf-8")) if d]
+    (rule,) = docs
+    by_name = {g["name"]: g for g in rule["spec"]["groups"]}
+    assert len(by_name) == len(rule["spec"]["groups"])
+    assert by_name == {g["name"]: g for g in shipped}
 
 
 @pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl not installed")

@@ -141,10 +141,10 @@ def deployment(sglang_image: str, exporter_image: str) -> Json:
                                                                              "sizeLimit": "16Gi"}}]}}}}
 
 
-def dashboard_config_maps(table: CheckTable) -> list[Json]:
-    """One ConfigMap per dashboard, labelled for Grafana's dashboard sidecar."""
+def dashboard_config_maps(table: CheckTable, profile: str | None = None) -> list[Json]:
+    """One ConfigMap per dashboard (the same JSON as dashboards/), labelled for Grafana's dashboard sidecar."""
     maps: list[Json] = []
-    for path, text in sorted(render_dashboards.generate(table).items()):
+    for path, text in sorted(render_dashboards.generate(table, profile).items()):
         name = path.rsplit("/", 1)[-1]
         maps.append({"apiVersion": "v1", "kind": "ConfigMap",
                      "metadata": {"name": name.removesuffix(".json"),
@@ -162,7 +162,7 @@ def kustomization(files: Sequence[str]) -> Json:
 
 def generate(table: CheckTable, rule_groups: Sequence[Mapping[str, Any]],
              release_label: str = DEFAULT_RELEASE, *, sglang_image: str = SGLANG_IMAGE,
-             exporter_image: str = EXPORTER_IMAGE) -> dict[str, str]:
+             exporter_image: str = EXPORTER_IMAGE, profile: str | None = None) -> dict[str, str]:
     """All manifests as `{relative path: YAML text}`; raises ValueError on an invalid release label."""
     if not release_label or not _LABEL_VALUE.match(release_label):
         raise ValueError(f"release label {release_label!r} is not a valid Kubernetes label value")
@@ -174,7 +174,7 @@ def generate(table: CheckTable, rule_groups: Sequence[Mapping[str, Any]],
         "servicemonitor.yaml": dump(service_monitor(release_label)),
         "service.yaml": dump(service()),
         "deployment.yaml": dump(deployment(sglang_image, exporter_image)),
-        "dashboards-configmap.yaml": dump(*dashboard_config_maps(table)),
+        "dashboards-configmap.yaml": dump(*dashboard_config_maps(table, profile)),
     }
     files["kustomization.yaml"] = dump(kustomization(list(files)))
     return {f"{OUT_DIR}/{name}": text for name, text in files.items()}
