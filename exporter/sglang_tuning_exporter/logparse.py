@@ -305,6 +305,8 @@ def _retract(s: str, n: int) -> _Result:
         p, body_at = m.start(), m.end()
     else:
         p = body_at = s.find("#retracted_reqs")
+        if p < 0:
+            return None
     fields: dict[str, Any] = {}
     r = _RATIO.search(s, body_at)
     body = s[body_at:r.start() if r else len(s)].rstrip().rstrip(",")
@@ -331,7 +333,7 @@ _OOM = re.compile(
     r"|(?P<startup>Not enough memory\. Please try to increase --mem-fraction-static"
     r"|leave no GPU memory for the KV cache)"
     r"|(?P<abort>due to OOM|Out of memory even after retracting)")
-_EXC_NAME = re.compile(r"((?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception)): ?$")
+_EXC_HEAD = re.compile(r"((?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception)): ")
 _TRY_ALLOC = re.compile(r"Try to allocate (\d+) tokens")
 _AVAIL_TOKENS = re.compile(r"Ava(?:li|il)able tokens: (\d+)")
 _TRIED = re.compile(r"Tried to allocate ([0-9.]+) ([KMGT]i?B)")
@@ -369,14 +371,17 @@ def oom_detail_fields(text: str, fields: dict[str, Any]) -> None:
 def _oom(s: str, n: int) -> _Result:
     m = _OOM.search(s)
     if m is None:
-        return None
+        return _retract(s, n) if "out of memory happened" in s.lower() else None
     p = m.start()
-    prefix = s[:p]
-    fields: dict[str, Any] = {"phase": oom_phase_from_text(s[p:]), "message": s[p:].strip()}
-    x = _EXC_NAME.search(prefix)
-    if x is not None:
-        fields["exception"] = x.group(1)
-        prefix = prefix[:x.start()]
+    exception = None
+    # `RuntimeError: Prefill out of memory...` / `torch.OutOfMemoryError: CUDA out of memory...`
+    for x in _EXC_HEAD.finditer(s, 0, m.end() + 2):
+        if x.start() <= p:
+            exception, p, msg_at = x.group(1), x.start(), x.end()
+    message = s[msg_at if exception else p:].strip()
+    fields: dict[str, Any] = {"phase": oom_phase_from_text(message), "message": message}
+    if exception:
+        fields["exception"] = exception
     if m.group("reqslots"):
         fields["pool"] = "req_to_token"
     elif m.group("startup"):
@@ -384,7 +389,7 @@ def _oom(s: str, n: int) -> _Result:
     elif m.group("capture"):
         fields["reason"] = "cuda_graph_capture"
     oom_detail_fields(s, fields)
-    return _event(n, ev.OOM, prefix, fields)
+    return _event(n, ev.OOM, s[:p], fields)
 
 
 # --- errors ------------------------------------------------------------------------------------
@@ -410,7 +415,7 @@ _SPLIT_STARTUP = re.compile(r"[.,] +")
 _BS = re.compile(r"\bbs=?\s*\[([0-9,\s]*)\]?")
 _UNIT = re.compile(r"^(-?[0-9.]+)\s*(GB|MB|GiB|MiB|s)\.?$")
 _STARTUP_ALIASES = {
-    "time_elapsed": "elapsed", "num_tokens": "kv_tokens", "max_total_num_token": "max_total_num_tokens",
+    "Time elapsed": "elapsed", "#tokens": "kv_tokens", "max_total_num_token": "max_total_num_tokens",
     "max_prefill_num_token": "max_prefill_tokens",
 }
 
@@ -425,10 +430,10 @@ def _startup_pairs(body: str, fields: dict[str, Any]) -> None:
             k, v = piece[:colon], piece[colon + 2:]
         else:
             k, v = piece[:eq], piece[eq + 1:]
-        key = normalise_key(k)
-        if not key or len(k.split()) > 4:
+        raw = k.strip()
+        key = _STARTUP_ALIASES.get(raw) or normalise_key(raw)
+        if not key or len(raw.split()) > 4:
             continue  # prose, not a field
-        key = _STARTUP_ALIASES.get(key, key)
         v = v.strip()
         u = _UNIT.match(v)
         if u:
@@ -623,7 +628,7 @@ def _ready(s: str, n: int) -> _Result:
 # Cheap substring gates, tried in order; each handler re-checks its own head precisely.
 _DISPATCH: tuple[tuple[str, Callable[[str, int], _Result]], ...] = (
     ("batch", _batch),
-    ("#retracted_reqs", _retract),
+    ("etract", _retract),
     ("#running-req", _status_v01),
     ("emory", _oom),
     ("OOM", _oom),
