@@ -291,7 +291,7 @@ def _value(v: float) -> float | None:
 
 
 def _number(v: float) -> float | int:
-    return int(v) if v.is_integer() and abs(v) < 2**53 else v
+    return int(v) if float(v).is_integer() and abs(v) < 2**53 else float(v)
 
 
 def collect(results: Mapping[str, Sequence[Sample]]) -> dict[str, InstanceData]:

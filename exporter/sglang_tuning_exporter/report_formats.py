@@ -82,8 +82,14 @@ def _range_text(report: FleetReport) -> str:
 
 
 def _md(text: Any) -> str:
-    # Table cells: a pipe or newline would break the row.
-    return str(text).replace("|", "\\|").replace("\n", " ")
+    # Plain Markdown text: a pipe or newline would break a table row; <, > and & must not become HTML.
+    raw = str(text).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    return raw.replace("|", "\\|").replace("\n", " ")
+
+
+def _code(text: Any) -> str:
+    # Inside a code span entities are shown literally, so only backticks, pipes and newlines need care.
+    return "`" + str(text).replace("`", "'").replace("|", "\\|").replace("\n", " ") + "`"
 
 
 # --------------------------------------------------------------------------------------------- markdown
@@ -92,9 +98,9 @@ def _md(text: Any) -> str:
 def render_markdown(report: FleetReport) -> str:
     """The report as Markdown (GitHub tables)."""
     out: list[str] = ["# SGLang fleet tuning report", ""]
-    out.append(f"Prometheus `{report.prometheus}`, range {_range_text(report)}"
-               + (f", selector `{{{report.selector}}}`" if report.selector else "")
-               + f"; guide profile `{report.profile}`, workload `{report.workload}`; "
+    out.append(f"Prometheus {_code(report.prometheus)}, range {_range_text(report)}"
+               + (f", selector {_code('{' + report.selector + '}')}" if report.selector else "")
+               + f"; guide profile {_code(report.profile)}, workload {_code(report.workload)}; "
                f"{report.queries} PromQL queries.")
     out += ["", "## Summary", "", "| status | servers |", "|---|---:|"]
     out += [f"| {s} | {n} |" for s, n in report.by_status().items()]
@@ -112,9 +118,9 @@ def render_markdown(report: FleetReport) -> str:
     if not bad:
         out.append("None.")
     for inst in bad:
-        out.append(f"### `{_md(inst.instance)}` — {inst.status}")
+        out.append(f"### {_code(inst.instance)} — {inst.status}")
         out.append("")
-        out.append(f"Model `{_md(inst.model_name or '?')}`, SGLang {_md(inst.version or '?')}.")
+        out.append(f"Model {_code(inst.model_name or '?')}, SGLang {_md(inst.version or '?')}.")
         out.append("")
         out += ["| check | rank | status | change | evidence |", "|---|---|---|---|---|"]
         for f in inst.firing():
@@ -127,7 +133,7 @@ def render_markdown(report: FleetReport) -> str:
     out.append("|---|---|---|" + "---|" * len(checks))
     for inst in report.instances:
         cells = [SHORT[cell_status(inst, c)] for c in checks]
-        out.append(f"| `{_md(inst.instance)}` | {_md(inst.model_name or '?')} | {inst.status} | "
+        out.append(f"| {_code(inst.instance)} | {_md(inst.model_name or '?')} | {inst.status} | "
                    + " | ".join(cells) + " |")
     out += ["", "Legend: ok, WARN = warning, CRIT = critical, ? = unknown (not enough data), "
                 "- = not evaluated.", ""]
@@ -149,8 +155,8 @@ def _drift_markdown(report: FleetReport) -> list[str]:
     for d in report.drift:
         items = list(d.values.items())
         top_val, top_insts = items[0]
-        others = "; ".join(f"`{_md(v)}` on {_md(_listing(i))}" for v, i in items[1:])
-        out.append(f"| {_md(d.model_name)} | `{_md(d.arg)}` | `{_md(top_val)}` ({len(top_insts)} servers) | {others} |")
+        others = "; ".join(f"{_code(v)} on {_md(_listing(i))}" for v, i in items[1:])
+        out.append(f"| {_md(d.model_name)} | {_code(d.arg)} | {_code(top_val)} ({len(top_insts)} servers) | {others} |")
     return out
 
 
