@@ -20,11 +20,13 @@ import jinja2
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.registry import CollectorRegistry
 
-from .collector import BuildInfo
+from .collector import TUNING_ARGS, BuildInfo
 from .state import SOURCES, Snapshot
 
 log = logging.getLogger("sglang_tuning_exporter.web")
 _STATUS_ORDER = {"critical": 0, "warning": 1, "unknown": 2, "ok": 3}
+# Shown up front; the hundreds of other server args go in a collapsed list.
+_KEY_ARGS = frozenset((*TUNING_ARGS, "schedule_policy", "model_path", "served_model_name", "cuda_graph_bs_decode"))
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,7 +128,9 @@ class WebApp:
             sources=sources, log_lines=sorted((k, int(v)) for k, v in snap.log_lines.items()),
             unparsed=int(snap.log_unparsed), rotations=int(snap.log_rotations),
             truncations=int(snap.log_truncations), restarts=int(snap.restarts), ranks=ranks, signals=signals,
-            args=sorted((k, _fmt(v)) for k, v in snap.args.items()), build_version=self._build.version)
+            args=[(k, _fmt(v)) for k, v in sorted(snap.args.items()) if k in _KEY_ARGS],
+            other_args=[(k, _fmt(v)) for k, v in sorted(snap.args.items()) if k not in _KEY_ARGS],
+            build_version=self._build.version)
 
 
 def make_handler(app: WebApp) -> type[BaseHTTPRequestHandler]:
