@@ -289,3 +289,113 @@ def test_every_query_is_valid_promql(tmp_path: Path) -> None:
                           timeout=60, check=False)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert f"{len(rules)} rules found" in proc.stdout
+
+
+# --- the queries compute the right thing (promtool evaluates them over synthetic series) -----------
+
+OURS = 'job="sglang-tuning-exporter", model_name="m", dp_rank="0", pp_rank="0", moe_ep_rank=""'
+NATIVE = 'job="sglang", model_name="m", engine_type="unified", pp_rank="0"'
+
+
+def _expr(dashboard: str, title: str, ref: str = "A") -> str:
+    panel = _panel(DASHBOARDS[f"dashboards/{dashboard}.json"], title)
+    expr = next(t["expr"] for t in panel["targets"] if t["refId"] == ref)
+    return f"round({_promql_for_promtool(expr)}, 0.001)"
+
+
+def _sample(labels: str, value: float) -> dict[str, Any]:
+    return {"labels": "{" + labels + "}", "value": value}
+
+
+PROMTOOL_CASES: list[tuple[str, str, str, list[dict[str, Any]]]] = [
+    # ours per TP rank collapses to one series; SGLang's colon and underscore spellings fill in for servers
+    # without a sidecar; a per-priority series is not double-counted.
+    ("sglang-tuning-server", "Queue (#queue-req)", "A", [
+        _sample('dp_rank="0", instance="s1", model_name="m"', 150),
+        _sample('instance="s2", model_name="m"', 7),
+        _sample('instance="s3", model_name="m"', 9)]),
+    ("sglang-tuning-server", "Retractions per minute", "A", [
+        _sample('dp_rank="0", instance="s1", model_name="m"', 2),
+        _sample('instance="s2", model_name="m"', 3)]),
+    ("sglang-tuning-server", "Available GPU memory after startup", "A", [
+        _sample('dp_rank="0", instance="s1", model_name="m"', 5 * 1024**3),
+        _sample('instance="s2", model_name="m"', 6.5 * 1024**3)]),
+    ("sglang-tuning-server", "Decode CUDA-graph coverage", "A", [
+        _sample('dp_rank="0", instance="s1", model_name="m"', 0.9),
+        _sample('instance="s2", model_name="m"', 0.75)]),
+    ("sglang-tuning-server", "Prefix-cache hit ratio", "A", [
+        _sample('dp_rank="0", instance="s1", model_name="m"', 0.25),
+        _sample('instance="s2", model_name="m"', 0.5)]),
+    ("sglang-tuning-server", "Active findings and flag changes", "C", [
+        _sample('check="retractions_frequent", dp_rank="0", flag="--schedule-conservativeness", '
+                'instance="s1", model_name="m"', 1)]),
+    ("sglang-tuning-fleet", "Servers with a critical finding", "A", [_sample("", 1)]),
+    ("sglang-tuning-fleet", "Servers with a warning", "A", [_sample("", 0)]),
+]
+
+
+def _input_series() -> list[dict[str, str]]:
+    s1, s2, s3 = 'instance="s1"', 'instance="s2"', 'instance="s3"'
+    series = [
+        (f'sglang_tuning_queue_requests{{{OURS}, {s1}, tp_rank="0"}}', "150+0x20"),
+        (f'sglang_tuning_queue_requests{{{OURS}, {s1}, tp_rank="1"}}', "150+0x20"),
+        (f'sglang:num_queue_reqs{{{NATIVE}, {s2}, tp_rank="0"}}', "7+0x20"),
+        (f'sglang:num_queue_reqs{{{NATIVE}, {s2}, tp_rank="0", priority="1"}}', "3+0x20"),
+        (f'sglang_num_queue_reqs{{{NATIVE}, {s3}, tp_rank="0"}}', "9+0x20"),
+        (f'sglang_tuning_retractions_total{{{OURS}, {s1}, tp_rank="0"}}', "0+2x20"),
+        (f'sglang:num_retracted_requests_total{{{NATIVE}, {s2}, tp_rank="0"}}', "0+3x20"),
+        (f'sglang_tuning_available_gpu_memory_bytes{{{OURS}, {s1}, tp_rank="0"}}', f"{5 * 1024**3}+0x20"),
+        (f'sglang:startup_available_gpu_memory_gb{{{NATIVE}, {s2}, tp_rank="0"}}', "6.5+0x20"),
+        (f'sglang_tuning_decode_samples_total{{{OURS}, {s1}, tp_rank="0", cuda_graph="true"}}', "0+9x20"),
+        (f'sglang_tuning_decode_samples_total{{{OURS}, {s1}, tp_rank="0", cuda_graph="false"}}', "0+1x20"),
+        (f'sglang_tuning_decode_samples_total{{{OURS}, {s1}, tp_rank="0", cuda_graph="unknown"}}', "0+5x20"),
+        (f'sglang:cuda_graph_passes_total{{{NATIVE}, {s2}, tp_rank="0", mode="decode_cuda_graph"}}', "0+3x20"),
+        (f'sglang:cuda_graph_passes_total{{{NATIVE}, {s2}, tp_rank="0", mode="decode_none"}}', "0+1x20"),
+        (f'sglang:cuda_graph_passes_total{{{NATIVE}, {s2}, tp_rank="0", mode="prefill_cuda_graph"}}', "0+50x20"),
+        (f'sglang_tuning_prefill_tokens_total{{{OURS}, {s1}, tp_rank="0", source="cached"}}', "0+100x20"),
+        (f'sglang_tuning_prefill_tokens_total{{{OURS}, {s1}, tp_rank="0", source="new"}}', "0+300x20"),
+        (f'sglang:cached_tokens_total{{job="sglang", model_name="m", {s2}, cache_source="device"}}', "0+50x20"),
+        (f'sglang:prompt_tokens_total{{job="sglang", model_name="m", {s2}}}', "0+100x20"),
+        # s1: one critical check with a flag, one ok check whose current value must not be listed
+        (f'sglang_tuning_check_status{{{OURS}, {s1}, tp_rank="0", check="retractions_frequent", '
+         'severity="critical"}', "2+0x20"),
+        (f'sglang_tuning_check_status{{{OURS}, {s1}, tp_rank="0", check="kv_underused", severity="warning"}}',
+         "0+0x20"),
+        (f'sglang_tuning_current_value{{{OURS}, {s1}, tp_rank="0", check="retractions_frequent", '
+         'flag="--schedule-conservativeness"}', "1+0x20"),
+        (f'sglang_tuning_current_value{{{OURS}, {s1}, tp_rank="0", check="kv_underused", '
+         'flag="--schedule-conservativeness"}', "1+0x20"),
+    ]
+    return [{"series": s, "values": v} for s, v in series]
+
+
+def _promtool_test(tmp_path: Path, cases: list[tuple[str, str, str, list[dict[str, Any]]]]
+                   ) -> subprocess.CompletedProcess[str]:
+    (tmp_path / "none.rules.yaml").write_text("groups: []\n", encoding="utf-8")
+    tests = [{"interval": "1m", "input_series": _input_series(), "promql_expr_test": [
+        {"expr": _expr(dash, title, ref), "eval_time": "10m", "exp_samples": samples}
+        for dash, title, ref, samples in cases]}]
+    path = tmp_path / "dashboards.test.yaml"
+    path.write_text(yaml.safe_dump({"rule_files": ["none.rules.yaml"], "evaluation_interval": "1m",
+                                    "tests": tests}, sort_keys=False), encoding="utf-8")
+    return subprocess.run(["promtool", "test", "rules", str(path)], capture_output=True, text=True,
+                          timeout=60, check=False, cwd=tmp_path)
+
+
+@pytest.mark.skipif(shutil.which("promtool") is None, reason="promtool not installed")
+def test_panel_queries_compute_the_guide_signals(tmp_path: Path) -> None:
+    """promtool evaluates key panel queries over synthetic series: ours first, both SGLang spellings as
+    fallback, TP ranks collapsed, rates per minute, GiB to bytes, coverage and hit ratios, findings."""
+    proc = _promtool_test(tmp_path, PROMTOOL_CASES)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "SUCCESS" in proc.stdout
+
+
+@pytest.mark.skipif(shutil.which("promtool") is None, reason="promtool not installed")
+def test_panel_query_check_detects_a_wrong_value(tmp_path: Path) -> None:
+    """The promtool harness fails when a panel computes something else (the check can fail)."""
+    dash, title, ref, samples = PROMTOOL_CASES[0]
+    wrong = [*samples[:-1], _sample('instance="s3", model_name="m"', 8)]
+    proc = _promtool_test(tmp_path, [(dash, title, ref, wrong)])
+    assert proc.returncode != 0
+    assert "FAILED" in proc.stdout + proc.stderr
