@@ -318,7 +318,7 @@ def guide_line(check: Check, table: CheckTable, opts: RenderOptions) -> str:
 def description(check: Check, table: CheckTable, opts: RenderOptions, threshold: float, *, by: str) -> str:
     """The table's description with placeholders turned into alert template expressions."""
     value = ("{{ $value | humanizePercentage }}" if check.signal.endswith("_ratio")
-             else "{{ $value | humanize }}")
+             else '{{ printf "%.4g" $value }}')
     text = _fill(check.description, check, table, opts)
     repl = {"{value}": value, "{threshold}": _num(threshold),
             "{flag}": check.flag or "the client", "{suggested}": suggested_template(check, opts, by=by),
