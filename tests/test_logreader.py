@@ -1,0 +1,143 @@
+"""The multi-line reader: tracebacks and multi-line OOM messages become one event at their first line."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from sglang_tuning_exporter.events import Event
+from sglang_tuning_exporter.logreader import EventReader, phase_from_frames, read_events
+from sglang_tuning_exporter.tail import open_input
+
+FIXTURES = Path(__file__).resolve().parent / "fixtures" / "logs"
+
+PREFILL_OOM_THEN_RERAISE = """\
+[2025-06-27 19:02:10 TP0] Prefill batch. #new-seq: 1, #new-token: 4, #cached-token: 0, token usage: 0.00, #running-req: 0, #queue-req: 0
+[2025-06-27 19:02:11 TP0] Prefill out of memory. Try to lower your batch size.
+Try to allocate 8192 tokens.
+Avaliable tokens: 100
+self.token_to_kv_pool_allocator.available_size()=100
+self.tree_cache.evictable_size()=0
+
+[2025-06-27 19:02:11 TP0] Scheduler hit an exception: Traceback (most recent call last):
+  File "/sglang/srt/managers/scheduler.py", line 2336, in run_scheduler_process
+    scheduler.event_loop_overlap()
+  File "/sglang/srt/managers/schedule_batch.py", line 99, in prepare_for_extend
+    out_cache_loc = self.alloc_token_slots(extend_num_tokens)
+RuntimeError: Prefill out of memory. Try to lower your batch size.
+Try to allocate 8192 tokens.
+Avaliable tokens: 100
+
+[2025-06-27 19:02:11] Received sigquit from a child process. It usually means the child failed.
+"""
+
+CUDA_OOM_DECODE = """\
+[2025-06-27 19:05:11 DP1 TP0] Scheduler hit an exception: Traceback (most recent call last):
+  File "/sglang/srt/managers/scheduler.py", line 2336, in run_scheduler_process
+    scheduler.event_loop_overlap()
+  File "/sglang/srt/model_executor/model_runner.py", line 99, in forward_decode
+    return self.model.forward(x)
+           ^^^^^^^^^^^^^^^^^^^^^
+torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.50 GiB. GPU 0 has a total capacity of 79.10 GiB
+[2025-06-27 19:05:12] INFO:     127.0.0.1:20504 - "POST /v1/completions HTTP/1.1" 200 OK
+[2025-06-27 19:05:12 TP0] Decode batch, #running-req: 1, #token: 2, token usage: 0.00, cuda graph: True, gen throughput (token/s): 1.00, #queue-req: 0
+"""
+
+
+def _events(text: str) -> list[Event]:
+    return list(read_events(text.splitlines(keepends=True)))
+
+
+def test_multiline_prefill_oom_is_one_event_and_the_reraise_is_not_counted_twice() -> None:
+    """The logged OOM is one oom event at its first line; the re-raised traceback refers to it."""
+    events = _events(PREFILL_OOM_THEN_RERAISE)
+    assert [(e.line, e.kind) for e in events] == [(1, "prefill"), (2, "oom"), (8, "error"), (17, "error")]
+    oom = events[1]
+    assert oom.rank == {"tp": 0} and oom.time == "2025-06-27T19:02:11"
+    assert oom.fields["phase"] == "prefill"
+    assert oom.fields["tokens_requested"] == 8192 and oom.fields["tokens_available"] == 100
+    assert oom.fields["message"].splitlines()[0] == "Prefill out of memory. Try to lower your batch size."
+    assert oom.fields["message"].splitlines()[1] == "Try to allocate 8192 tokens."
+    reraise = events[2]
+    assert reraise.fields["same_as_line"] == 2 and reraise.fields["exception"] == "RuntimeError"
+    assert reraise.fields["phase"] == "prefill" and reraise.fields["last_frame"] == "prepare_for_extend"
+
+
+def test_traceback_ending_in_cuda_oom_is_an_oom_classified_by_frames() -> None:
+    """No phase word in a CUDA OOM: the frames (forward_decode) decide; following lines still parse."""
+    events = _events(CUDA_OOM_DECODE)
+    assert [(e.line, e.kind) for e in events] == [(1, "oom"), (9, "decode")]
+    oom = events[0]
+    assert oom.rank == {"dp": 1, "tp": 0}
+    assert oom.fields["phase"] == "decode" and oom.fields["exception"] == "torch.OutOfMemoryError"
+    assert oom.fields["tried_to_allocate_gb"] == 1.5 and oom.fields["error"] == "Scheduler hit an exception"
+
+
+def test_generic_out_of_memory_gets_phase_from_a_later_traceback_frame() -> None:
+    """`Out of memory.` (0.5.4+, no phase) re-raised from alloc_for_decode -> decode."""
+    text = ("Scheduler hit an exception: Traceback (most recent call last):\n"
+            '  File "/s/scheduler.py", line 1, in run_batch\n'
+            '  File "/s/mem_cache/allocation.py", line 2, in alloc_for_decode\n'
+            "RuntimeError: Out of memory. Try to lower your batch size.\n"
+            "Try to allocate 64 tokens.\n"
+            "Available tokens: 3 (available_size=3 + evictable_size=0)\n")
+    (e,) = _events(text)
+    assert (e.kind, e.fields["phase"], e.fields["tokens_requested"], e.fields["tokens_available"]) == (
+        "oom", "decode", 64, 3)
+
+
+def test_v02_controller_traceback_from_the_corpus() -> None:
+    """`Exception in ControllerSingle:` + traceback = one error, decode phase from forward_decode_batch."""
+    with open_input(str(FIXTURES / "033-sglang1087-v02-controller-traceback.log")) as lines:
+        events = list(read_events(lines))
+    assert len(events) == 1
+    e = events[0]
+    assert (e.line, e.kind, e.fields["error"], e.fields["phase"]) == (1, "error", "Exception in ControllerSingle",
+                                                                      "decode")
+    assert e.fields["frames"] == 8
+
+
+def test_capture_line_emits_its_companion_in_order() -> None:
+    """A capture line with batch sizes gives startup_memory then cuda_graph_capture, same line number."""
+    events = _events("x\n[2025-11-22 23:05:07 DP0 TP0 EP0] Capture cuda graph bs [1, 8, 64]\n")
+    assert [(e.line, e.kind) for e in events] == [(2, "startup_memory"), (2, "cuda_graph_capture")]
+    assert events[1].fields["max_bs"] == 64
+
+
+def test_feed_and_flush_for_live_tailing() -> None:
+    """feed() holds an open traceback until a non-continuation line; flush() emits it at the end."""
+    r = EventReader(start_line=10)
+    assert r.feed("[2025-01-01 00:00:00 TP0] Scheduler hit an exception: Traceback (most recent call last):") == []
+    assert r.feed('  File "/x.py", line 3, in forward_extend') == []
+    assert r.feed("ValueError: bad shape") == []
+    assert r.next_line == 13
+    (e,) = r.flush()
+    assert (e.line, e.kind, e.fields["exception"], e.fields["phase"]) == (10, "error", "ValueError", "prefill")
+    assert r.flush() == []
+    assert r.stats.by_kind["error"] == 1
+
+
+def test_runaway_block_is_bounded() -> None:
+    """An endless indented block is cut after a bounded number of lines; memory stays small."""
+    r = EventReader()
+    r.feed("Exception in ControllerSingle:")
+    out: list[Event] = []
+    for _ in range(5000):
+        out.extend(r.feed("    more"))
+    out.extend(r.flush())
+    assert [e.kind for e in out] == ["error"]
+
+
+def test_line_numbers_count_newlines_only_not_carriage_returns() -> None:
+    """\\r inside a line does not shift numbering (corpus file 039 has CR fragments)."""
+    with open_input(str(FIXTURES / "039-gb200-scripts-pd-decode-4dp-cr-progress-noise.log")) as lines:
+        events = list(read_events(lines))
+    by_line = {(e.line, e.kind) for e in events}
+    assert (20, "startup_memory") in by_line and (154, "decode") in by_line and (79, "startup_memory") in by_line
+
+
+def test_phase_from_frames_innermost_wins() -> None:
+    """The innermost frame that names a phase decides."""
+    assert phase_from_frames([("a", "run_batch"), ("b", "forward_extend"), ("c", "replay")]) == "decode"
+    assert phase_from_frames([("sglang/x/prefill_cuda_graph_runner.py", "run")]) == "prefill"
+    assert phase_from_frames([("x", "init_cuda_graphs"), ("y", "capture")]) == "startup"
+    assert phase_from_frames([("x", "main")]) is None

@@ -1,0 +1,78 @@
+"""`sglang-tuning-exporter parse`: JSON lines on stdout, counts on stderr, clear errors."""
+
+from __future__ import annotations
+
+import gzip
+import io
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from sglang_tuning_exporter.cli import main
+
+FIXTURES = Path(__file__).resolve().parent / "fixtures" / "logs"
+SAMPLE = FIXTURES / "037-peakkv-repo-v0518-startup-tail-progressbar.log"
+GOLDEN = FIXTURES / "037-peakkv-repo-v0518-startup-tail-progressbar.parse.jsonl"
+
+
+def test_output_matches_golden(capsys: pytest.CaptureFixture[str], update_golden: bool) -> None:
+    """The JSON lines of a real 0.5.18 log match the reviewed golden file."""
+    assert main(["parse", str(SAMPLE)]) == 0
+    out = capsys.readouterr().out
+    if update_golden:
+        GOLDEN.write_text(out, encoding="utf-8")
+    assert out == GOLDEN.read_text(encoding="utf-8")
+    first = json.loads(out.splitlines()[0])
+    assert list(first) == ["line", "kind", "time", "rank", "fields"]
+
+
+def test_gzip_and_stdin_give_the_same_output(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """`.gz` input and `-` read the same events as the plain file."""
+    raw = SAMPLE.read_bytes()
+    gz = tmp_path / "server.log.gz"
+    gz.write_bytes(gzip.compress(raw))
+    assert main(["parse", str(gz)]) == 0
+    from_gz = capsys.readouterr().out
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(raw)))
+    assert main(["parse", "-"]) == 0
+    from_stdin = capsys.readouterr().out
+    assert from_gz == from_stdin == GOLDEN.read_text(encoding="utf-8")
+
+
+def test_stats_and_kind_filter(capsys: pytest.CaptureFixture[str]) -> None:
+    """--kind keeps one kind; --stats writes the counts on stderr only."""
+    assert main(["parse", str(SAMPLE), "--kind", "decode", "--stats"]) == 0
+    cap = capsys.readouterr()
+    kinds = {json.loads(line)["kind"] for line in cap.out.splitlines()}
+    assert kinds == {"decode"} and len(cap.out.splitlines()) == 7
+    assert "47 lines, 24 events" in cap.err and "decode=7" in cap.err and "unparsed=0" in cap.err
+
+
+def test_unparsed_lines_are_reported_even_without_stats(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A recognised head that cannot be read is announced on stderr, never dropped silently."""
+    log = tmp_path / "x.log"
+    log.write_text("[2025-01-01 00:00:00 TP0] Decode batch, nonsense\n")
+    assert main(["parse", str(log)]) == 0
+    cap = capsys.readouterr()
+    assert cap.out == "" and "1 line(s) with a recognised head could not be parsed (first at line 1)" in cap.err
+
+
+def test_missing_file_exit_1_without_traceback(tmp_path: Path) -> None:
+    """A missing file: one clear line on stderr, exit status 1, no Python traceback."""
+    proc = subprocess.run([sys.executable, "-m", "sglang_tuning_exporter", "parse", str(tmp_path / "nope.log")],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 1
+    assert "no such file" in proc.stderr and "Traceback" not in proc.stderr
+    assert proc.stdout == ""
+
+
+def test_binary_garbage_input_does_not_crash(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Random bytes are read, nothing is recognised, exit 0."""
+    junk = tmp_path / "junk.bin"
+    junk.write_bytes(bytes(range(256)) * 64 + b"\n\x00\xff Decode batch, #running-req: \xff\n")
+    assert main(["parse", str(junk), "--stats"]) == 0
+    assert "lines" in capsys.readouterr().err
