@@ -76,6 +76,15 @@ def test_invalid_release_label_is_a_clear_error(bad: str) -> None:
         render_kubernetes.generate(TABLE, GROUPS, release_label=bad)
 
 
+def test_service_monitor_jobs_follow_the_render_options() -> None:
+    """The jobs the rules match (render options) are the jobs the ServiceMonitor sets."""
+    render_rules = pytest.importorskip("sglang_tuning_exporter.render_rules")
+    opts = render_rules.RenderOptions(exporter_job="tuning", sglang_job="")
+    (mon,) = _by_kind(render_kubernetes.generate(TABLE, GROUPS, options=opts))["ServiceMonitor"]
+    jobs = {e["port"]: e["relabelings"][0]["replacement"] for e in mon["spec"]["endpoints"]}
+    assert jobs == {"tuning-metrics": "tuning", "http": "sglang"}
+
+
 def test_rule_groups_must_have_name_and_rules() -> None:
     """A malformed rule group is rejected before rendering."""
     with pytest.raises(ValueError, match="name"):

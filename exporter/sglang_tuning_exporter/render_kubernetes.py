@@ -16,6 +16,7 @@ import yaml
 
 from . import __version__, render_dashboards
 from .checks import CheckTable
+from .render_rules import RenderOptions
 
 OUT_DIR = "deploy/kubernetes"
 APP = "sglang"
@@ -82,8 +83,8 @@ def service() -> Json:
                                {"name": "tuning-metrics", "port": EXPORTER_PORT, "targetPort": "tuning-metrics"}]}}
 
 
-def service_monitor(release_label: str) -> Json:
-    """Scrapes both ports; job names match the compose stack so rules and dashboards see the same labels."""
+def service_monitor(release_label: str, exporter_job: str = EXPORTER_JOB, sglang_job: str = SGLANG_JOB) -> Json:
+    """Scrapes both ports; job names are the ones the rules match (as in the compose stack)."""
     def endpoint(port: str, job: str) -> Json:
         return {"port": port, "path": "/metrics", "interval": "15s",
                 "relabelings": [{"targetLabel": "job", "replacement": job, "action": "replace"}]}
@@ -91,7 +92,7 @@ def service_monitor(release_label: str) -> Json:
             "metadata": _meta(APP, "monitoring", {"release": release_label}),
             "spec": {"selector": {"matchLabels": {"app.kubernetes.io/name": APP,
                                                   "app.kubernetes.io/component": "server"}},
-                     "endpoints": [endpoint("tuning-metrics", EXPORTER_JOB), endpoint("http", SGLANG_JOB)]}}
+                     "endpoints": [endpoint("tuning-metrics", exporter_job), endpoint("http", sglang_job)]}}
 
 
 def deployment(sglang_image: str, exporter_image: str) -> Json:
@@ -162,8 +163,12 @@ def kustomization(files: Sequence[str]) -> Json:
 
 def generate(table: CheckTable, rule_groups: Sequence[Mapping[str, Any]],
              release_label: str = DEFAULT_RELEASE, *, sglang_image: str = SGLANG_IMAGE,
-             exporter_image: str = EXPORTER_IMAGE, profile: str | None = None) -> dict[str, str]:
-    """All manifests as `{relative path: YAML text}`; raises ValueError on an invalid release label."""
+             exporter_image: str = EXPORTER_IMAGE, profile: str | None = None,
+             options: RenderOptions | None = None) -> dict[str, str]:
+    """All manifests as `{relative path: YAML text}`; raises ValueError on an invalid release label.
+
+    `options` (render_rules') supplies the job names the rules match; an empty one keeps ours.
+    """
     if not release_label or not _LABEL_VALUE.match(release_label):
         raise ValueError(f"release label {release_label!r} is not a valid Kubernetes label value")
     for group in rule_groups:
@@ -171,7 +176,9 @@ def generate(table: CheckTable, rule_groups: Sequence[Mapping[str, Any]],
             raise ValueError("every rule group needs `name` and `rules`")
     files = {
         "prometheusrule.yaml": dump(prometheus_rule(rule_groups, release_label)),
-        "servicemonitor.yaml": dump(service_monitor(release_label)),
+        "servicemonitor.yaml": dump(service_monitor(
+            release_label, (options.exporter_job if options else "") or EXPORTER_JOB,
+            (options.sglang_job if options else "") or SGLANG_JOB)),
         "service.yaml": dump(service()),
         "deployment.yaml": dump(deployment(sglang_image, exporter_image)),
         "dashboards-configmap.yaml": dump(*dashboard_config_maps(table, profile)),
