@@ -75,6 +75,7 @@ def test_sidecar_is_built_here_and_reads_the_shared_log() -> None:
     assert "--sglang.log-file=/logs/sglang.log" in command
     assert "sglang-logs:/logs:ro" in sidecar["volumes"]
     assert "127.0.0.1:9470:9470" in sidecar["ports"]
+    assert "http://127.0.0.1:9470/-/healthy" in " ".join(sidecar["healthcheck"]["test"])
 
 
 def test_sglang_service_reserves_gpus_enables_metrics_and_tees_its_log() -> None:
