@@ -101,6 +101,7 @@ def test_demo_replays_the_recorded_log_into_the_shared_volume() -> None:
     assert "./deploy/demo/replay.py:/demo/replay.py:ro" in replay["volumes"]
     assert "sglang-logs:/logs" in replay["volumes"]
     assert "--output=/logs/sglang.log" in replay["command"]
+    assert replay["user"] == "0:0"  # the named volume is root-owned; the image's user could not write
 
 
 def test_named_volumes_declared_and_ports_on_loopback() -> None:
