@@ -165,9 +165,10 @@ def _evaluate_one(c: Check, sig: Mapping[str, float | None], rank: Rank, args: M
     if status == "ok":
         return make("ok", f"{c.title}: ok", f"{measured}; fires at {c.comparison} {_fmt(threshold)}")
     flag, s = suggest(c, sig, args, version, workload)
-    shown = _pct if c.signal.endswith("_ratio") and c.signal != "cuda_graph_ceiling_ratio" else _fmt
+    shown = _pct if c.signal.endswith("_ratio") else _fmt
     fields = {"value": shown(value), "threshold": shown(threshold), "window": _window_text(window_s),
-              "flag": flag or "", "suggested": _fmt(s.suggested), "current": _fmt(s.current),
+              "flag": flag or "", "suggested": _fmt(s.suggested),
+              "current": "its current value" if s.current is None else _fmt(s.current),
               "rank": _rank_text(rank), "band_low": _fmt(band[0]), "band_high": _fmt(band[1])}
     try:
         description = c.description.format(**fields)
@@ -218,7 +219,8 @@ def aggregate_signals(signals: RankSignals) -> dict[str, float | None]:
     return out
 
 
-def _time_text(t: Any) -> Any:
+def time_text(t: Any) -> Any:
+    """Epoch seconds -> ISO UTC; seconds of day -> HH:MM:SS; anything else unchanged."""
     if isinstance(t, (int, float)) and not isinstance(t, bool):
         if t > 1e8:  # epoch seconds
             return _dt.datetime.fromtimestamp(float(t), _dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
@@ -250,7 +252,7 @@ def findings_document(*, findings: list[Finding], signals: RankSignals, server: 
     doc: dict[str, Any] = {
         "profile": prof, "workload": workload or "throughput",
         "server": {"version": server.version, "args": _jsonable(dict(server.args))},
-        "window": {"start": _time_text(start), "end": _time_text(end)},
+        "window": {"start": time_text(start), "end": time_text(end)},
         "signals": {k: _jsonable(v) for k, v in sorted(aggregate_signals(signals).items())},
         "signals_by_rank": [{"rank": r.as_dict(), "signals": {k: _jsonable(v) for k, v in sorted(s.items())}}
                             for r, s in sorted(signals.items())],

@@ -99,6 +99,12 @@ class EventConverter:
         self.last_time = t if self.last_time is None else max(self.last_time, t)
         return t
 
+    def note_time(self, t: float) -> None:
+        """A later time seen elsewhere (e.g. a fast-path line): following untimed events inherit it."""
+        if self._last_t is None or t > self._last_t:
+            self._last_t = t
+        self.last_time = t if self.last_time is None else max(self.last_time, t)
+
     def convert(self, e: Event) -> list[Observation]:
         """The observations one event yields (updates the server state when bound)."""
         if self.server is not None:

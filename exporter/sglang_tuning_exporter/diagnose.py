@@ -1,0 +1,634 @@
+"""`diagnose FILE...|-`: read whole SGLang logs offline and print the guide's findings.
+
+Pipeline: lines -> (fast path for dated Decode/Prefill lines | the multi-line event reader) ->
+per-rank time buckets + events -> signals window -> advisor, evaluated on consecutive windows
+of the log's own time; each (check, rank) reports its worst window.  Large plain files are split
+at line boundaries and scanned in a process pool, merged in order; memory stays flat in log size.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import math
+import multiprocessing
+import os
+import re
+import sys
+import time
+from collections import Counter
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+from . import diagnose_formats
+from .advisor import aggregate_signals, evaluate, findings_document, time_text, window_for
+from .checks import CheckTable, TableError, load_table
+from .config import Config, ConfigError, load_config, parse_server_arg_overrides
+from .events import Event
+from .flags import add_flag, add_guide_flags
+from .logreader import EventReader
+from .model import Finding, Rank, ServerState
+from .observations import EventConverter
+from .signals import Bucket, Window
+from .tail import InputError, open_input
+from .timeparse import event_seconds
+
+HELP = "diagnose whole SGLang logs offline (plain, .gz or -) and print the tuning guide's findings"
+EXIT_OK, EXIT_RUNTIME, EXIT_USAGE, EXIT_FINDINGS = 0, 1, 2, 3
+FORMATS = ("text", "json", "markdown", "html")
+BUCKETS_PER_WINDOW = 20  # bucket width = window / 20 (30 s for the default 10 min)
+BATCH_LINES = 20000  # lines per in-process batch (stdin, .gz, small files)
+PARALLEL_MIN_BYTES = 16 << 20  # plain files at least this big are scanned in a process pool
+CHUNK_BYTES = 8 << 20
+MAX_SERIES_POINTS = 1500  # chart points kept per series (halved when exceeded)
+PROGRESS_MIN_BYTES = 64 << 20
+_WORSE = {"unknown": 0, "ok": 1, "warning": 2, "critical": 3}
+
+# --- fast path ---------------------------------------------------------------------------------
+# `[2025-01-12 10:11:12(.123)? DP0 TP0] Decode batch...`: the commonest line of a busy log.
+_STAMP = re.compile(r"(\d{4})-(\d\d)-(\d\d) (\d\d):(\d\d):(\d\d)(\.\d+)?((?: [A-Z_]+\d+)*) ?$")
+_TAG = re.compile(r" ([A-Z_]+?)(\d+)")
+_USAGES = ("token usage", "full token usage", "swa token usage", "mamba usage")
+_GRAPHS = ("cuda graph", "npu graph", "cpu graph", "musa graph")
+_STAMP_CACHE_MAX = 4096
+
+
+@dataclass(slots=True)
+class ChunkResult:
+    """What scanning a run of lines produced (picklable; sent back from workers)."""
+
+    lines: int = 0
+    fast: int = 0
+    buckets: dict[tuple[int | None, int | None, float], Bucket] = field(default_factory=dict)
+    rank_span: dict[tuple[int | None, int | None], list[float]] = field(default_factory=dict)
+    events: list[Event] = field(default_factory=list)
+    by_kind: Counter[str] = field(default_factory=Counter)
+    unparsed: int = 0
+    first_t: float | None = None
+    last_t: float | None = None
+    nul_lines: int = 0
+    sglang_lines: int = 0  # lines that were events or fast-path samples
+
+
+def _parse_stamp(stamp: str) -> tuple[float, int | None, int | None, str] | None:
+    m = _STAMP.match(stamp)
+    if m is None:
+        return None
+    iso = f"{m.group(1)}-{m.group(2)}-{m.group(3)}T{m.group(4)}:{m.group(5)}:{m.group(6)}{m.group(7) or ''}"
+    t = event_seconds(iso)
+    if t is None:
+        return None
+    dp = pp = None
+    for name, num in _TAG.findall(m.group(8)):
+        if name == "DP":
+            dp = int(num)
+        elif name == "PP":
+            pp = int(num)
+    return t, dp, pp, iso
+
+
+class Scanner:
+    """Scans lines into buckets (fast path) and events (everything else), one chunk at a time."""
+
+    def __init__(self, resolution_s: float, usage_good: float, *, fast: bool = True) -> None:
+        self.use_fast = fast  # False: every line goes through the full parser (tests compare both)
+        self.res = resolution_s
+        self.usage_good = usage_good
+        self._stamps: dict[str, tuple[float, int | None, int | None, str] | None] = {}
+        self._last_iso: str | None = None
+
+    def _stamp(self, line: str, p: int) -> tuple[float, int | None, int | None, str] | None:
+        lb = line.rfind("[", 0, p)
+        if lb < 0:
+            return None
+        stamp = line[lb + 1:p]
+        cache = self._stamps
+        hit = cache.get(stamp, False)
+        if hit is False:
+            if len(cache) >= _STAMP_CACHE_MAX:
+                cache.clear()
+            hit = cache[stamp] = _parse_stamp(stamp)
+        return hit  # type: ignore[return-value]
+
+    @staticmethod
+    def _pairs(body: str) -> dict[str, str]:
+        out: dict[str, str] = {}
+        for piece in body.split(", "):
+            k, sep, v = piece.partition(": ")
+            if sep:
+                out[k] = v
+        return out
+
+    def _fast(self, line: str, res: ChunkResult, reader_idle: bool) -> bool:
+        if not reader_idle or not self.use_fast:
+            return False
+        p = line.find("] Decode batch")
+        decode = p >= 0
+        if not decode:
+            p = line.find("] Prefill batch")
+            if p < 0:
+                return False
+        st = self._stamp(line, p)
+        if st is None:
+            return False
+        head = "#running-req:" if decode else "#new-seq:"
+        i = line.find(head, p)
+        if i < 0:
+            return False
+        f = self._pairs(line[i:])
+        try:
+            queue = float(f["#queue-req"]) if "#queue-req" in f else None
+            running = float(f["#running-req"]) if "#running-req" in f else None
+            usage: float | None = None
+            for k in _USAGES:
+                if k in f:
+                    u = float(f[k])
+                    usage = u if usage is None or k == "token usage" else max(usage, u)
+            graph: float | None = None
+            for k in _GRAPHS:
+                if k in f:
+                    g = f[k].strip()
+                    if g not in ("True", "False"):
+                        return False
+                    graph = 1.0 if g == "True" else 0.0
+                    break
+            tp_raw = f.get("gen throughput (token/s)")
+            throughput = float(tp_raw) if tp_raw is not None else None
+            new = float(f["#new-token"]) if not decode and "#new-token" in f else None
+            cached = float(f["#cached-token"]) if not decode and "#cached-token" in f else None
+        except ValueError:
+            return False  # odd value: let the full parser decide
+        t, dp, pp, _iso = st
+        start = math.floor(t / self.res) * self.res
+        key = (dp, pp, start)
+        b = res.buckets.get(key)
+        if b is None:
+            b = res.buckets[key] = Bucket()
+        if decode:
+            b.decode.add(queue, running, usage, graph, throughput, self.usage_good)
+        else:
+            b.prefill.add(queue, running, usage, None, None, self.usage_good)
+            if new is not None:
+                b.prefill_new += new
+                b.prefill_n += 1
+            if cached is not None:
+                b.prefill_cached += cached
+        span = res.rank_span.get((dp, pp))
+        if span is None:
+            res.rank_span[(dp, pp)] = [t, t]
+        else:
+            if t < span[0]:
+                span[0] = t
+            if t > span[1]:
+                span[1] = t
+        if res.first_t is None or t < res.first_t:
+            res.first_t = t
+        if res.last_t is None or t > res.last_t:
+            res.last_t = t
+        self._last_iso = _iso
+        return True
+
+    def scan(self, lines: Iterable[str]) -> ChunkResult:
+        """Scan lines (line numbers relative: the first is 1)."""
+        res = ChunkResult()
+        reader = EventReader(1)
+        self._last_iso = None
+        events = res.events
+        fast = self._fast
+        n = 0
+        for line in lines:
+            n += 1
+            # The reader numbers lines itself; a fast-path line skips it but must keep the count.
+            if fast(line, res, reader._block is None):
+                reader._next += 1
+                res.fast += 1
+                continue
+            if "\x00" in line:
+                res.nul_lines += 1
+            out = reader.feed(line)
+            if out:
+                for e in out:
+                    events.append(self._timed(e, res))
+        for e in reader.flush():
+            events.append(self._timed(e, res))
+        res.lines = n
+        res.by_kind = Counter(reader.stats.by_kind)
+        res.by_kind["decode"] += 0
+        res.unparsed = reader.stats.unparsed
+        res.sglang_lines = res.fast + len(events)
+        return res
+
+    def _timed(self, e: Event, res: ChunkResult) -> Event:
+        t = event_seconds(e.time)
+        if t is not None:
+            if e.time and "T" in e.time:
+                self._last_iso = e.time
+            if res.first_t is None or t < res.first_t:
+                res.first_t = t
+            if res.last_t is None or t > res.last_t:
+                res.last_t = t
+            return e
+        if e.time is None and self._last_iso is not None:
+            return dataclasses.replace(e, time=self._last_iso)
+        return e
+
+
+def _scan_range(job: tuple[str, int, int, float, float]) -> ChunkResult:
+    """Worker: scan bytes [start, end) of a plain file."""
+    path, start, end, res_s, usage_good = job
+    with open(path, "rb") as fh:
+        fh.seek(start)
+        data = fh.read(end - start)
+    text = data.decode("utf-8", errors="replace")
+    lines = text.split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    return Scanner(res_s, usage_good).scan(lines)
+
+
+def split_points(path: str, size: int, chunk: int) -> list[tuple[int, int]]:
+    """Byte ranges of about `chunk` bytes, each starting at a line start (a `[` record head when
+    one is near, so multi-line tracebacks are not cut)."""
+    ranges: list[tuple[int, int]] = []
+    start = 0
+    with open(path, "rb") as fh:
+        while start < size:
+            nominal = start + chunk
+            if nominal >= size:
+                ranges.append((start, size))
+                break
+            fh.seek(nominal)
+            probe = fh.read(1 << 20)
+            nl = probe.find(b"\n")
+            if nl < 0:
+                ranges.append((start, size))
+                break
+            cut = nl + 1
+            head = probe.find(b"\n[", nl)
+            if head >= 0 and head - nl < (256 << 10):
+                cut = head + 1
+            end = nominal + cut
+            ranges.append((start, end))
+            start = end
+    return ranges
+
+
+# --- the per-file pipeline ----------------------------------------------------------------------
+@dataclass
+class Series:
+    """A chart series: (time, value) points, decimated to stay small."""
+
+    name: str
+    points: list[tuple[float, float]] = field(default_factory=list)
+
+    def add(self, t: float, v: float | None) -> None:
+        """Append a point (None is skipped)."""
+        if v is None or not math.isfinite(v):
+            return
+        self.points.append((t, v))
+        if len(self.points) > MAX_SERIES_POINTS:
+            self.points = self.points[::2]
+
+
+@dataclass
+class FileDiagnosis:
+    """The outcome for one input."""
+
+    source: str
+    document: dict[str, Any] = field(default_factory=dict)
+    findings: list[Finding] = field(default_factory=list)
+    error: str | None = None
+    lines: int = 0
+    events: int = 0
+    fast_lines: int = 0
+    unparsed: int = 0
+    synthetic_time: bool = False
+    evaluations: int = 0
+    series: dict[str, Series] = field(default_factory=dict)
+    elapsed_s: float = 0.0
+
+
+class Diagnosis:
+    """Merges chunk results in order and evaluates the guide window by window."""
+
+    def __init__(self, table: CheckTable, cfg: Config, profile: str, workload: str,
+                 server_overrides: dict[str, Any]) -> None:
+        self.table, self.cfg, self.profile, self.workload = table, cfg, profile, workload
+        self.server = ServerState()
+        self.overrides = server_overrides
+        self.step = cfg.window_s
+        self.res = cfg.window_s / BUCKETS_PER_WINDOW
+        self.window: Window = window_for(table, profile, cfg, expire_s=math.inf)
+        self.window.resolution_s = self.res
+        self.conv = EventConverter(server=self.server)
+        self.line_offset = 0
+        self.next_eval: float | None = None
+        self.first_t: float | None = None
+        self.last_t: float | None = None
+        self.worst: dict[tuple[str, tuple[Any, ...]], tuple[Finding, float, float]] = {}
+        self.last_signals: dict[Rank, dict[str, float | None]] = {}
+        self.evaluations = 0
+        self.lines = self.events = self.fast = self.unparsed = self.sglang = self.nul = 0
+        self.series = {k: Series(k) for k in ("queue_p50", "token_usage_mean", "retractions_per_minute",
+                                              "decode_batch_p90", "cuda_graph_miss_ratio")}
+
+    def _see(self, t: float) -> None:
+        if self.first_t is None or t < self.first_t:
+            self.first_t = t
+        if self.last_t is None or t > self.last_t:
+            self.last_t = t
+
+    def _evaluate(self, now: float) -> None:
+        server = self.server
+        if self.overrides:
+            server = ServerState(server.version, {**server.args, **self.overrides}, server.model_name)
+        sig = self.window.signals(now)
+        self.last_signals = sig
+        self.evaluations += 1
+        start = now - self.window.length_s
+        for f in evaluate(self.table, sig, server, profile=self.profile, workload=self.workload, config=self.cfg):
+            key = (f.check, tuple(sorted(f.rank.items())))
+            cur = self.worst.get(key)
+            if cur is None or _WORSE[f.status] >= _WORSE[cur[0].status]:
+                self.worst[key] = (f, start, now)
+        agg = aggregate_signals(sig)
+        for name, s in self.series.items():
+            s.add(now, agg.get(name))
+
+    def _advance(self, t: float) -> None:
+        if self.next_eval is None:
+            self.next_eval = (math.floor(t / self.step) + 1) * self.step
+            return
+        while t >= self.next_eval:
+            self._evaluate(self.next_eval)
+            self.next_eval += self.step
+
+    def add_chunk(self, chunk: ChunkResult) -> None:
+        """Merge one chunk (in file order)."""
+        off = self.line_offset
+        items: list[tuple[float, int, Any]] = []
+        for e in chunk.events:
+            if off:
+                e = dataclasses.replace(e, line=e.line + off)
+            for o in self.conv.convert(e):
+                items.append((o.time, 0, o))
+        for (dp, pp, start), b in chunk.buckets.items():
+            items.append((start, 1, (Rank(dp=dp, pp=pp), start, b)))
+        items.sort(key=lambda x: x[0])
+        for t, kind, payload in items:
+            self._advance(t)
+            if kind == 0:
+                self.window.add(payload)
+                self._see(t)
+            else:
+                rank, start, b = payload
+                span = chunk.rank_span.get((rank.dp, rank.pp))
+                self.window.add_bucket(rank, start, b, first=span[0] if span else None,
+                                       last=span[1] if span else None)
+        if chunk.first_t is not None:
+            self._see(chunk.first_t)
+        if chunk.last_t is not None:
+            self._see(chunk.last_t)
+            self.conv.note_time(chunk.last_t)
+        self.line_offset += chunk.lines
+        self.lines += chunk.lines
+        self.events += len(chunk.events)
+        self.fast += chunk.fast
+        self.unparsed += chunk.unparsed
+        self.sglang += chunk.sglang_lines
+        self.nul += chunk.nul_lines
+
+    def finish(self, source: str) -> FileDiagnosis:
+        """Evaluate the last (partial) window and build the document."""
+        end = self.last_t if self.last_t is not None else 0.0
+        self._evaluate(end + 1e-6)
+        order = {c.id: i for i, c in enumerate(self.table.checks)}
+        entries = sorted(self.worst.values(), key=lambda x: (tuple(sorted(x[0].rank.items())), order.get(x[0].check, 0)))
+        findings = [f for f, _, _ in entries]
+        server = self.server
+        if self.overrides:
+            server = ServerState(server.version, {**server.args, **self.overrides}, server.model_name)
+        doc = findings_document(findings=findings, signals=self.last_signals, server=server, profile=self.profile,
+                                workload=self.workload, window=(self.first_t, self.last_t), table=self.table)
+        for fd, (_, ws, we) in zip(doc["findings"], entries, strict=True):
+            fd["window"] = {"start": _iso(max(ws, self.first_t or ws)), "end": _iso(min(we, end))}
+        doc["source"] = source
+        doc["input"] = {"lines": self.lines, "events": self.events, "fast_path_lines": self.fast,
+                        "unparsed": self.unparsed, "evaluations": self.evaluations,
+                        "time_from_line_order": self.conv.synthetic_time,
+                        "window_s": self.cfg.window_s}
+        return FileDiagnosis(source=source, document=doc, findings=findings, lines=self.lines, events=self.events,
+                             fast_lines=self.fast, unparsed=self.unparsed, synthetic_time=self.conv.synthetic_time,
+                             evaluations=self.evaluations, series=self.series)
+
+
+def _iso(t: float | None) -> Any:
+    return time_text(t)
+
+
+# --- reading ------------------------------------------------------------------------------------
+class Progress:
+    """A one-line progress bar on stderr (only when it is a terminal and the input is large)."""
+
+    def __init__(self, total: int, label: str, stream: IO[str], enabled: bool) -> None:
+        self.total, self.label, self.stream, self.enabled = total, label, stream, enabled
+        self._last = 0.0
+
+    def update(self, done: int) -> None:
+        """Redraw at most ten times a second."""
+        if not self.enabled or self.total <= 0:
+            return
+        now = time.monotonic()
+        if now - self._last < 0.1 and done < self.total:
+            return
+        self._last = now
+        frac = min(1.0, done / self.total)
+        bar = "#" * int(frac * 30)
+        self.stream.write(f"\r{self.label} [{bar:<30}] {frac * 100:5.1f}%")
+        self.stream.flush()
+
+    def close(self) -> None:
+        """Clear the line."""
+        if self.enabled:
+            self.stream.write("\r" + " " * (len(self.label) + 42) + "\r")
+            self.stream.flush()
+
+
+def _batches(lines: Iterable[str], size: int) -> Iterator[list[str]]:
+    batch: list[str] = []
+    for line in lines:
+        batch.append(line)
+        if len(batch) >= size:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
+
+
+def _looks_binary(path: str) -> bool:
+    with open(path, "rb") as fh:
+        head = fh.read(8192)
+    if head[:2] == b"\x1f\x8b":
+        return False
+    return b"\x00" in head
+
+
+def diagnose_source(source: str, table: CheckTable, cfg: Config, profile: str, workload: str,
+                    server_overrides: dict[str, Any], *, jobs: int | None = None,
+                    progress_stream: IO[str] | None = None) -> FileDiagnosis:
+    """Diagnose one input (path or '-'); errors are returned in `error`, never raised."""
+    t0 = time.perf_counter()
+    d = Diagnosis(table, cfg, profile, workload, server_overrides)
+    stream = progress_stream if progress_stream is not None else sys.stderr
+    try:
+        size = 0
+        if source != "-":
+            if os.path.isdir(source):
+                raise InputError(f"{source}: is a directory, not a log file")
+            if not os.path.exists(source):
+                raise InputError(f"{source}: no such file")
+            size = os.path.getsize(source)
+            if _looks_binary(source):
+                raise InputError(f"{source}: binary data, not a text log")
+        tty = bool(getattr(stream, "isatty", lambda: False)())
+        progress = Progress(size, os.path.basename(source), stream, tty and size >= PROGRESS_MIN_BYTES)
+        workers = jobs if jobs is not None else (os.cpu_count() or 1)
+        plain = source != "-" and not _is_gzip(source)
+        if plain and size >= PARALLEL_MIN_BYTES and workers > 1:
+            _run_parallel(source, size, d, workers, progress)
+        else:
+            _run_sequential(source, d, progress)
+        progress.close()
+    except InputError as exc:
+        return FileDiagnosis(source=source, error=str(exc), elapsed_s=time.perf_counter() - t0)
+    except (OSError, EOFError) as exc:
+        return FileDiagnosis(source=source, error=f"{source}: read failed: {exc}", elapsed_s=time.perf_counter() - t0)
+    if d.lines == 0:
+        return FileDiagnosis(source=source, error=f"{source}: empty input (no lines)", lines=0,
+                             elapsed_s=time.perf_counter() - t0)
+    if d.nul * 2 > d.lines:
+        return FileDiagnosis(source=source, error=f"{source}: binary data, not a text log", lines=d.lines,
+                             elapsed_s=time.perf_counter() - t0)
+    if d.sglang == 0:
+        return FileDiagnosis(source=source, error=f"{source}: no SGLang log lines found in {d.lines} lines",
+                             lines=d.lines, elapsed_s=time.perf_counter() - t0)
+    out = d.finish(source)
+    out.elapsed_s = time.perf_counter() - t0
+    return out
+
+
+def _is_gzip(path: str) -> bool:
+    with open(path, "rb") as fh:
+        return fh.read(2) == b"\x1f\x8b"
+
+
+def _run_sequential(source: str, d: Diagnosis, progress: Progress) -> None:
+    scanner = Scanner(d.res, d.cfg.usage_good)
+    with open_input(source) as inp:
+        done = 0
+        for batch in _batches(inp, BATCH_LINES):
+            d.add_chunk(scanner.scan(batch))
+            done += sum(len(x) + 1 for x in batch)
+            progress.update(done)
+
+
+def _run_parallel(source: str, size: int, d: Diagnosis, workers: int, progress: Progress) -> None:
+    chunk = max(1 << 20, min(CHUNK_BYTES, size // (workers * 4) or CHUNK_BYTES))
+    ranges = split_points(source, size, chunk)
+    jobs = [(source, a, b, d.res, d.cfg.usage_good) for a, b in ranges]
+    methods = multiprocessing.get_all_start_methods()
+    ctx = multiprocessing.get_context("fork" if "fork" in methods else "spawn")
+    with ctx.Pool(workers) as pool:
+        for (_, end), res in zip(ranges, pool.imap(_scan_range, jobs), strict=True):
+            d.add_chunk(res)
+            progress.update(end)
+
+
+# --- command ------------------------------------------------------------------------------------
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The diagnose flags."""
+    parser.add_argument("files", nargs="+", metavar="FILE", help="SGLang log files (plain or .gz), or - for stdin")
+    add_flag(parser, "--format", default="text", choices=FORMATS, help="output format")
+    add_flag(parser, "--fail-on", default=None, choices=("warning", "critical"),
+             help="exit 3 when a finding at or above this level is present (for CI)")
+    add_flag(parser, "--output", default=None, metavar="FILE", help="write the report here instead of stdout")
+    add_flag(parser, "--jobs", default=None, type=int, metavar="N",
+             help="worker processes for large plain files (default: every core)")
+    add_flag(parser, "--color", default="auto", choices=("auto", "always", "never"),
+             help="colour the text table (auto: only on a terminal)")
+    add_guide_flags(parser)
+
+
+def _setup(args: argparse.Namespace) -> tuple[CheckTable, Config, str, str, dict[str, Any]]:
+    problems: list[str] = []
+    try:
+        table = load_table()
+    except TableError as exc:
+        raise ConfigError(exc.problems) from None
+    cfg = Config()
+    try:
+        cfg = load_config(args.config, table)
+    except ConfigError as exc:
+        problems.extend(exc.problems)
+    profile = args.guide_profile or cfg.guide_profile or table.default_profile()
+    if profile not in table.profiles:
+        problems.append(f"--guide-profile: unknown profile {profile!r} (known: {', '.join(table.profiles)})")
+    workload = args.workload if args.workload != "throughput" or not cfg.workload else cfg.workload
+    overrides, arg_problems = parse_server_arg_overrides(list(args.server_arg or []))
+    problems.extend(arg_problems)
+    if args.jobs is not None and args.jobs < 1:
+        problems.append("--jobs: must be at least 1")
+    if problems:
+        raise ConfigError(problems)
+    return table, cfg, profile, workload, {**cfg.server_args, **overrides}
+
+
+def run(args: argparse.Namespace, *, stdout: IO[str] | None = None, stderr: IO[str] | None = None) -> int:
+    """Run diagnose; exit status per interfaces.md (0 ok, 1 runtime, 2 usage, 3 --fail-on)."""
+    out = stdout if stdout is not None else sys.stdout
+    err = stderr if stderr is not None else sys.stderr
+    try:
+        table, cfg, profile, workload, overrides = _setup(args)
+    except ConfigError as exc:
+        err.write("sglang-tuning-exporter diagnose: configuration error:\n")
+        for p in exc.problems:
+            err.write(f"  - {p}\n")
+        return EXIT_USAGE
+    if args.files.count("-") > 1:
+        err.write("sglang-tuning-exporter diagnose: stdin (-) can be read only once\n")
+        return EXIT_USAGE
+    results: list[FileDiagnosis] = []
+    for source in args.files:
+        results.append(diagnose_source(source, table, cfg, profile, workload, overrides, jobs=args.jobs,
+                                       progress_stream=err))
+    failed = [r for r in results if r.error]
+    for r in failed:
+        err.write(f"sglang-tuning-exporter diagnose: {r.error}\n")
+    good = [r for r in results if not r.error]
+    if good:
+        color = args.color == "always" or (args.color == "auto" and args.output is None
+                                           and bool(getattr(out, "isatty", lambda: False)()))
+        text = diagnose_formats.render(good, args.format, table=table, color=color)
+        if args.output:
+            try:
+                Path(args.output).write_text(text, encoding="utf-8")
+            except OSError as exc:
+                err.write(f"sglang-tuning-exporter diagnose: cannot write {args.output}: {exc.strerror or exc}\n")
+                return EXIT_RUNTIME
+        else:
+            out.write(text)
+            if not text.endswith("\n"):
+                out.write("\n")
+    if failed:
+        return EXIT_RUNTIME
+    if args.fail_on:
+        level = _WORSE[args.fail_on]
+        if any(_WORSE[f.status] >= level for r in good for f in r.findings):
+            return EXIT_FINDINGS
+    return EXIT_OK
+
+
+__all__ = ["HELP", "ChunkResult", "Diagnosis", "FileDiagnosis", "Scanner", "add_arguments", "diagnose_source",
+           "run", "split_points"]
