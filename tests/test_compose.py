@@ -57,25 +57,36 @@ def test_every_image_is_pinned_to_a_version() -> None:
 
 
 def test_profiles_select_the_log_source() -> None:
-    """The monitoring services always run; SGLang needs `gpu`, the replayer `demo`."""
-    assert "profiles" not in SERVICES["prometheus"]
-    assert "profiles" not in SERVICES["sidecar"]
+    """Monitoring always runs; `gpu` adds SGLang and the scraping sidecar, `demo` the replayer and a
+    log-only sidecar reachable under the same name."""
+    for name in ("prometheus", "alertmanager", "grafana"):
+        assert "profiles" not in SERVICES[name]
     assert SERVICES["sglang"]["profiles"] == ["gpu"]
+    assert SERVICES["sidecar"]["profiles"] == ["gpu"]
     assert SERVICES["replay"]["profiles"] == ["demo"]
+    assert SERVICES["sidecar-demo"]["profiles"] == ["demo"]
+    assert SERVICES["sidecar-demo"]["networks"]["default"]["aliases"] == ["sidecar"]
+    assert SERVICES["replay"]["depends_on"] == ["sidecar-demo"]
 
 
-def test_sidecar_is_built_here_and_reads_the_shared_log() -> None:
+@pytest.mark.parametrize("name", ["sidecar", "sidecar-demo"])
+def test_sidecar_is_built_here_and_reads_the_shared_log(name: str) -> None:
     """The sidecar builds from ./Dockerfile, listens on 9470 and tails the log volume read-only."""
-    sidecar = SERVICES["sidecar"]
+    sidecar = SERVICES[name]
     assert sidecar["build"] == {"context": ".", "dockerfile": "Dockerfile"}
     command = sidecar["command"]
     assert command[0] == "serve"
     assert "--web.listen-address=:9470" in command
-    assert "--sglang.url=http://sglang:30000" in command
     assert "--sglang.log-file=/logs/sglang.log" in command
     assert "sglang-logs:/logs:ro" in sidecar["volumes"]
     assert "127.0.0.1:9470:9470" in sidecar["ports"]
     assert "http://127.0.0.1:9470/-/healthy" in " ".join(sidecar["healthcheck"]["test"])
+
+
+def test_only_the_gpu_sidecar_scrapes_sglang() -> None:
+    """The demo has no SGLang: its sidecar must not scrape (a failing scrape inhibits the check alerts)."""
+    assert "--sglang.url=http://sglang:30000" in SERVICES["sidecar"]["command"]
+    assert not any(a.startswith("--sglang.url") for a in SERVICES["sidecar-demo"]["command"])
 
 
 def test_sglang_service_reserves_gpus_enables_metrics_and_tees_its_log() -> None:
