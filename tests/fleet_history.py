@@ -52,6 +52,7 @@ class InstanceSpec:
     gpu_total_gb: float = 79.3
     prefix_hit: float = 0.3
     running_share: float = 0.6  # running requests as a share of max_running_requests
+    recorded_only: bool = False  # counters kept only as the alert engineer's recording rules (long-term store)
     args: dict[str, float] = field(default_factory=dict)
 
 
@@ -67,8 +68,10 @@ KNOWN_MISTUNED: dict[str, tuple[str, str | None, str]] = {
     "10.9.0.5:9470": ("kv_underused", "--schedule-conservativeness", "decrease"),
     "10.9.0.6:9470": ("gpu_mem_headroom_high", "--mem-fraction-static", "increase"),
     "10.9.0.7:9470": ("retractions_frequent", "--schedule-conservativeness", "increase"),
+    "10.9.0.8:9470": ("retractions_frequent", "--schedule-conservativeness", "increase"),
     "10.9.1.1:30000": ("retractions_frequent", "--schedule-conservativeness", "increase"),
 }
+RECORDED_ONLY = "10.9.0.8:9470"
 DRIFT_INSTANCE = "10.9.0.6:9470"
 
 
@@ -86,6 +89,7 @@ def _special() -> list[InstanceSpec]:
         InstanceSpec("10.9.0.6:9470", "drift_mem_fraction", available_gpu_gb=12.8,
                      args={**a, "mem_fraction_static": 0.80}),
         InstanceSpec("10.9.0.7:9470", "dp_rank_storm", dp_ranks=2, storm_rank=1, args=a),
+        InstanceSpec(RECORDED_ONLY, "recorded_storm", usage=0.99, retractions_per_min=6.0, recorded_only=True, args=a),
         InstanceSpec("10.9.1.1:30000", "retraction_storm_raw", source="sglang:", usage=0.99, retractions_per_min=6.0),
     ]
 
@@ -211,6 +215,26 @@ def _write_sglang(w: _Writer, prefix: str, specs: list[InstanceSpec], times: lis
             w.emit(prefix + "max_running_requests", _labels(s, dp), [(t, 1024.0) for t in slow])
 
 
+def _write_recorded(w: _Writer, specs: list[InstanceSpec], times: list[float]) -> None:
+    """Series of alerts/recording.rules.yaml (per-second rates), as a long-term store keeps them."""
+    w.family("instance:sglang_tuning_retractions:rate5m", "gauge")
+    for s in specs:
+        for dp in _ranks(s):
+            w.emit("instance:sglang_tuning_retractions:rate5m", _rule_labels(s, dp),
+                   [(t, _retr_rate(s, dp) / 60) for t in times])
+    w.family("instance:sglang_tuning_decode_samples:rate5m", "gauge")
+    for s in specs:
+        for dp in _ranks(s):
+            for graph, share in (("true", 1 - s.graph_miss_ratio), ("false", s.graph_miss_ratio)):
+                w.emit("instance:sglang_tuning_decode_samples:rate5m", _rule_labels(s, dp, f'cuda_graph="{graph}"'),
+                       [(t, share * 0.5) for t in times])
+
+
+def _rule_labels(s: InstanceSpec, dp: int | None, extra: str = "") -> str:
+    rank = f',dp_rank="{dp}"' if dp is not None else ""
+    return f'job="sglang-tuning",instance="{s.instance}",model_name="{s.model_name}"{rank}' + ("," + extra if extra else "")
+
+
 def _write_sidecar(w: _Writer, specs: list[InstanceSpec], times: list[float], slow: list[float],
                    start: float) -> None:
     p = "sglang_tuning_"
@@ -230,9 +254,15 @@ def _write_sidecar(w: _Writer, specs: list[InstanceSpec], times: list[float], sl
     for s in specs:
         for dp in _ranks(s):
             rate = _retr_rate(s, dp)
-            w.emit(p + "retractions_total", _labels(s, dp), [(t, float(int(rate * (t - start) / 60))) for t in times])
+            if not s.recorded_only:
+                w.emit(p + "retractions_total", _labels(s, dp), [(t, float(int(rate * (t - start) / 60))) for t in times])
+    recorded = [s for s in specs if s.recorded_only]
+    if recorded:
+        _write_recorded(w, recorded, times)
     w.family(p + "decode_samples", "counter")
     for s in specs:
+        if s.recorded_only:
+            continue
         for dp in _ranks(s):
             for graph, share in (("true", 1 - s.graph_miss_ratio), ("false", s.graph_miss_ratio)):
                 if share > 0:

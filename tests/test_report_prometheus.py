@@ -6,6 +6,7 @@ promtool, served by a real Prometheus on loopback; the report runs through the C
 
 from __future__ import annotations
 
+import argparse
 import json
 import shutil
 import socket
@@ -16,6 +17,7 @@ from typing import Any
 import pytest
 
 import fleet_history as fh
+from sglang_tuning_exporter import report
 from sglang_tuning_exporter.cli import main
 
 pytestmark = pytest.mark.integration
@@ -37,10 +39,17 @@ def prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         yield url
 
 
+def report_main(argv: list[str]) -> int:
+    """The report subcommand alone (the other subcommands are other engineers' work in progress)."""
+    parser = argparse.ArgumentParser(prog="report")
+    report.add_arguments(parser)
+    return report.run(parser.parse_args(argv))
+
+
 def run_report(url: str, tmp: Path, fmt: str, *extra: str) -> tuple[int, str]:
-    """Run `report` through the CLI; returns (exit code, output text)."""
+    """Run `report` with its own flags; returns (exit code, output text)."""
     out = tmp / f"report.{fmt}"
-    code = main(["report", "--prometheus.url", url, "--range", "1d", "--end", str(fh.HISTORY_END),
+    code = report_main(["--prometheus.url", url, "--range", "1d", "--end", str(fh.HISTORY_END),
                  "--format", fmt, "--output", str(out), *extra])
     return code, out.read_text(encoding="utf-8") if out.exists() else ""
 
@@ -121,6 +130,14 @@ def test_both_sglang_spellings_are_read(report_json: dict[str, Any]) -> None:
         assert statuses["cuda_graph_uncovered"] == "ok"
 
 
+def test_recording_rules_are_used_where_raw_counters_are_gone(report_json: dict[str, Any]) -> None:
+    """A server whose counters survive only as recording rules still gets its storm and graph verdicts."""
+    inst = next(i for i in report_json["instances"] if i["instance"] == fh.RECORDED_ONLY)
+    statuses = {f["check"]: f["status"] for f in inst["findings"]}
+    assert statuses["retractions_frequent"] == "critical"
+    assert statuses["cuda_graph_uncovered"] == "ok"
+
+
 def test_drift_names_the_outlier(report_json: dict[str, Any]) -> None:
     """mem_fraction_static 0.80 beside peers at 0.88 is reported as drift naming that server."""
     drift = [d for d in report_json["drift"] if d["arg"] == "mem_fraction_static" and d["model_name"] == fh.MODEL_A]
@@ -173,6 +190,14 @@ def test_prometheus_down_is_one_line_exit_1(tmp_path: Path, capsys: pytest.Captu
     assert code == 1
     assert err.startswith("report: cannot reach Prometheus") and err.count("\n") == 1
     assert "Traceback" not in err
+
+
+def test_cli_entry_point_runs_report(prometheus: str, tmp_path: Path) -> None:
+    """`sglang-tuning-exporter report` through the real CLI entry point."""
+    out = tmp_path / "r.json"
+    assert main(["report", "--prometheus.url", prometheus, "--range", "1d", "--end", str(fh.HISTORY_END),
+                 "--format", "json", "--output", str(out)]) == 0
+    assert json.loads(out.read_text())["summary"]["instances"] == N_INSTANCES
 
 
 def test_query_error_is_one_line_exit_1(prometheus: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -108,14 +108,11 @@ def _sglang(name: str, sel: str, matchers: str = "") -> list[str]:
     return [series(p + name, sel, matchers) for p in SGLANG_SPELLINGS]
 
 
-def _recording(name: str, sel: str, tmpl: str) -> list[str]:
-    """Recording-rule sources, when the rules name is known (see RECORDING_RULES)."""
-    rule = RECORDING_RULES.get(name)
-    return [tmpl.format(s=series(rule, sel))] if rule else []
-
-
-# Recording rules of alerts/*.yaml we prefer when present; filled in as the rules land (signal -> series).
-RECORDING_RULES: dict[str, str] = {}
+# The alert engineer's recording rules (alerts/recording.rules.yaml), preferred where they exist: long-term
+# stores often keep only recorded series. Per-second rates over 5m, by (job, instance, model_name, dp_rank, ...).
+RULE_RETRACTIONS = "instance:sglang_tuning_retractions:rate5m"
+RULE_DECODE_SAMPLES = "instance:sglang_tuning_decode_samples:rate5m"
+RULE_PREFILL_TOKENS = "instance:sglang_tuning_prefill_tokens:rate5m"
 
 
 def ratio_of_samples(cond: str, w: Window) -> str:
@@ -169,6 +166,12 @@ def plan(w: Window, params: SignalParams | None = None) -> list[PlannedQuery]:
         d = f"sum by ({GROUP}) (increase({series(metric, sel, den)}[{r}]))"
         return f"(({n}) or ({d}) * 0) / ({d})"
 
+    def rule_ratio(rule: str, num: str, den: str) -> str:
+        # Recorded per-second rates: average numerator and denominator over the range, then divide.
+        n = f"sum by ({GROUP}) (avg_over_time({series(rule, sel, num)}[{r}]))"
+        d = f"sum by ({GROUP}) (avg_over_time({series(rule, sel, den)}[{r}]))"
+        return f"(({n}) or ({d}) * 0) / ({d})"
+
     def counter_ratio_sg(num_name: str, num_m: str, den_name: str, den_m: str) -> list[str]:
         out = []
         for p in SGLANG_SPELLINGS:
@@ -183,20 +186,15 @@ def plan(w: Window, params: SignalParams | None = None) -> list[PlannedQuery]:
     retr += [f"60 * sum by ({GROUP}) (rate({s}[{r}]))" for s in _sglang("total_retracted_reqs", sel)]
 
     return [
-        PlannedQuery("queue_empty_ratio", _sources(
-            *_recording("queue_empty_ratio", sel, f"avg by ({GROUP}) (avg_over_time({{s}}[{r}]))"),
-            *per_queue("{q} == bool 0"))),
-        PlannedQuery("queue_over_band_ratio", _sources(
-            *_recording("queue_over_band_ratio", sel, f"avg by ({GROUP}) (avg_over_time({{s}}[{r}]))"),
-            *per_queue(f"{{q}} > bool {queue_band_high:g}"))),
+        PlannedQuery("queue_empty_ratio", _sources(*per_queue("{q} == bool 0"))),
+        PlannedQuery("queue_over_band_ratio", _sources(*per_queue(f"{{q}} > bool {queue_band_high:g}"))),
         PlannedQuery("kv_underused_ratio", _sources(
-            *_recording("kv_underused_ratio", sel, f"avg by ({GROUP}) (avg_over_time({{s}}[{r}]))"),
             usage_with_queue(usage_ours, queue_ours),
             *(usage_with_queue(u, q) for u, q in zip(usage_sg, queue_sg, strict=True)))),
         PlannedQuery("retractions_per_minute", _sources(
-            *_recording("retractions_per_minute", sel, f"60 * avg by ({GROUP}) (avg_over_time({{s}}[{r}]))"),
-            *retr)),
+            f"60 * sum by ({GROUP}) (avg_over_time({series(RULE_RETRACTIONS, sel)}[{r}]))", *retr)),
         PlannedQuery("cuda_graph_miss_ratio", _sources(
+            rule_ratio(RULE_DECODE_SAMPLES, 'cuda_graph="false"', 'cuda_graph=~"true|false"'),
             counter_ratio("sglang_tuning_decode_samples_total", 'cuda_graph="false"', 'cuda_graph=~"true|false"'),
             *counter_ratio_sg("cuda_graph_passes_total", 'mode="decode_none"',
                               "cuda_graph_passes_total", 'mode=~"decode_cuda_graph|decode_none"'))),
@@ -204,6 +202,7 @@ def plan(w: Window, params: SignalParams | None = None) -> list[PlannedQuery]:
             f"max by ({GROUP}) (quantile_over_time(0.9, "
             f"{series('sglang_tuning_decode_batch_size_without_graph', sel)}[{r}]))")),
         PlannedQuery("prefix_cache_hit_ratio", _sources(
+            rule_ratio(RULE_PREFILL_TOKENS, 'source="cached"', 'source=~"cached|new"'),
             counter_ratio("sglang_tuning_prefill_tokens_total", 'source="cached"', 'source=~"cached|new"'),
             *[f"sum by ({GROUP}) (increase({c}[{r}])) / sum by ({GROUP}) (increase({p}[{r}]))"
               for c, p in zip(_sglang("cached_tokens_total", sel), _sglang("prompt_tokens_total", sel),
@@ -224,6 +223,8 @@ def plan(w: Window, params: SignalParams | None = None) -> list[PlannedQuery]:
         PlannedQuery("decode_samples", _sources(
             *[f"max by ({GROUP}) (count_over_time({x}[{r}]))" for x in (running_ours, *running_sg)])),
         PlannedQuery("graph_samples", _sources(
+            f"sum by ({GROUP}) (avg_over_time({series(RULE_DECODE_SAMPLES, sel, 'cuda_graph=~' + TF)}[{r}])) "
+            f"* {w.length_s:g}",
             f"sum by ({GROUP}) (increase({series('sglang_tuning_decode_samples_total', sel, 'cuda_graph=~' + TF)}[{r}]))",
             *[f"sum by ({GROUP}) (increase({x}[{r}]))"
               for x in _sglang("cuda_graph_passes_total", sel, 'mode=~"decode_cuda_graph|decode_none"')])),
