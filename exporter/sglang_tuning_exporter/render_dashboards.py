@@ -363,6 +363,23 @@ def findings_table() -> Json:
         sort_by="Status")
 
 
+def signals_table() -> Json:
+    """The windowed guide signals behind the verdicts, one row per signal, one column per server."""
+    return table_panel(
+        "Guide signals over the sidecar's window",
+        "The values the checks compare with their thresholds, computed by the sidecar over its window "
+        "(--window, default 10 min; see docs/signals.md): ratios such as queue_empty_ratio or "
+        "kv_underused_ratio are shares of samples, retractions_per_minute a rate, available_gpu_mem_gb a "
+        "startup fact. Healthy: every value on the ok side of its check's threshold (alerts/runbook.md); a "
+        "missing signal is unknown (too few samples). Each check names the flag that moves its signal.",
+        "none",
+        [target(f"max by (instance, signal) (sglang_tuning_signal{{{RANK_SEL}}})", ref="A", instant=True)],
+        [{"id": "groupingToMatrix", "options": {"columnField": "instance", "rowField": "signal",
+                                                "valueField": "Value"}}],
+        overrides=[{"matcher": {"id": "byType", "options": "number"},
+                    "properties": [{"id": "decimals", "value": 3}]}])
+
+
 def status_timeline(by: str, legend: str, title: str, description: str) -> Json:
     """Check status over time, one row per `by` group."""
     return state_timeline(title, description, [
@@ -391,6 +408,7 @@ def server_dashboard(b: GuideBands) -> Json:
                              "Verdict of every guide check for the selected servers: green ok, orange warning, "
                              "red critical, grey unknown (not enough samples in the window). Healthy: all green "
                              "or grey. Each check names its flag in the findings table above."), 24, 8),
+        Cell(signals_table(), 24, 8),
     ]))
     rows.append(("Queue and KV cache", [
         Cell(timeseries(
