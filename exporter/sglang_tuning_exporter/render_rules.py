@@ -497,9 +497,10 @@ def recording_group(opts: RenderOptions) -> Group:
 
 def _guard(alert: str, gid: str, expr: str, for_s: float, summary: str, desc: str, flag: str, action: str,
            value: str, guide: str, opts: RenderOptions) -> Rule:
+    for_text = promql_duration(for_s if opts.override_for_s is None else opts.override_for_s)
+    desc = desc.replace("{for}", for_text)
     return Rule({
-        "alert": alert, "expr": expr, "for": promql_duration(for_s if opts.override_for_s is None
-                                                               else opts.override_for_s),
+        "alert": alert, "expr": expr, "for": for_text,
         "labels": {"severity": "warning", "check": gid, "source": "exporter"},
         "annotations": {"summary": summary, "description": desc,
                         "runbook_url": f"{opts.runbook_url}#{anchor(alert)}", "check": gid, "flag": flag,
@@ -519,7 +520,7 @@ def health_group(opts: RenderOptions) -> Group:
         _guard("SGLangTuningExporterDown", "exporter_down", f"up{job_sel} == 0", 300,
                "sglang-tuning-exporter is down",
                "Prometheus cannot scrape the exporter at {{ $labels.instance }} (job {{ $labels.job }}) "
-               "for 5 minutes; its guide checks are blind. Value: {{ $value }}.",
+               "for {for}; its guide checks are blind. Value: {{ $value }}.",
                "--web.listen-address", "restart", "the exporter running and reachable on its port (default 9470)",
                "Monitor metrics: enable metrics collection to make data-driven tuning decisions.", opts),
     ]
@@ -527,7 +528,7 @@ def health_group(opts: RenderOptions) -> Group:
         rules.append(_guard(
             "SGLangTuningExporterAbsent", "exporter_absent", f"absent(up{job_sel})", 900,
             "No sglang-tuning-exporter target is scraped",
-            f"No `up` series for job {opts.exporter_job} on {{{{ $labels.instance }}}} for 15 minutes: the "
+            f"No `up` series for job {opts.exporter_job} on {{{{ $labels.instance }}}} for {{for}}: the "
             "scrape config lost the exporter, so no tuning alert can fire. Value: {{ $value }}.",
             "--web.listen-address", "set", f"a scrape job named {opts.exporter_job} for the exporter",
             "Monitor metrics: enable metrics collection to make data-driven tuning decisions.", opts))
@@ -538,7 +539,7 @@ def health_group(opts: RenderOptions) -> Group:
         "SGLangTuningScrapeFailing", "sglang_scrape_failing",
         f"{up} == 0\nand {on} {enabled} == 1\nunless {on} {disabled} == 0", 300,
         "The exporter cannot scrape SGLang's /metrics",
-        "The exporter at {{ $labels.instance }} failed to scrape SGLang's /metrics for 5 minutes "
+        "The exporter at {{ $labels.instance }} failed to scrape SGLang's /metrics for {for} "
         "(sglang_tuning_up = {{ $value }}); metric-based signals are missing or stale.",
         "--sglang.url", "set", "the SGLang HTTP address serving /metrics (e.g. http://127.0.0.1:30000)",
         "Monitor metrics: enable metrics collection to make data-driven tuning decisions.", opts))
