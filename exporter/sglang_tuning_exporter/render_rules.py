@@ -487,11 +487,13 @@ def recording_group(opts: RenderOptions) -> Group:
     rules = []
     for name, metric, labels, comment in specs:
         fn = "increase" if ":increase" in name else "rate"
-        rules.append(Rule({"record": name, "expr": f"sum by ({labels}) ({fn}({ours(metric, opts)}[{w}]))"},
+        # TP/PP/EP ranks of one DP replica repeat the same events: max over them, never sum.
+        rules.append(Rule({"record": name, "expr": f"max by ({labels}) ({fn}({ours(metric, opts)}[{w}]))"},
                           comment))
     return Group("sglang-tuning-exporter.recording", "recording.rules.yaml",
-                 "Per-rank rates of the exporter's counters. Numerators and denominators are recorded "
-                 "separately:\nsum them over the ranks you want, then divide (never average ratios).",
+                 "Per-DP-replica rates of the exporter's counters (max over the TP ranks of a replica, which "
+                 "repeat the same events).\nNumerators and denominators are recorded separately: sum them over "
+                 "the replicas you want, then divide (never average ratios).",
                  tuple(rules))
 
 
