@@ -57,8 +57,7 @@ def test_every_image_is_pinned_to_a_version() -> None:
 
 
 def test_profiles_select_the_log_source() -> None:
-    """Monitoring always runs; `gpu` adds SGLang and the scraping sidecar, `demo` the replayer and a
-    log-only sidecar reachable under the same name."""
+    """Monitoring always runs; `gpu` adds SGLang and its sidecar, `demo` the replayer and a log-only sidecar."""
     for name in ("prometheus", "alertmanager", "grafana"):
         assert "profiles" not in SERVICES[name]
     assert SERVICES["sglang"]["profiles"] == ["gpu"]

@@ -125,8 +125,7 @@ def test_panel_has_unit_and_useful_description(item: tuple[str, dict[str, Any]])
 
 @pytest.mark.parametrize("item", TARGETS, ids=_pid)
 def test_query_uses_variables_and_rate_interval(item: tuple[str, dict[str, Any], dict[str, Any]]) -> None:
-    """Each selector filters by job and instance (per-rank metrics also by model and DP rank); ranges
-    are `$__rate_interval`."""
+    """Every selector filters by job and instance (SGLang's also by model and DP rank); ranges are `$__rate_interval`."""
     _, _, tgt = item
     expr = tgt["expr"]
     assert tgt["datasource"] == {"type": "prometheus", "uid": "${datasource}"}
@@ -250,6 +249,7 @@ def test_thresholds_follow_the_table_not_the_code() -> None:
     assert _steps(queue) == [None, *TABLE.profiles["older-md"].queue_band]
 
     def bump(check: Any) -> Any:
+        """The retraction check with a warning threshold of 3/min."""
         if check.id != "retractions_frequent":
             return check
         thresholds = {p: {**levels, "warning": 3.0} for p, levels in check.thresholds.items()}
@@ -384,8 +384,7 @@ def _promtool_test(tmp_path: Path, cases: list[tuple[str, str, str, list[dict[st
 
 @pytest.mark.skipif(shutil.which("promtool") is None, reason="promtool not installed")
 def test_panel_queries_compute_the_guide_signals(tmp_path: Path) -> None:
-    """promtool evaluates key panel queries over synthetic series: ours first, both SGLang spellings as
-    fallback, TP ranks collapsed, rates per minute, GiB to bytes, coverage and hit ratios, findings."""
+    """promtool evaluates key panels over synthetic series: ours first, both SGLang spellings, units, ratios."""
     proc = _promtool_test(tmp_path, PROMTOOL_CASES)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "SUCCESS" in proc.stdout
@@ -454,8 +453,7 @@ def _wait(predicate: Any, timeout_s: float, what: str) -> None:
 @pytest.mark.integration
 @pytest.mark.skipif(shutil.which("prometheus") is None, reason="prometheus (Debian package) not installed")
 def test_live_panels_have_data_from_the_demo_log(tmp_path: Path) -> None:
-    """Sidecar (real `serve`) on examples/recorded.log + real Prometheus on loopback: every panel query runs
-    without error, and the panels the demo log feeds return series."""
+    """Real `serve` on the demo log, scraped by real Prometheus: every query runs, demo-fed panels have data."""
     import sys
     recorded = ROOT / "examples" / "recorded.log"
     if not recorded.is_file():

@@ -86,6 +86,7 @@ def service() -> Json:
 def service_monitor(release_label: str, exporter_job: str = EXPORTER_JOB, sglang_job: str = SGLANG_JOB) -> Json:
     """Scrapes both ports; job names are the ones the rules match (as in the compose stack)."""
     def endpoint(port: str, job: str) -> Json:
+        """One scrape endpoint; the relabeling sets the job the rules match."""
         return {"port": port, "path": "/metrics", "interval": "15s",
                 "relabelings": [{"targetLabel": "job", "replacement": job, "action": "replace"}]}
     return {"apiVersion": "monitoring.coreos.com/v1", "kind": "ServiceMonitor",
