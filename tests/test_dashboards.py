@@ -414,7 +414,7 @@ MUST_HAVE_DATA = {
         "Generation throughput", "Prefix-cache hit ratio", "Sources", "Seconds since the last log line",
         "Log lines read"},
     "sglang-tuning-fleet": {
-        "Servers with a critical finding", "Servers reporting", "Check status by server",
+        "Servers with a critical finding", "Servers reporting", "Firing checks by server",
         "Check status matrix (now)", "Top offenders", "Suggested flag changes", "Firing checks by check",
         "Retractions per minute, worst servers"},
 }
@@ -502,6 +502,10 @@ def test_live_panels_have_data_from_the_demo_log(tmp_path: Path) -> None:
         assert _query(base, _promql_for_promtool(
             _panel(DASHBOARDS["dashboards/sglang-tuning-fleet.json"],
                    "Servers with a critical finding")["targets"][0]["expr"]))[0]["value"][1] == "1"
+        # A log-only sidecar (no --sglang.url) is not a failing scrape.
+        assert _query(base, _promql_for_promtool(
+            _panel(DASHBOARDS["dashboards/sglang-tuning-fleet.json"],
+                   "Sidecars that cannot scrape SGLang")["targets"][0]["expr"]))[0]["value"][1] == "0"
     finally:
         for proc in procs:
             proc.terminate()

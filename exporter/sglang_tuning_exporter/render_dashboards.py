@@ -380,10 +380,10 @@ def signals_table() -> Json:
                     "properties": [{"id": "decimals", "value": 3}]}])
 
 
-def status_timeline(by: str, legend: str, title: str, description: str) -> Json:
-    """Check status over time, one row per `by` group."""
-    return state_timeline(title, description, [
-        target(f"max by ({by}) (sglang_tuning_check_status{{{RANK_SEL}}})", legend)])
+def status_timeline(by: str, legend: str, title: str, description: str, *, firing_only: bool = False) -> Json:
+    """Check status over time, one row per `by` group (only warning/critical stretches if `firing_only`)."""
+    expr = f"max by ({by}) (sglang_tuning_check_status{{{RANK_SEL}}})"
+    return state_timeline(title, description, [target(f"{expr} > 0" if firing_only else expr, legend)])
 
 
 def queue_expr() -> str:
@@ -600,11 +600,13 @@ def fleet_dashboard(b: GuideBands) -> Json:
         _count_stat("Sidecars that cannot scrape SGLang",
                     "Sidecars whose last scrape of SGLang's /metrics failed (sglang_tuning_up 0). Healthy: 0. "
                     "Check --sglang.url and SGLang's --enable-metrics.",
-                    f"count(sglang_tuning_up{{{HOST_SEL}}} == 0)"),
-        Cell(status_timeline("instance, check", "{{instance}} · {{check}}", "Check status by server",
-                             "Every server x guide check over time: green ok, orange warning, red critical, "
-                             "grey unknown. Healthy: green or grey everywhere. Each check names one flag; see "
-                             "the suggested changes table."), 24, 12),
+                    f"count(sglang_tuning_up{{{HOST_SEL}}} == 0 and on (job, instance) "
+                    f'sglang_tuning_source_enabled{{source="metrics", {HOST_SEL}}} == 1)'),
+        Cell(status_timeline("instance, check", "{{instance}} · {{check}}", "Firing checks by server",
+                             "Every server x guide check that was warning (orange) or critical (red) in the "
+                             "range, over time; ok and unknown stretches are left blank so a large fleet stays "
+                             "readable (the matrix below has every pair). Healthy: empty. Each check names one "
+                             "flag; see the suggested changes table.", firing_only=True), 24, 10),
         Cell(table_panel(
             "Check status matrix (now)",
             "Current verdict of each check (columns) on each server (rows): green ok, orange warning, red "
