@@ -540,7 +540,10 @@ def server_dashboard(b: GuideBands) -> Json:
             "none",
             [target(f"min by (instance, source) (sglang_tuning_source_up{{{HOST_SEL}}})",
                     "{{source}} · {{instance}}", "A"),
-             target(f"min by (instance) (sglang_tuning_up{{{HOST_SEL}}})", "scrape · {{instance}}", "B")],
+             # Only sidecars configured to scrape SGLang (--sglang.url) have a scrape to report.
+             target(f"min by (instance) (sglang_tuning_up{{{HOST_SEL}}}) and on (instance) max by (instance) "
+                    f'(sglang_tuning_source_enabled{{source="metrics", {HOST_SEL}}} == 1)',
+                    "scrape · {{instance}}", "B")],
             thresholds=steps("red", (1, "green")),
             mappings=[{"type": "value", "options": {"0": {"color": "red", "index": 0, "text": "down"},
                                                     "1": {"color": "green", "index": 1, "text": "up"}}}]),
