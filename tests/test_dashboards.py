@@ -12,8 +12,13 @@ from typing import Any
 
 import pytest
 import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from promql_lint import (
+    AGGREGATIONS,
+    FUNCTIONS,
+    KEYWORDS,
     PromQLLintError,
     known_names,
     matchers,
@@ -202,6 +207,32 @@ def test_tokenizer_tells_metrics_from_labels_functions_and_keywords() -> None:
         metric_names("not_a_function(foo)")
     with pytest.raises(PromQLLintError):
         metric_names("foo{a=\"b\"")
+
+
+_NAME = st.from_regex(r"[a-z_][a-z0-9_]{0,12}(:[a-z0-9_]{1,8})?", fullmatch=True).filter(
+    lambda n: n not in FUNCTIONS | AGGREGATIONS | KEYWORDS and not n.startswith("__"))
+_LABEL = st.from_regex(r"[a-z_][a-z0-9_]{0,8}", fullmatch=True).filter(lambda n: not n.startswith("__"))
+_VALUE = st.text(alphabet='abc xyz_.,{}[]()"\\', max_size=8)
+
+
+@st.composite
+def _selector(draw: st.DrawFn) -> tuple[str, str]:
+    name = draw(_NAME)
+    matchers = draw(st.lists(st.tuples(_LABEL, st.sampled_from(["=", "!=", "=~", "!~"]), _VALUE), max_size=3))
+    body = ", ".join(f'{label}{op}{json.dumps(value)}' for label, op, value in matchers)
+    return name, f"{name}{{{body}}}" if matchers or draw(st.booleans()) else name
+
+
+@given(st.lists(_selector(), min_size=1, max_size=4), st.sampled_from(["rate", "increase", "deriv"]),
+       st.lists(_LABEL, min_size=1, max_size=3))
+@settings(max_examples=150, deadline=None)
+def test_tokenizer_finds_exactly_the_selected_metrics(selectors: list[tuple[str, str]], fn: str,
+                                                      by: list[str]) -> None:
+    """Random selectors with tricky label values, combined by functions, grouping and operators."""
+    parts = [f"sum by ({', '.join(by)}) ({fn}({sel}[$__rate_interval]))" for _, sel in selectors]
+    expr = " / on (instance) group_left (model_name) ".join(parts) + " > bool 0.5"
+    assert metric_names(expr).metrics == {name for name, _ in selectors}
+    assert range_durations(expr) == ["$__rate_interval"] * len(selectors)
 
 
 def test_sglang_names_expand_types_and_spellings() -> None:
