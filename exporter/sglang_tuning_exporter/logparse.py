@@ -62,13 +62,29 @@ def _compute_prefix(prefix: str) -> tuple[str | None, dict[str, int]]:
     return time, rank
 
 
+# SGLang's own prefix, `[YYYY-MM-DD HH:MM:SS(.mmm)( RANKn)*] `: read without the general search.
+_STD_PREFIX = re.compile(r"\[(\d{4}-\d\d-\d\d) (\d\d:\d\d:\d\d(?:\.\d{1,6})?)((?: [A-Z_]+\d+)*)\] ")
+_RANK_CACHE: dict[str, dict[str, int]] = {}
+
+
 def split_prefix(prefix: str) -> tuple[str | None, dict[str, int]]:
     """Time (ISO, or HH:MM:SS when the log has no date) and ranks named by a line prefix."""
     hit = _PREFIX_CACHE.get(prefix)
     if hit is None:
         if len(_PREFIX_CACHE) >= _PREFIX_CACHE_MAX:
             _PREFIX_CACHE.clear()
-        hit = _PREFIX_CACHE[prefix] = _compute_prefix(prefix)
+        m = _STD_PREFIX.fullmatch(prefix)
+        if m is not None:
+            tags = m.group(3)
+            rank = _RANK_CACHE.get(tags)
+            if rank is None:
+                rank = {_RANK_KEYS[k]: int(v) for k, v in _RANK.findall(tags)}
+                if len(_RANK_CACHE) < _PREFIX_CACHE_MAX:
+                    _RANK_CACHE[tags] = rank
+            hit = (f"{m.group(1)}T{m.group(2)}", rank)
+        else:
+            hit = _compute_prefix(prefix)
+        _PREFIX_CACHE[prefix] = hit
     return hit
 
 
@@ -206,7 +222,8 @@ _RETRACT_KEYS: dict[str, tuple[str, _Conv]] = {
 }
 
 
-def _pairs(body: str, sep: str, keys: dict[str, tuple[str, _Conv]], out: dict[str, Any]) -> int:
+def _pairs(body: str, sep: str, keys: dict[str, tuple[str, _Conv]], out: dict[str, Any],
+           raw_keys: list[str] | None = None) -> int:
     """Read `key: value` pieces into `out`; returns how many pieces were malformed."""
     bad = 0
     for piece in body.split(sep):
@@ -216,6 +233,8 @@ def _pairs(body: str, sep: str, keys: dict[str, tuple[str, _Conv]], out: dict[st
                 bad += 1
             continue
         k = k.strip()
+        if raw_keys is not None:
+            raw_keys.append(k)
         known = keys.get(k)
         if known is None:
             out[normalise_key(k)] = auto_value(v)
@@ -229,6 +248,61 @@ def _pairs(body: str, sep: str, keys: dict[str, tuple[str, _Conv]], out: dict[st
             out["graph_backend"] = _GRAPH_LABELS[k]
     return bad
 
+
+_SAFE_NAME = re.compile(r"[a-z0-9_]+")
+_BOOLS = {"True": True, "False": False}
+
+
+class _Layout:
+    """A batch-line layout seen before (same keys, same order), matched by one compiled regex.
+
+    A server prints the same few layouts millions of times. Matching the whole body at once in C
+    and building the fields with one generated dict display (names from our key table or the
+    unknown-key rule, so only `[a-z0-9_]`; values are never code) is several times cheaper than a
+    per-pair loop.
+    """
+
+    __slots__ = ("derive_usage", "extra", "fields", "rx")
+
+    def __init__(self, raw_keys: list[str]) -> None:
+        self.rx = re.compile(", ".join(re.escape(k) + ": ([^,]*)" for k in raw_keys) + r",? *")
+        items: list[str] = []
+        self.extra: dict[str, Any] = {}
+        names: list[str] = []
+        for i, k in enumerate(raw_keys):
+            known = _BATCH_KEYS.get(k)
+            name, conv = known if known is not None else (normalise_key(k), auto_value)
+            if not _SAFE_NAME.fullmatch(name):
+                raise ValueError(name)
+            names.append(name)
+            if conv is int:
+                items.append(f"{name!r}: int(g[{i}])")
+            elif conv is float:
+                items.append(f"{name!r}: float(g[{i}])")
+            elif conv is _to_bool:
+                items.append(f"{name!r}: B[g[{i}]]")
+            elif conv is _to_ratio:
+                items.append(f"{name!r}: R(g[{i}])")
+            else:
+                items.append(f"{name!r}: A(g[{i}])")
+            if k in _GRAPH_LABELS:
+                self.extra["graph_backend"] = _GRAPH_LABELS[k]
+        code = compile("lambda g: {" + ", ".join(items) + "}", "<batch-layout>", "eval")
+        env = {"__builtins__": {}, "int": int, "float": float, "B": _BOOLS, "R": _to_ratio, "A": auto_value}
+        # Our own generated source (see above), evaluated with no builtins; log text is never code.
+        self.fields: Callable[[tuple[Any, ...]], dict[str, Any]] = eval(code, env)
+        self.derive_usage = "token_usage" not in names and any(u in names for u in _POOL_USAGES)
+
+
+def _derive_usage(fields: dict[str, Any]) -> None:
+    pools = [fields[k] for k in _POOL_USAGES if isinstance(fields.get(k), float)]
+    if pools:
+        # SGLang's own sglang:token_usage gauge is the fullest pool on hybrid models.
+        fields["token_usage"] = max(pools)
+
+
+_LAYOUTS: dict[str, list[_Layout]] = {ev.DECODE: [], ev.PREFILL: []}
+_MAX_LAYOUTS = 16
 
 # ---------------------------------------------------------------------------------------------
 # Handlers: each returns an Event, None (not its line) or UNPARSED (its head, unreadable body).
@@ -248,24 +322,49 @@ def _batch(s: str, n: int) -> _Result:
     if m is None:
         return None
     kind = ev.DECODE if m.group(1) == "Decode" else ev.PREFILL
+    body_at = m.end()
+    mixed = m.group(3)
+    if mixed is None:
+        # Fast path: a layout this process has already seen.
+        for layout in _LAYOUTS[kind]:
+            g = layout.rx.fullmatch(s, body_at)
+            if g is not None:
+                try:
+                    f = layout.fields(g.groups())
+                except (ValueError, KeyError):
+                    break
+                if layout.extra:
+                    f.update(layout.extra)
+                if layout.derive_usage:
+                    _derive_usage(f)
+                if m.group(2):
+                    f = {"forward_iter": int(m.group(2)), **f}
+                return _event(n, kind, s[:p], f)
     fields: dict[str, Any] = {}
     if m.group(2):
         fields["forward_iter"] = int(m.group(2))
     if m.group(3):
         fields["num_running_reqs"] = int(m.group(3))
         fields["mixed_chunk"] = True
-    body = s[m.end():].rstrip().rstrip(",")
-    bad = _pairs(body, ", ", _BATCH_KEYS, fields)
+    body = s[body_at:].rstrip().rstrip(",")
+    raw_keys: list[str] = []
+    bad = _pairs(body, ", ", _BATCH_KEYS, fields, raw_keys)
     known = sum(1 for k in fields if k not in ("forward_iter", "mixed_chunk"))
     if not known:
         return UNPARSED
     if "token_usage" not in fields:
-        pools = [fields[k] for k in _POOL_USAGES if isinstance(fields.get(k), float)]
-        if pools:
-            # SGLang's own sglang:token_usage gauge is the fullest pool on hybrid models.
-            fields["token_usage"] = max(pools)
+        _derive_usage(fields)
     if bad:
         fields[_PARTIAL] = bad
+    elif mixed is None and len(set(raw_keys)) == len(raw_keys):
+        try:
+            layout = _Layout(raw_keys)
+        except (ValueError, SyntaxError):
+            pass  # odd keys: this layout stays on the generic path
+        else:
+            layouts = _LAYOUTS[kind]
+            layouts.insert(0, layout)
+            del layouts[_MAX_LAYOUTS:]
     return _event(n, kind, s[:p], fields)
 
 
@@ -627,7 +726,6 @@ def _ready(s: str, n: int) -> _Result:
 
 # Cheap substring gates, tried in order; each handler re-checks its own head precisely.
 _DISPATCH: tuple[tuple[str, Callable[[str, int], _Result]], ...] = (
-    ("batch", _batch),
     ("etract", _retract),
     ("#running-req", _status_v01),
     ("emory", _oom),
@@ -650,14 +748,11 @@ _DISPATCH: tuple[tuple[str, Callable[[str, int], _Result]], ...] = (
 )
 
 
-def _sanitise(text: str) -> str:
-    s = text.rstrip("\n")
-    if "\x1b" in s:
-        s = _ANSI.sub("", s)
-    return s
-
-
 def _parse_clean(s: str, n: int) -> _Result:
+    if "batch" in s:
+        r = _batch(s, n)
+        if r is not None:
+            return r
     if "HTTP/1." in s:
         return None  # uvicorn access line: the commonest line in a busy log, never an event
     for marker, handler in _DISPATCH:
@@ -672,7 +767,9 @@ def parse_any(text: str, line_no: int) -> tuple[_Result, bool]:
     """Like parse_line, but also says UNPARSED (recognised head, unreadable body) and whether the
     event came from a line with malformed pieces (truncated or mangled: counted, still used)."""
     try:
-        s = _sanitise(text)
+        s = text[:-1] if text[-1:] == "\n" else text
+        if "\x1b" in s:
+            s = _ANSI.sub("", s)
         if "\r" in s:
             # Progress bars redraw with \r: the record is the last fragment that holds one.
             r: _Result = None
@@ -684,7 +781,7 @@ def parse_any(text: str, line_no: int) -> tuple[_Result, bool]:
             r = _parse_clean(s, line_no)
     except Exception:  # never let one odd line stop a reader
         return UNPARSED, False
-    if isinstance(r, Event) and _PARTIAL in r.fields:
+    if r.__class__ is Event and _PARTIAL in r.fields:
         del r.fields[_PARTIAL]
         return r, True
     return r, False

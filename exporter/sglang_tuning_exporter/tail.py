@@ -267,6 +267,11 @@ class InputLines:
         return self._splitter.truncated
 
     def __iter__(self) -> Iterator[str]:
+        for chunk in self.chunks():
+            yield from chunk
+
+    def chunks(self) -> Iterator[list[str]]:
+        """The lines a block at a time (what fast readers consume)."""
         split = self._splitter
         read = self._fh.read
         try:
@@ -274,10 +279,14 @@ class InputLines:
                 data = read(_CHUNK)
                 if not data:
                     break
-                yield from split.feed(data)
+                lines = split.feed(data)
+                if lines:
+                    yield lines
         except (OSError, EOFError, gzip.BadGzipFile) as exc:
             raise InputError(f"{self.path}: read failed: {exc}") from None
-        yield from split.flush()
+        tail = split.flush()
+        if tail:
+            yield tail
 
     def close(self) -> None:
         """Close the file when we opened it."""
