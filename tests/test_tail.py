@@ -145,3 +145,24 @@ def test_open_input_errors_are_clear(tmp_path: Path) -> None:
     bad.write_bytes(b"\x1f\x8b\x08\x00garbage")
     with pytest.raises(InputError, match="read failed"), open_input(str(bad)) as lines:
         list(lines)
+
+
+def test_stream_follower_reads_a_pipe_without_blocking() -> None:
+    """stdin-style following: partial lines wait, nothing blocks, EOF flushes the last line."""
+    from sglang_tuning_exporter.tail import StreamFollower
+    r, w = os.pipe()
+    try:
+        f = StreamFollower(r, clock=lambda: 7.0)
+        assert f.poll() == []  # nothing written yet: returns at once
+        os.write(w, b"one\ntw")
+        assert f.poll() == ["one"]
+        os.write(w, b"o\nthree")
+        assert f.poll() == ["two"]
+        os.close(w)
+        w = -1
+        assert f.poll() == ["three"] and f.eof and f.last_data_at == 7.0
+        assert f.poll() == []
+    finally:
+        if w >= 0:
+            os.close(w)
+        os.close(r)

@@ -235,6 +235,59 @@ class Follower:
         self._close()
 
 
+class StreamFollower:
+    """Follow a pipe or stdin (`-`) without blocking: `poll()` returns the complete lines available.
+
+    Same surface as Follower (rotations/truncations stay 0); `eof` turns True when the writer closes.
+    """
+
+    def __init__(self, fd: int | None = None, *, clock: Callable[[], float] = time.monotonic,
+                 max_line_bytes: int = MAX_LINE_BYTES) -> None:
+        self.fd = sys.stdin.fileno() if fd is None else fd
+        os.set_blocking(self.fd, False)
+        self.clock = clock
+        self.rotations = 0
+        self.truncations = 0
+        self.exists = True
+        self.eof = False
+        self.last_data_at: float | None = None
+        self._splitter = LineSplitter(max_line_bytes)
+
+    @property
+    def truncated_lines(self) -> int:
+        """Lines cut to the maximum line length."""
+        return self._splitter.truncated
+
+    def poll(self) -> list[str]:
+        """Every complete line readable now; at end of stream, the unterminated last line too."""
+        lines: list[str] = []
+        while not self.eof:
+            try:
+                data = os.read(self.fd, _CHUNK)
+            except BlockingIOError:
+                break
+            if not data:
+                self.eof = True
+                self.exists = False
+                lines.extend(self._splitter.flush())
+                break
+            lines.extend(self._splitter.feed(data))
+        if lines:
+            self.last_data_at = self.clock()
+        return lines
+
+    def close(self) -> None:
+        """Nothing to release: the stream belongs to the caller."""
+
+
+def follow(path_or_dash: str, *, from_start: bool = False, clock: Callable[[], float] = time.monotonic,
+           max_line_bytes: int = MAX_LINE_BYTES) -> Follower | StreamFollower:
+    """A follower for a log path, or for standard input when given `-`."""
+    if path_or_dash == "-":
+        return StreamFollower(clock=clock, max_line_bytes=max_line_bytes)
+    return Follower(path_or_dash, from_start=from_start, clock=clock, max_line_bytes=max_line_bytes)
+
+
 class InputLines:
     """Lines of an offline input (plain file, .gz, or `-` for stdin), read with bounded memory."""
 
