@@ -16,6 +16,8 @@ from sglang_tuning_exporter.collector import (
     TuningCollector,
     build_families,
     catalog_markdown,
+    encode_text,
+    format_value,
     make_registry,
 )
 from sglang_tuning_exporter.events import Event
@@ -187,9 +189,36 @@ def test_catalog_markdown_lists_every_metric() -> None:
     assert md.count("\n") == len(CATALOG) + 2
 
 
+def test_fast_encoder_matches_generate_latest() -> None:
+    """Our /metrics encoder writes exactly what prometheus_client's generate_latest writes."""
+    st = _full_state()
+    st.set_server(model_name='a "quoted"\\name\nwith newline')
+    reg = make_registry(TuningCollector(lambda: st.snapshot(10.0), BUILD))
+    ours = encode_text(reg.collect()).decode()
+    theirs = generate_latest(reg).decode()
+
+    def parsed(text: str) -> set[tuple[str, tuple[tuple[str, str], ...], float]]:
+        return {(s.name, tuple(sorted(s.labels.items())), s.value)
+                for f in text_string_to_metric_families(text) for s in f.samples}
+
+    assert parsed(ours) == parsed(theirs)
+    assert len(parsed(ours)) > 40
+    assert [ln for ln in ours.splitlines() if ln.startswith("#")] == [
+        ln for ln in theirs.splitlines() if ln.startswith("#")]
+
+
+@pytest.mark.parametrize("value", [0.0, 412.0, 0.93, -1.0, 7344394076.16, 1e-7, 123456789.0, float("inf"),
+                                   float("-inf"), float("nan"), 2.0**60])
+def test_value_format_is_gos(value: float) -> None:
+    """Sample values are formatted like prometheus_client's floatToGoString."""
+    from prometheus_client.utils import floatToGoString
+
+    assert format_value(value) == floatToGoString(value)
+
+
 @pytest.mark.skipif(shutil.which("promtool") is None, reason="promtool not installed")
 def test_promtool_accepts_the_exposition(tmp_path: Path) -> None:
     """`promtool check metrics` lints our output clean."""
-    text = generate_latest(make_registry(TuningCollector(lambda: _full_state().snapshot(10.0), BUILD)))
+    text = encode_text(make_registry(TuningCollector(lambda: _full_state().snapshot(10.0), BUILD)).collect())
     proc = subprocess.run(["promtool", "check", "metrics"], input=text, capture_output=True, timeout=30)
     assert proc.returncode == 0, proc.stderr.decode() + proc.stdout.decode()

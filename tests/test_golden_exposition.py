@@ -12,6 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from sglang_tuning_exporter.collector import BuildInfo
 from sglang_tuning_exporter.logreader import EventReader
@@ -107,18 +108,31 @@ def test_golden_exposition(mode: str, update_golden: bool, tmp_path: Path) -> No
     assert proc.returncode == 0, (proc.stdout + proc.stderr).decode()
 
 
+def _parsed(mode: str) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
+    text = (GOLDEN / f"sidecar-{mode}.prom").read_text()
+    return {(s.name, frozenset(s.labels.items())): s.value
+            for f in text_string_to_metric_families(text) for s in f.samples}
+
+
+def _value(samples: dict[tuple[str, frozenset[tuple[str, str]]], float], name: str, **labels: str) -> float | None:
+    found = [v for (n, lab), v in samples.items() if n == name and set(labels.items()) <= set(lab)]
+    return sum(found) if found else None
+
+
 def test_goldens_say_which_sources_they_have() -> None:
     """Each mode's golden states its sources (enabled/up) and carries that source's data."""
-    logs, metrics, both = ((GOLDEN / f"sidecar-{m}.prom").read_text() for m in ("logs", "metrics", "both"))
-    assert 'sglang_tuning_source_enabled{source="metrics"} 0.0' in logs
-    assert "sglang_tuning_up 0.0" in logs and 'sglang_tuning_log_lines_total{kind="decode"}' in logs
-    assert 'sglang_tuning_source_enabled{source="log"} 0.0' in metrics
-    assert "sglang_tuning_up 1.0" in metrics and 'sglang_tuning_sglang_endpoint_info{endpoint="/server_info"}' in metrics
-    assert "sglang_tuning_log_lines_total" not in metrics
-    assert "sglang_tuning_up 1.0" in both and 'sglang_tuning_log_lines_total{kind="decode"}' in both
+    logs, metrics, both = (_parsed(m) for m in ("logs", "metrics", "both"))
+    assert _value(logs, "sglang_tuning_source_enabled", source="metrics") == 0.0
+    assert _value(logs, "sglang_tuning_up") == 0.0
+    assert _value(logs, "sglang_tuning_log_lines_total", kind="decode")
+    assert _value(metrics, "sglang_tuning_source_enabled", source="log") == 0.0
+    assert _value(metrics, "sglang_tuning_up") == 1.0
+    assert _value(metrics, "sglang_tuning_sglang_endpoint_info", endpoint="/server_info") == 1.0
+    assert _value(metrics, "sglang_tuning_log_lines_total") is None
+    assert _value(both, "sglang_tuning_up") == 1.0 and _value(both, "sglang_tuning_log_lines_total", kind="decode")
+    assert _value(metrics, "sglang_tuning_build_info", version=BUILD.version) == 1.0
     # metrics-only: the 2 retracted requests and 10 eager passes seen between scrapes
-    assert "sglang_tuning_retracted_requests_total{" in metrics
-    assert 'cuda_graph="false",dp_rank="",model_name="Qwen/Qwen2.5-7B-Instruct",moe_ep_rank="",pp_rank="",tp_rank=""} 10.0' in metrics
+    assert _value(metrics, "sglang_tuning_retracted_requests_total") == 2.0
+    assert _value(metrics, "sglang_tuning_decode_samples_total", cuda_graph="false") == 10.0
     # both: the log is up, so the scrape's counter deltas are not counted a second time
-    assert 'cuda_graph="false",dp_rank="",model_name="Qwen/Qwen2.5-7B-Instruct",moe_ep_rank="",pp_rank="",tp_rank=""} 2.0' in both
-    assert f'version="{BUILD.version}"' in metrics
+    assert _value(both, "sglang_tuning_decode_samples_total", cuda_graph="false") == 2.0

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import re
 import threading
 from collections.abc import Mapping
 from pathlib import Path
@@ -228,7 +229,8 @@ def test_loop_thread_ticks_and_web_serves(tmp_path: Path) -> None:
     assert not loop.thread.is_alive()
     app = make_web(cfg, sc, clock=lambda: 50.0)
     assert app.handle("GET", "/-/ready").status == 200
-    assert b'sglang_tuning_decode_samples_total{cuda_graph="true"' in app.handle("GET", "/metrics").body
+    body = app.handle("GET", "/metrics").body.decode()
+    assert re.search(r'^sglang_tuning_decode_samples_total\{[^}]*cuda_graph="true"[^}]*\} 1\.0$', body, re.M)
 
 
 def test_own_log_formats() -> None:

@@ -27,7 +27,7 @@ def _app(model: str = "Qwen/Qwen2.5-7B-Instruct", evaluated: bool = True) -> tup
                     1.0, 1.3, "Requests are retracted often", "4.0 retractions/min over 600 s",
                     severity="critical", guide="~1 retraction per minute is OK", tradeoff="lower throughput"),
             Finding("queue_empty", "ok", {"dp": 0}, None, "send more requests", None, None, "", "")],
-            document={"profile": "p", "findings": [{"check": "retractions_frequent"}]}, now=2.0)
+            document=lambda: {"profile": "p", "findings": [{"check": "retractions_frequent"}]}, now=2.0)
     snapshot = lambda: st.snapshot(3.0)  # noqa: E731
     app = WebApp(snapshot=snapshot, registry=make_registry(TuningCollector(snapshot, BUILD)),
                  ready=lambda: evaluated, build=BUILD)

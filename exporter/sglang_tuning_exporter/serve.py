@@ -28,6 +28,10 @@ from .web import WebApp, start_http
 HELP = "run the sidecar: follow the log, scrape SGLang, serve /metrics, the status page and /api/findings"
 log = logging.getLogger("sglang_tuning_exporter.serve")
 EXIT_OK, EXIT_RUNTIME, EXIT_USAGE = 0, 1, 2
+# Signals on /metrics besides the ones the checks use: the context a dashboard shows next to them.
+# (All signals stay in /api/findings; exporting every one per rank would double the series.)
+EXTRA_SIGNALS = ("queue_under_band_ratio", "queue_p50", "token_usage_mean", "token_usage_max",
+                 "retracted_requests_per_minute", "cuda_graph_miss_batch_p90", "gen_throughput_mean")
 
 
 class StartupError(Exception):
@@ -159,8 +163,9 @@ def build_advisor(cfg: ServeConfig) -> Advisor:
         return dict(advisor_mod.findings_document(findings=findings, signals=signals, server=server, profile=profile,
                                                   workload=workload, window=(now - window_s, now), table=table))
 
+    exported = frozenset({c.signal for c in table.checks} | set(EXTRA_SIGNALS))
     return Advisor(window=window, evaluate=evaluate, document=document, to_observations=to_obs,
-                   window_s=window_s)
+                   window_s=window_s, exported_signals=exported)
 
 
 def _converter(observations: ModuleType | None) -> Callable[[list[Event], float], list[Observation]] | None:

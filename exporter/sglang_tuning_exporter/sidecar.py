@@ -65,6 +65,7 @@ class Advisor:
     document: Document | None
     to_observations: ToObservations | None
     window_s: float | None = None  # the window actually used (a --config file may set it)
+    exported_signals: frozenset[str] | None = None  # signals put on /metrics (None: all)
 
 
 @dataclass(slots=True)
@@ -122,6 +123,7 @@ class Sidecar:
     log_input: LogInput | None = None
     metrics: MetricsInput | None = None
     timer: Callable[[], float] = field(default=lambda: 0.0)  # monotonic, for durations
+    evaluate_every_s: float = 5.0  # signals and checks are windowed: no need to redo them every tick
     server_overrides: Mapping[str, Any] = field(default_factory=dict)
     _interp: ScrapeInterpreter = field(default_factory=ScrapeInterpreter)
     _info: ServerInfoClient | None = None
@@ -130,6 +132,7 @@ class Sidecar:
     _start_marker: str | None = None
     _version: str | None = None
     _last_line_at: float | None = None
+    _next_eval: float = float("-inf")
     evaluations: int = 0
 
     def __post_init__(self) -> None:
@@ -154,7 +157,9 @@ class Sidecar:
             self._next_scrape = now + self.metrics.interval
             self._scrape(now)
         self.state.expire(now)
-        self._evaluate(now)
+        if now >= self._next_eval:
+            self._next_eval = now + self.evaluate_every_s
+            self._evaluate(now)
 
     # --- log ----------------------------------------------------------------------------------
     def _read_log(self, now: float) -> None:
@@ -279,7 +284,7 @@ class Sidecar:
         adv = self.advisor
         signals: Mapping[Rank, Mapping[str, float | None]] = {}
         findings: list[Finding] = []
-        document: Mapping[str, Any] | None = None
+        document: Callable[[], Mapping[str, Any]] | None = None
         server = self.state.server_state()
         try:
             if adv.window is not None:
@@ -287,9 +292,15 @@ class Sidecar:
                 signals = adv.window.signals(now)
             if adv.evaluate is not None:
                 findings = adv.evaluate(signals, server)
-            if adv.document is not None:
-                document = adv.document(findings, signals, server, now)
         except Exception:  # an advisor bug must not take /metrics down
             log.exception("evaluation failed")
-        self.state.set_evaluation(signals=signals, findings=findings, document=document, now=now)
+        make_doc = adv.document
+        if make_doc is not None:
+            frozen = (list(findings), signals, server)
+
+            def document() -> Mapping[str, Any]:
+                return make_doc(frozen[0], frozen[1], frozen[2], now)
+
+        self.state.set_evaluation(signals=signals, findings=findings, document=document, now=now,
+                                  exported=adv.exported_signals)
         self.evaluations += 1

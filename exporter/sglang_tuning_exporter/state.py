@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 import threading
 from collections import deque
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -71,7 +71,7 @@ class Snapshot:
     server_info_endpoint: str | None
     signals: tuple[tuple[Rank, Mapping[str, float]], ...]  # keyed by the window's ranks (TP folded)
     findings: tuple[Finding, ...]
-    document: Mapping[str, Any] | None
+    document: Callable[[], Mapping[str, Any]] | None  # built on demand (only /api/findings needs it)
     evaluated_at: float | None
     window_s: float
 
@@ -129,7 +129,7 @@ class LiveState:
         self._endpoint: str | None = None
         self._signals: dict[Rank, dict[str, float]] = {}
         self._findings: tuple[Finding, ...] = ()
-        self._document: Mapping[str, Any] | None = None
+        self._document: Callable[[], Mapping[str, Any]] | None = None
         self._evaluated_at: float | None = None
 
     # --- ranks -------------------------------------------------------------------------------
@@ -294,10 +294,12 @@ class LiveState:
             return ServerState(self._server.version, dict(self._server.args), self._current_model())
 
     def set_evaluation(self, *, signals: Mapping[Rank, Mapping[str, float | None]],
-                       findings: Iterable[Finding], document: Mapping[str, Any] | None, now: float) -> None:
-        """Store the latest evaluation of the guide."""
+                       findings: Iterable[Finding], document: Callable[[], Mapping[str, Any]] | None,
+                       now: float, exported: frozenset[str] | None = None) -> None:
+        """Store the latest evaluation of the guide (`exported`: the signal names to keep, None = all)."""
         with self._lock:
-            self._signals = {r: {k: float(v) for k, v in s.items() if v is not None and math.isfinite(v)}
+            self._signals = {r: {k: float(v) for k, v in s.items()
+                                 if v is not None and math.isfinite(v) and (exported is None or k in exported)}
                              for r, s in signals.items()}
             self._findings = tuple(findings)
             self._document = document
