@@ -6,7 +6,10 @@ from __future__ import annotations
 import json
 import re
 import shutil
+import socket
 import subprocess
+import time
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -258,3 +261,69 @@ def test_alertmanager_message_prints_the_flag_change(tmp_path: Path) -> None:
     assert res.returncode == 0, res.stderr
     assert res.stdout.startswith("[FIRING:1] SGLangRetractionsFrequent on a:9470|")
     assert "Change: increase --schedule-conservativeness to 1.3" in res.stdout
+
+
+ALERTMANAGER = shutil.which("prometheus-alertmanager") or shutil.which("alertmanager")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _http(url: str, body: Any = None) -> Any:
+    data = None if body is None else json.dumps(body).encode()
+    req = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json"},
+                                 method="GET" if body is None else "POST")
+    with urllib.request.urlopen(req, timeout=5) as resp:
+        text = resp.read().decode()
+    return json.loads(text) if text.strip().startswith(("[", "{")) else text
+
+
+@pytest.mark.integration
+@pytest.mark.skipif(ALERTMANAGER is None, reason="prometheus-alertmanager not installed")
+def test_alertmanager_inhibits_checks_of_a_blind_exporter(tmp_path: Path) -> None:
+    """A real Alertmanager with the example config: exporter down mutes that instance's checks only."""
+    for name in ("alertmanager.example.yml", "alertmanager.templates.tmpl"):
+        shutil.copy(ALERTS / name, tmp_path / name)
+    port = _free_port()
+    base = f"http://127.0.0.1:{port}"
+    proc = subprocess.Popen([str(ALERTMANAGER), f"--config.file={tmp_path / 'alertmanager.example.yml'}",
+                             f"--storage.path={tmp_path / 'data'}", f"--web.listen-address=127.0.0.1:{port}",
+                             "--cluster.listen-address="], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                if _http(f"{base}/-/ready").strip() == "OK":
+                    break
+            except OSError:
+                pass
+            assert proc.poll() is None, proc.stderr.read().decode() if proc.stderr else "exited"
+            assert time.monotonic() < deadline, "alertmanager did not become ready"
+            time.sleep(0.1)  # polling a real process, not a unit test
+        _http(f"{base}/api/v2/alerts", [
+            {"labels": {"alertname": "SGLangTuningExporterDown", "instance": "a:9470", "severity": "warning",
+                        "check": "exporter_down"}},
+            {"labels": {"alertname": "SGLangRetractionsFrequent", "instance": "a:9470", "severity": "critical",
+                        "check": "retractions_frequent"}},
+            {"labels": {"alertname": "SGLangRetractionsFrequent", "instance": "b:9470", "severity": "critical",
+                        "check": "retractions_frequent"}},
+        ])
+        states: dict[tuple[str, str], str] = {}
+        deadline = time.monotonic() + 10
+        while len(states) < 3 and time.monotonic() < deadline:
+            states = {(a["labels"]["alertname"], a["labels"]["instance"]): a["status"]["state"]
+                      for a in _http(f"{base}/api/v2/alerts")}
+            time.sleep(0.05)
+        assert states == {("SGLangTuningExporterDown", "a:9470"): "active",
+                          ("SGLangRetractionsFrequent", "a:9470"): "suppressed",
+                          ("SGLangRetractionsFrequent", "b:9470"): "active"}
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=5)
