@@ -405,3 +405,18 @@ def test_no_corpus_file_has_unparsed_lines(shared_dir: Path) -> None:
             c.classify(line, n)
     assert c.stats.unparsed == 0, c.stats.unparsed_examples
     assert c.stats.by_kind["decode"] > 150 and c.stats.by_kind["startup_memory"] > 50
+
+
+def test_reader_shortcut_gives_the_same_events_as_parse_line() -> None:
+    """fast_batch (the reader's shortcut for known layouts) agrees with parse_line on real lines."""
+    from sglang_tuning_exporter.logparse import fast_batch
+    hits = 0
+    for path in sorted((FIXTURES / "logs").glob("*.log")):
+        text = path.read_text(encoding="utf-8")
+        for _ in range(2):  # the first pass teaches the layouts, the second uses them
+            for n, line in enumerate(text.split("\n"), 1):
+                fast = fast_batch(line, n)
+                if fast is not None:
+                    hits += 1
+                    assert fast == parse_line(line, n), line
+    assert hits > 50

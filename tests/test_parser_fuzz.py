@@ -95,3 +95,13 @@ def test_reader_on_mixed_streams(lines: list[str]) -> None:
         out.extend(r.feed(line))
     out.extend(r.flush())
     assert all(1 <= e.line <= max(1, len(lines)) for e in out)
+
+
+@settings(max_examples=300, deadline=None)
+@given(mangled())
+def test_shortcut_agrees_or_declines(line: str) -> None:
+    """On mangled lines the reader's shortcut either declines or matches parse_line exactly."""
+    for real in REAL:
+        parse_line(real, 1)  # teach the layouts
+    fast = logparse.fast_batch(line, 2)
+    assert fast is None or fast == parse_line(line, 2)
