@@ -304,8 +304,9 @@ def current_template(check: Check, opts: RenderOptions, *, by: str) -> str:
     return _query("sglang_tuning_current_value", check, opts, by, "the current value")
 
 
-RANK_TEXT = ("{{ $labels.instance }} (model {{ $labels.model_name }}, dp_rank {{ $labels.dp_rank }}, "
-             "tp_rank {{ $labels.tp_rank }})")
+# "gpu-a:9470, model qwen, DP0 TP0": only the rank labels the series has (SGLang's own DP0/TP0 style).
+RANK_TEXT = ("{{ $labels.instance }}{{ with $labels.model_name }}, model {{ . }}{{ end }}"
+             "{{ with $labels.dp_rank }}, DP{{ . }}{{ end }}{{ with $labels.tp_rank }} TP{{ . }}{{ end }}")
 
 
 def guide_line(check: Check, table: CheckTable, opts: RenderOptions) -> str:
