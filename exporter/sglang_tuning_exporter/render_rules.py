@@ -531,7 +531,8 @@ def health_group(opts: RenderOptions) -> Group:
         rules.append(_guard(
             "SGLangTuningExporterAbsent", "exporter_absent", f"absent(up{job_sel})", 900,
             "No sglang-tuning-exporter target is scraped",
-            f"No `up` series for job {opts.exporter_job} on {{{{ $labels.instance }}}} for {{for}}: the "
+            f"No `up` series for job {opts.exporter_job}{{{{ with $labels.instance }}}} on {{{{ . }}}}{{{{ end }}}} "
+            "for {for}: the "
             "scrape config lost the exporter, so no tuning alert can fire. Value: {{ $value }}.",
             "--web.listen-address", "set", f"a scrape job named {opts.exporter_job} for the exporter",
             "Monitor metrics: enable metrics collection to make data-driven tuning decisions.", opts))
