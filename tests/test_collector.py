@@ -222,3 +222,20 @@ def test_promtool_accepts_the_exposition(tmp_path: Path) -> None:
     text = encode_text(make_registry(TuningCollector(lambda: _full_state().snapshot(10.0), BUILD)).collect())
     proc = subprocess.run(["promtool", "check", "metrics"], input=text, capture_output=True, timeout=30)
     assert proc.returncode == 0, proc.stderr.decode() + proc.stdout.decode()
+
+
+def test_evaluation_families_are_reused_until_the_next_evaluation() -> None:
+    """Signals and verdicts are rendered once per evaluation; a new evaluation replaces them."""
+    st = _full_state()
+    coll = TuningCollector(lambda: st.snapshot(10.0), BUILD)
+    coll.warm()
+    first = {f.name: f for f in coll.collect()}
+    again = {f.name: f for f in coll.collect()}
+    assert first["sglang_tuning_check_status"] is again["sglang_tuning_check_status"]
+    assert first["sglang_tuning_up"] is not again["sglang_tuning_up"]  # the rest is fresh per scrape
+    st.set_evaluation(signals={}, findings=[Finding("queue_empty", "critical", {}, None, "client", None, None, "", "")],
+                      document=None, now=20.0)
+    later = {f.name: f for f in coll.collect()}
+    rows = later["sglang_tuning_check_status"].rows  # type: ignore[attr-defined]
+    assert [r[2] for r in rows] == [2.0]
+    assert "sglang_tuning_signal" not in later

@@ -17,7 +17,7 @@ from prometheus_client.registry import Collector, CollectorRegistry
 from prometheus_client.samples import Sample
 
 from . import __version__
-from .catalog import CATALOG, PREFIX, RANK_LABELS, MetricSpec
+from .catalog import BY_NAME, CATALOG, PREFIX, RANK_LABELS, MetricSpec
 from .model import STATUS_CODE, Rank
 from .state import SOURCES, Snapshot
 
@@ -105,6 +105,7 @@ class Family(Metric):
         self.spec = spec
         self.labelnames = spec.labels
         self.rows: list[tuple[tuple[str, ...], str, float]] = []
+        self.frozen_text: str | None = None  # sample lines, kept once a family is shared across scrapes
 
     @property
     def samples(self) -> list[Sample]:
@@ -123,6 +124,13 @@ class Family(Metric):
         self.rows.append((values, labelstr, value))
 
 
+def _sample_lines(m: Family) -> str:
+    name = m.spec.name
+    common = _COMMON_VALUES.get
+    return "".join(f"{name}{{{labelstr}}} {common(v) or format_value(v)}\n" if labelstr
+                   else f"{name} {common(v) or format_value(v)}\n" for _, labelstr, v in m.rows)
+
+
 def encode_text(families: Iterable[Metric]) -> bytes:
     """Prometheus text format 0.0.4 for our families (generic Metric objects are accepted too)."""
     out: list[str] = []
@@ -135,10 +143,7 @@ def encode_text(families: Iterable[Metric]) -> bytes:
         doc = m.documentation.replace("\\", "\\\\").replace("\n", "\\n")
         out.append(f"# HELP {mname} {doc}\n# TYPE {mname} {mtype}\n")
         if isinstance(m, Family):
-            name = m.spec.name
-            common = _COMMON_VALUES.get
-            out.extend(f"{name}{{{labelstr}}} {common(v) or format_value(v)}\n" if labelstr
-                       else f"{name} {common(v) or format_value(v)}\n" for _, labelstr, v in m.rows)
+            out.append(m.frozen_text if m.frozen_text is not None else _sample_lines(m))
         else:
             for s in m.samples:
                 labelstr = ",".join(f'{k}="{_escape(v)}"' for k, v in s.labels.items())
@@ -180,8 +185,45 @@ class _RankLabels:
         return hit
 
 
-def build_families(snap: Snapshot, build: BuildInfo) -> list[Family]:
-    """Fresh metric families for one scrape, in catalog order; families without samples are left out."""
+EVALUATION_FAMILIES = tuple(PREFIX + n for n in ("signal", "check_status", "suggested_value", "current_value"))
+
+
+def evaluation_families(snap: Snapshot) -> tuple[Family, ...]:
+    """The families that only change when the guide is re-evaluated: signals, verdicts, suggestions."""
+    fams = {name: Family(BY_NAME[name]) for name in EVALUATION_FAMILIES}
+    ranks = _RankLabels(snap.model_name)
+
+    def add(short: str, labels: tuple[str, ...], value: float | None, labelstr: str) -> None:
+        if value is not None and math.isfinite(value):
+            fams[PREFIX + short].add(labels, float(value), labelstr)
+
+    # The two big per-rank families append rows directly (thousands of rows at 64 ranks).
+    signal_rows = fams[PREFIX + "signal"].rows.append
+    for rank, values in snap.signals:
+        base, text = ranks.get(rank)
+        for name, value in sorted(values.items()):
+            if math.isfinite(value):
+                signal_rows(((*base, name), f'{text},signal="{_escape(name)}"', float(value)))
+    status_rows = fams[PREFIX + "check_status"].rows.append
+    for f in snap.findings:
+        base, text = ranks.get(f.rank)
+        check = _escape(f.check)
+        status_rows(((*base, f.check, f.severity), f'{text},check="{check}",severity="{_escape(f.severity)}"',
+                     STATUS_CODE.get(f.status, -1.0)))
+        if f.flag:
+            tail = f'{text},check="{check}",flag="{_escape(f.flag)}"'
+            if f.status in ("warning", "critical"):
+                add("suggested_value", (*base, f.check, f.flag), _numeric(f.suggested), tail)
+            add("current_value", (*base, f.check, f.flag), _numeric(f.current), tail)
+    return tuple(fams.values())
+
+
+def build_families(snap: Snapshot, build: BuildInfo, evaluation: tuple[Family, ...] | None = None) -> list[Family]:
+    """Fresh metric families for one scrape, in catalog order; families without samples are left out.
+
+    `evaluation`: the evaluation families already built for this snapshot's evaluation (shared,
+    read-only), so a scrape does not rebuild thousands of unchanged rows.
+    """
     fams: dict[str, Family] = {m.name: Family(m) for m in CATALOG}
 
     def add(short: str, labels: tuple[str, ...], value: float | None, labelstr: str | None = None) -> None:
@@ -205,24 +247,9 @@ def build_families(snap: Snapshot, build: BuildInfo) -> list[Family]:
                     else:
                         add(short, base, total, text)
         add("decode_batch_size_without_graph", base, r.no_graph_batch_p90, text)
-    # The two big per-rank families append rows directly (thousands of rows at 64 ranks).
-    signal_rows = fams[PREFIX + "signal"].rows.append
-    for rank, values in snap.signals:
-        base, text = ranks.get(rank)
-        for name, value in sorted(values.items()):
-            if math.isfinite(value):
-                signal_rows(((*base, name), f'{text},signal="{_escape(name)}"', float(value)))
-    status_rows = fams[PREFIX + "check_status"].rows.append
-    for f in snap.findings:
-        base, text = ranks.get(f.rank)
-        check = _escape(f.check)
-        status_rows(((*base, f.check, f.severity), f'{text},check="{check}",severity="{_escape(f.severity)}"',
-                     STATUS_CODE.get(f.status, -1.0)))
-        if f.flag:
-            tail = f'{text},check="{check}",flag="{_escape(f.flag)}"'
-            if f.status in ("warning", "critical"):
-                add("suggested_value", (*base, f.check, f.flag), _numeric(f.suggested), tail)
-            add("current_value", (*base, f.check, f.flag), _numeric(f.current), tail)
+    evaluated = evaluation or evaluation_families(snap)
+    for fam in evaluated:
+        fams[fam.spec.name] = fam
     for arg in TUNING_ARGS:
         add("server_arg", (arg,), _numeric(snap.args.get(arg)))
     if snap.version or model:
@@ -261,19 +288,41 @@ def build_families(snap: Snapshot, build: BuildInfo) -> list[Family]:
 
 
 class TuningCollector(Collector):
-    """Yields the catalog's families built from `snapshot()` on every collect()."""
+    """Yields the catalog's families built from `snapshot()` on every collect().
+
+    The evaluation families (signals, check verdicts, suggestions) change only when the guide is
+    re-evaluated; `warm()` (called by the sidecar after each evaluation, off the request path)
+    builds and renders them once, and scrapes reuse them until the next evaluation.
+    """
 
     def __init__(self, snapshot: Callable[[], Snapshot], build: BuildInfo | None = None) -> None:
         self._snapshot = snapshot
         self._build = build or current_build()
+        self._cached: tuple[tuple[float | None, str], tuple[Family, ...]] | None = None
 
     def describe(self) -> list[Metric]:
         """Nothing up front: keeps registration from calling collect() (state may not be ready)."""
         return []
 
+    def _evaluation(self, snap: Snapshot) -> tuple[Family, ...]:
+        key = (snap.evaluated_at, snap.model_name)
+        cached = self._cached
+        if cached is not None and cached[0] == key:
+            return cached[1]
+        fams = evaluation_families(snap)
+        for f in fams:
+            f.frozen_text = _sample_lines(f)
+        self._cached = (key, fams)
+        return fams
+
+    def warm(self) -> None:
+        """Build the evaluation families for the current state (call after an evaluation)."""
+        self._evaluation(self._snapshot())
+
     def collect(self) -> Iterator[Metric]:
         """Families from a fresh snapshot."""
-        yield from build_families(self._snapshot(), self._build)
+        snap = self._snapshot()
+        yield from build_families(snap, self._build, self._evaluation(snap))
 
 
 def make_registry(collector: TuningCollector) -> CollectorRegistry:

@@ -271,7 +271,9 @@ def make_web(cfg: ServeConfig, sidecar: Sidecar, clock: Callable[[], float],
     def snapshot() -> Any:
         return sidecar.state.snapshot(clock())
 
-    registry = make_registry(TuningCollector(snapshot, b))
+    collector = TuningCollector(snapshot, b)
+    sidecar.on_evaluated = collector.warm  # render verdicts in the loop thread, not in the scrape
+    registry = make_registry(collector)
     return WebApp(snapshot=snapshot, registry=registry, ready=lambda: sidecar.ready, build=b,
                   telemetry_path=cfg.telemetry_path)
 

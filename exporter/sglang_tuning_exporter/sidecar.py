@@ -124,6 +124,7 @@ class Sidecar:
     metrics: MetricsInput | None = None
     timer: Callable[[], float] = field(default=lambda: 0.0)  # monotonic, for durations
     evaluate_every_s: float = 5.0  # signals and checks are windowed: no need to redo them every tick
+    on_evaluated: Callable[[], None] | None = None  # e.g. pre-render the evaluation's metric families
     server_overrides: Mapping[str, Any] = field(default_factory=dict)
     _interp: ScrapeInterpreter = field(default_factory=ScrapeInterpreter)
     _info: ServerInfoClient | None = None
@@ -303,4 +304,9 @@ class Sidecar:
 
         self.state.set_evaluation(signals=signals, findings=findings, document=document, now=now,
                                   exported=adv.exported_signals)
+        if self.on_evaluated is not None:
+            try:
+                self.on_evaluated()
+            except Exception:
+                log.exception("post-evaluation hook failed")
         self.evaluations += 1

@@ -24,6 +24,8 @@ GAUGE_NAMES = frozenset({
     "cuda_graph_max_bs_captured",
 })
 _COUNTED_KINDS = frozenset({"decode", "retract", "prefill", "oom"})
+_METRICS_COUNTED = frozenset({"retraction", "decode_cuda_graph_passes", "decode_eager_passes",
+                              "prefill_new_tokens", "prefill_cached_tokens"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,7 +135,7 @@ class LiveState:
         self._evaluated_at: float | None = None
 
     # --- ranks -------------------------------------------------------------------------------
-    def _touch(self, rank: Rank, now: float) -> _RankData | None:
+    def _touch(self, rank: Rank, now: float) -> _RankData:
         data = self._ranks.get(rank)
         if data is None:
             if len(self._ranks) >= self.max_ranks:
@@ -169,13 +171,14 @@ class LiveState:
         """Latest gauges per rank; counter deltas from the metrics source."""
         with self._lock:
             for o in observations:
+                gauge = o.name in GAUGE_NAMES
+                if not gauge and (o.source == "log" or o.name not in _METRICS_COUNTED):
+                    continue  # log counters come from events (add_events), not twice
                 data = self._touch(o.rank, now)
-                if data is None:
-                    continue
-                if o.name in GAUGE_NAMES:
+                if gauge:
                     data.gauges[o.name] = o.value
                 if o.source == "log":
-                    continue  # log counters come from events (add_events), not twice
+                    continue
                 if o.name == "retraction":
                     self._count(o.rank, "retractions", "", 1)
                     self._count(o.rank, "retracted_requests", "", o.value)
@@ -196,8 +199,6 @@ class LiveState:
                     continue  # config and startup events are not per-rank activity
                 rank = Rank.from_dict(e.rank)
                 data = self._touch(rank, now)
-                if data is None:
-                    continue
                 f = e.fields
                 if e.kind == "decode":
                     cg = f.get("cuda_graph")
