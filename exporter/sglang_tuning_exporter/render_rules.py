@@ -292,6 +292,16 @@ def _query(metric: str, check: Check, opts: RenderOptions, by: str, fallback: st
             f"{{{{ . | first | value }}}}{{{{ else }}}}{fallback}{{{{ end }}}}")
 
 
+def flag_template(check: Check, opts: RenderOptions, *, by: str) -> str:
+    """The flag name; where it changed across SGLang releases, the one our metric names for this server."""
+    if not check.flags_by_version:
+        return str(check.flag)
+    job = _job(opts.exporter_job)
+    sel = f"sglang_tuning_suggested_value{{{job + ',' if job else ''}{by}=%q,dp_rank=%q,check=%q}}"
+    return (f"{{{{ with printf `{sel}` $labels.{by} $labels.dp_rank {json.dumps(check.id)} | query }}}}"
+            f"{{{{ . | first | label \"flag\" }}}}{{{{ else }}}}{check.flag}{{{{ end }}}}")
+
+
 def suggested_template(check: Check, opts: RenderOptions, *, by: str) -> str:
     """Go template: our suggested-value metric for this alert's series, else the guide's value."""
     if check.flag is None:
@@ -322,7 +332,7 @@ def description(check: Check, table: CheckTable, opts: RenderOptions, threshold:
              else '{{ printf "%.4g" $value }}')
     text = _fill(check.description, check, table, opts)
     repl = {"{value}": value, "{threshold}": _num(threshold),
-            "{flag}": check.flag or "the client", "{suggested}": suggested_template(check, opts, by=by),
+            "{flag}": flag_template(check, opts, by=by) if check.flag else "the client", "{suggested}": suggested_template(check, opts, by=by),
             "{current}": current_template(check, opts, by=by), "{rank}": RANK_TEXT}
     for k, v in repl.items():
         text = text.replace(k, v)
@@ -341,7 +351,7 @@ def alert_annotations(check: Check, table: CheckTable, opts: RenderOptions, thre
         "description": description(check, table, opts, threshold, by=by),
         "runbook_url": f"{opts.runbook_url}#{anchor(check.alert)}",
         "check": check.id,
-        "flag": check.flag or "client-side",
+        "flag": flag_template(check, opts, by=by) if check.flag else "client-side",
         "action": check.action,
         "suggested_value": suggested_template(check, opts, by=by),
         "guide": guide_line(check, table, opts),
