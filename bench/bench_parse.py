@@ -149,6 +149,26 @@ def run_mtail(path: Path, n: int) -> dict[str, Any] | None:
             "maxrss_mb": rss if rss > before else None}
 
 
+def micro() -> list[tuple[str, float]]:
+    """Per-line costs (best of 5) of the pieces the rates are made of, in microseconds."""
+    import timeit
+
+    from sglang_tuning_exporter.logparse import fast_batch, parse_line
+    access = '[2025-10-09 08:53:21] INFO:     10.0.2.7:41234 - "POST /v1/chat/completions HTTP/1.1" 200 OK'
+    other = "[2025-10-09 08:53:21 DP2 TP2 EP2] Scheduler.run_batch sleep 180.0s"
+    decode = ("[2025-10-09 08:53:21 DP2 TP2 EP2] Decode batch, #running-req: 405, #token: 1365109, "
+              "token usage: 0.05, pre-allocated usage: 0.00, #prealloc-req: 0, #transfer-req: 0, "
+              "#retracted-req: 0, cuda graph: True, gen throughput (token/s): 847.17, #queue-req: 596")
+    parse_line(decode, 1)  # teach the layout
+    cases = [("parse_line, uvicorn access line (rejected)", lambda: parse_line(access, 1)),
+             ("parse_line, other chatter (rejected)", lambda: parse_line(other, 1)),
+             ("parse_line, Decode line (full event)", lambda: parse_line(decode, 1)),
+             ("reader shortcut, Decode line (full event)", lambda: fast_batch(decode, 1)),
+             ("naive regex search, Decode line", lambda: NAIVE.search(decode))]
+    n = 20000
+    return [(label, min(timeit.repeat(f, number=n, repeat=5)) / n * 1e6) for label, f in cases]
+
+
 def main() -> int:
     """Generate, run the three variants, print the figures."""
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -186,6 +206,8 @@ def main() -> int:
           f"{ours['maxrss_mb']:.0f} MB at {ours['lines']:,} lines")
     if m is None:
         print("mtail: not installed, skipped")
+    for label, us in micro():
+        print(f"{label:45} {us:6.2f} us")
     return 0
 
 

@@ -798,9 +798,14 @@ def _parse_clean(s: str, n: int) -> _Result:
     return None
 
 
+_NOTHING: Final[tuple[_Result, bool]] = (None, False)
+
+
 def parse_any(text: str, line_no: int) -> tuple[_Result, bool]:
     """Like parse_line, but also says UNPARSED (recognised head, unreadable body) and whether the
     event came from a line with malformed pieces (truncated or mangled: counted, still used)."""
+    if "HTTP/1." in text and "\r" not in text:
+        return _NOTHING  # uvicorn access line: rejected before any other work
     try:
         s = text[:-1] if text[-1:] == "\n" else text
         if "\x1b" in s:

@@ -144,12 +144,7 @@ class EventReader:
 
     def feed(self, line: str) -> list[Event]:
         """One line in (with or without its newline); the events it completes out."""
-        out: list[Event] = []
-        n = self._next
-        self._next = n + 1
-        self.classifier.stats.lines += 1
-        self._take(line, n, out)
-        return out
+        return self.feed_lines([line])
 
     def feed_lines(self, lines: list[str]) -> list[Event]:
         """Many lines at once: the fast path for files (same result as feeding them one by one)."""
