@@ -10,9 +10,11 @@ aggregates: counts and exact value histograms.  Adding is O(1), pruning pops who
 
 from __future__ import annotations
 
+import itertools
 import math
-from collections import deque
-from collections.abc import Iterable
+import operator
+from collections import Counter, deque
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from .model import Observation, Rank
@@ -73,19 +75,28 @@ class SignalParams:
     min_samples: int = 3  # below this a windowed ratio is unknown
 
 
-def _bump(d: dict[int, int], k: int, n: int = 1) -> None:
-    d[k] = d.get(k, 0) + n
+def _merge_counts(into: dict[int, int], add: Mapping[int, int]) -> None:
+    if not into:
+        into.update(add)
+        return
+    for k, v in add.items():
+        into[k] = into.get(k, 0) + v
 
 
 class SampleStats:
     """Mergeable statistics of batch samples (queue, running, usage, graph, throughput)."""
 
     __slots__ = ("capped_base", "capped_cand", "graph_miss", "graph_n", "kv_n", "kv_under", "missed",
-                 "queue", "queue_n", "running", "running_n", "tp_n", "tp_sum", "usage_max", "usage_sum")
+                 "queue", "queue_n", "queue_over", "queue_under", "queue_zero", "running", "running_n", "tp_n",
+                 "tp_sum", "usage_max", "usage_sum")
+
 
     def __init__(self) -> None:
         self.queue_n = 0
-        self.queue: dict[int, int] = {}
+        self.queue_zero = 0
+        self.queue_over = 0  # above the band's high end
+        self.queue_under = 0  # below the band's low end
+        self.queue: dict[int, int] = {}  # queue length -> count (for the median)
         self.running_n = 0
         self.running: dict[int, int] = {}
         self.kv_n = 0
@@ -101,57 +112,114 @@ class SampleStats:
         self.capped_cand: dict[int, int] = {}  # running values of those with queue > 0 and usage < good
 
     def add(self, queue: float | None, running: float | None, usage: float | None, graph: float | None,
-            throughput: float | None, usage_good: float) -> None:
+            throughput: float | None, usage_good: float, band: tuple[float, float]) -> None:
         """Add one sample; None = the line did not have that field."""
         if queue is not None:
             self.queue_n += 1
-            _bump(self.queue, int(queue))
+            if queue == 0:
+                self.queue_zero += 1
+            if queue > band[1]:
+                self.queue_over += 1
+            elif queue < band[0]:
+                self.queue_under += 1
+            k = int(queue)
+            h = self.queue
+            h[k] = h.get(k, 0) + 1
         if running is not None:
             self.running_n += 1
-            _bump(self.running, int(running))
+            r = int(running)
+            h = self.running
+            h[r] = h.get(r, 0) + 1
         if usage is not None and queue is not None:
             self.kv_n += 1
             self.usage_sum += usage
             if usage > self.usage_max:
                 self.usage_max = usage
-            low = usage < usage_good
-            if low and queue > 0:
+            under = usage < usage_good and queue > 0
+            if under:
                 self.kv_under += 1
             if running is not None:
                 self.capped_base += 1
-                if low and queue > 0:
-                    _bump(self.capped_cand, int(running))
+                if under:
+                    r = int(running)
+                    h = self.capped_cand
+                    h[r] = h.get(r, 0) + 1
         if graph is not None:
             self.graph_n += 1
             if graph < 0.5:
                 self.graph_miss += 1
                 if running is not None:
-                    _bump(self.missed, int(running))
+                    r = int(running)
+                    h = self.missed
+                    h[r] = h.get(r, 0) + 1
         if throughput is not None:
             self.tp_n += 1
             self.tp_sum += throughput
 
+    def add_text_columns(self, running: Sequence[str], usage: Sequence[str | None], graph: Sequence[str | None],
+                         throughput: Sequence[str | None], queue: Sequence[str], usage_good: float,
+                         band: tuple[float, float]) -> None:
+        """Add many Decode samples at once from their text fields (aligned; running and queue always
+        present; graph 'True'/'False'/None): the same result as `add` per sample, with C-level builtins."""
+        n = len(queue)
+        if n == 0:
+            return
+        qs = list(map(int, queue))
+        rs = list(map(int, running))
+        self.queue_n += n
+        counts = Counter(qs)
+        self.queue_zero += counts.get(0, 0)
+        self.queue_over += sum(c for q, c in counts.items() if q > band[1])
+        self.queue_under += sum(c for q, c in counts.items() if q < band[0])
+        _merge_counts(self.queue, counts)
+        self.running_n += n
+        _merge_counts(self.running, Counter(rs))
+        if None in usage:
+            rows = [(q, r, float(u)) for q, r, u in zip(qs, rs, usage, strict=True) if u is not None]
+            qk, rk, us = [q for q, _, _ in rows], [r for _, r, _ in rows], [u for _, _, u in rows]
+        else:
+            qk, rk, us = qs, rs, list(map(float, usage))  # type: ignore[arg-type]
+        if us:
+            self.kv_n += len(us)
+            self.capped_base += len(us)
+            self.usage_sum += sum(us)
+            self.usage_max = max(self.usage_max, max(us))
+            low = map(operator.lt, us, itertools.repeat(usage_good))
+            waiting = map(operator.gt, qk, itertools.repeat(0))
+            under = list(itertools.compress(rk, map(operator.and_, low, waiting)))
+            self.kv_under += len(under)
+            _merge_counts(self.capped_cand, Counter(under))
+        ng = len(graph) - graph.count(None)
+        if ng:
+            self.graph_n += ng
+            misses = list(itertools.compress(rs, map("False".__eq__, graph)))
+            self.graph_miss += len(misses)
+            _merge_counts(self.missed, Counter(misses))
+        tps = list(map(float, filter(None, throughput)))
+        self.tp_n += len(tps)
+        self.tp_sum += sum(tps)
+
     def merge(self, o: SampleStats) -> None:
         """Add another aggregate into this one."""
         self.queue_n += o.queue_n
-        for k, v in o.queue.items():
-            _bump(self.queue, k, v)
+        self.queue_zero += o.queue_zero
+        self.queue_over += o.queue_over
+        self.queue_under += o.queue_under
+        _merge_counts(self.queue, o.queue)
+        _merge_counts(self.running, o.running)
+        _merge_counts(self.missed, o.missed)
+        _merge_counts(self.capped_cand, o.capped_cand)
         self.running_n += o.running_n
-        for k, v in o.running.items():
-            _bump(self.running, k, v)
         self.kv_n += o.kv_n
         self.kv_under += o.kv_under
         self.usage_sum += o.usage_sum
-        self.usage_max = max(self.usage_max, o.usage_max)
+        if o.usage_max > self.usage_max:
+            self.usage_max = o.usage_max
         self.graph_n += o.graph_n
         self.graph_miss += o.graph_miss
-        for k, v in o.missed.items():
-            _bump(self.missed, k, v)
         self.tp_n += o.tp_n
         self.tp_sum += o.tp_sum
         self.capped_base += o.capped_base
-        for k, v in o.capped_cand.items():
-            _bump(self.capped_cand, k, v)
 
 
 class Bucket:
@@ -380,14 +448,19 @@ class Window:
         if last is not None and last > st.last_seen:
             st.last_seen = last
         st.from_log = st.from_log or from_log
-        self._bucket(st, start).merge(bucket)
+        b = st.buckets
+        if not b or b[-1][0] < start:
+            b.append((start, bucket))  # adopt: the caller hands the bucket over
+        else:
+            self._bucket(st, start).merge(bucket)
 
     def _commit(self, st: _RankState) -> None:
         p = st.pending
         if p is not None:
             b = self._bucket(st, p.time)
             stats = b.prefill if p.prefill else b.decode
-            stats.add(p.queue, p.running, p.usage, p.graph, p.throughput, self.params.usage_good)
+            stats.add(p.queue, p.running, p.usage, p.graph, p.throughput, self.params.usage_good,
+                      self.params.queue_band)
             st.pending = None
 
     def prune(self, now: float) -> None:
@@ -426,7 +499,6 @@ def compute_signals(total: Bucket, facts: dict[str, float], p: SignalParams, *, 
                     from_log: bool) -> dict[str, float | None]:
     """The signals of one rank from its merged window bucket and its startup facts (pure)."""
     out: dict[str, float | None] = dict.fromkeys(SIGNAL_NAMES)
-    low, high = p.queue_band
     enough = p.min_samples
     # A prefill-only rank (PD prefill node, v0.1 logs) is judged from its Prefill lines.
     s = total.decode if (total.decode.queue_n or total.decode.running_n) else total.prefill
@@ -435,9 +507,9 @@ def compute_signals(total: Bucket, facts: dict[str, float], p: SignalParams, *, 
     out["kv_samples"] = float(s.kv_n)
     if s.queue_n >= enough:
         nq = s.queue_n
-        out["queue_empty_ratio"] = s.queue.get(0, 0) / nq
-        out["queue_over_band_ratio"] = sum(c for q, c in s.queue.items() if q > high) / nq
-        out["queue_under_band_ratio"] = sum(c for q, c in s.queue.items() if q < low) / nq
+        out["queue_empty_ratio"] = s.queue_zero / nq
+        out["queue_over_band_ratio"] = s.queue_over / nq
+        out["queue_under_band_ratio"] = s.queue_under / nq
         out["queue_p50"] = hist_quantile(s.queue, 0.5)
     if s.kv_n >= enough:
         out["kv_underused_ratio"] = s.kv_under / s.kv_n
