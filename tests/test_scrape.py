@@ -13,6 +13,7 @@ from sglang_tuning_exporter.scrape import (
     base_name,
     parse_exposition,
     rank_of,
+    wanted,
 )
 
 FIX = Path(__file__).parent / "fixtures" / "metrics"
@@ -193,3 +194,14 @@ def test_corpus_excerpts_map_model_and_ranks(name: str) -> None:
     if name.startswith("006"):
         assert exp.garbage_lines == 0
         assert {rank_of(s.label_map()).dp for s in exp.samples} == set(range(8))
+
+
+def test_keep_filter_gives_the_same_observations() -> None:
+    """Skipping unread families (the sidecar's fast path) changes neither observations nor garbage."""
+    text = "garbage line here\n" + REAL
+    full, fast = ScrapeInterpreter(), ScrapeInterpreter()
+    a_exp, b_exp = parse_exposition(text), parse_exposition(text, keep=wanted)
+    a, b = full.interpret(a_exp, 1.0), fast.interpret(b_exp, 1.0)
+    assert a.observations == b.observations and a.model_name == b.model_name
+    assert a_exp.garbage_lines == b_exp.garbage_lines == 1
+    assert b_exp.sample_lines == len(a_exp.samples) > len(b_exp.samples)

@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from .model import Observation, Rank
 
 _NAME = r"[a-zA-Z_:][a-zA-Z0-9_:]*"
 _SAMPLE_RE = re.compile(rf"^\s*({_NAME})\s*(\{{.*\}})?\s+(\S+)(?:\s+(-?\d+))?\s*$")
+_NAME_RE = re.compile(_NAME)
 _LABEL_RE = re.compile(r'\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*=\s*"((?:[^"\\]|\\.)*)"\s*(,|$)')
 _ESCAPES = {"\\\\": "\\", '\\"': '"', "\\n": "\n"}
 
@@ -43,6 +44,7 @@ class Exposition:
     types: Mapping[str, str]
     garbage_lines: int  # lines that are neither comments, blank, nor valid samples
     lines: int
+    sample_lines: int = 0  # sample lines seen, including those skipped by `keep`
 
 
 def _unescape(value: str) -> str:
@@ -69,11 +71,16 @@ def _parse_value(text: str) -> float | None:
         return None
 
 
-def parse_exposition(text: str) -> Exposition:
-    """Parse Prometheus text exposition; garbage lines are counted, never raised."""
+def parse_exposition(text: str, keep: Callable[[str], bool] | None = None) -> Exposition:
+    """Parse Prometheus text exposition; garbage lines are counted, never raised.
+
+    `keep(name)`: when given, well-formed samples of other families are skipped unparsed (a scrape
+    only needs a dozen of SGLang's hundreds of series); they still count in `sample_lines`.
+    """
     samples: list[Sample] = []
     types: dict[str, str] = {}
     garbage = 0
+    skipped = 0
     lines = text.split("\n")
     if lines and lines[-1] == "":
         lines.pop()
@@ -87,6 +94,12 @@ def parse_exposition(text: str) -> Exposition:
             if len(parts) >= 4 and parts[1] == "TYPE":
                 types[parts[2]] = parts[3].strip()
             continue
+        if keep is not None:
+            name = stripped.split("{", 1)[0].split(None, 1)[0]
+            if (not keep(name) and _NAME_RE.fullmatch(name) and ("}" in stripped or "{" not in stripped)
+                    and _parse_value(stripped.rsplit(None, 1)[-1]) is not None):
+                skipped += 1
+                continue
         m = _SAMPLE_RE.match(line)
         if m is None:
             garbage += 1
@@ -97,7 +110,7 @@ def parse_exposition(text: str) -> Exposition:
             garbage += 1
             continue
         samples.append(Sample(m.group(1), labels, value, no))
-    return Exposition(tuple(samples), types, garbage, len(lines))
+    return Exposition(tuple(samples), types, garbage, len(lines), len(samples) + skipped)
 
 
 def base_name(name: str) -> str | None:
@@ -137,6 +150,15 @@ TOKENIZER_COUNTERS = ("cached_tokens_total", "prompt_tokens_total")
 IGNORED = frozenset({"is_cuda_graph", "utilization", "num_retracted_reqs", "cache_hit_rate",
                      "max_running_requests_under_SLO"})
 _RANK_LABELS = (("dp_rank", "dp"), ("pp_rank", "pp"), ("tp_rank", "tp"), ("moe_ep_rank", "ep"))
+
+
+_WANTED = frozenset((*GAUGES, *(k[0] for k in COUNTERS), *TOKENIZER_COUNTERS))
+
+
+def wanted(name: str) -> bool:
+    """Whether the interpreter reads this family (the `keep` filter for parse_exposition)."""
+    base = base_name(name)
+    return base is not None and base in _WANTED
 
 
 def rank_of(labels: Mapping[str, str]) -> Rank:
@@ -242,4 +264,5 @@ class ScrapeInterpreter:
                 delta = value  # counter reset: everything since the restart is new
             if delta > 0:
                 obs.append(Observation(now, name, delta, rank, "metrics"))
-        return ScrapeResult(tuple(obs), model, restarted, exposition.garbage_lines, len(exposition.samples))
+        return ScrapeResult(tuple(obs), model, restarted, exposition.garbage_lines,
+                            max(exposition.sample_lines, len(exposition.samples)))

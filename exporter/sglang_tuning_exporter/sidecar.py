@@ -15,7 +15,7 @@ from typing import Any, Protocol
 
 from .events import Event
 from .model import Finding, Observation, Rank, ServerState
-from .scrape import ScrapeInterpreter, parse_exposition
+from .scrape import ScrapeInterpreter, parse_exposition, wanted
 from .serverinfo import HttpError, HttpGet, ServerInfoClient
 from .state import LiveState
 
@@ -229,7 +229,7 @@ class Sidecar:
             self.state.record_source("metrics", ok=False, duration_s=self.timer() - start, now=now,
                                      detail=str(exc))
             return
-        result = self._interp.interpret(parse_exposition(text), now)
+        result = self._interp.interpret(parse_exposition(text, keep=wanted), now)
         norm = _rank_normaliser(self.state.server_state().args)
         # With a working log, counted events come from its lines: the scrape's counter deltas
         # would count the same retractions and batches twice.
