@@ -20,6 +20,7 @@ from .signals import SignalParams
 
 GROUP = "instance, dp_rank"
 TF = '"true|false"'
+FACT_LOOKBACK = "1h"  # startup constants are re-exposed on every scrape; an hour bridges scrape gaps
 NEW = '"new"'
 GIB = float(1 << 30)  # SGLang's "GB" in logs and *_gb metrics is bytes / 2**30
 SGLANG_SPELLINGS = ("sglang:", "sglang_")
@@ -156,8 +157,9 @@ def plan(w: Window, params: SignalParams | None = None) -> list[PlannedQuery]:
 
     def capped(run: str, cap: str, u: str, q: str) -> str:
         # The batch sat at its cap while requests waited and the KV cache had room (running_capped_ratio).
+        # The cap is a startup constant: a short look-back keeps the subquery linear in the range.
         return ratio_of_samples(f"(max by ({GROUP}) ({run}) >= bool {p.capped_fraction:g} * max by ({GROUP}) "
-                                f"(last_over_time({cap}[{r}]))) * "
+                                f"(last_over_time({cap}[{FACT_LOOKBACK}]))) * "
                                 f"(max by ({GROUP}) ({q}) > bool 0) * (max by ({GROUP}) ({u}) < bool {usage_target:g})", w)
 
     def counter_ratio(metric: str, num: str, den: str) -> str:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+import threading
 import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -77,6 +78,7 @@ class PrometheusClient:
         self.base = config.url.rstrip("/")
         self.session = session if session is not None else requests.Session()
         self.queries = 0
+        self._lock = threading.Lock()  # queries may be sent from several threads
         self.session.headers["User-Agent"] = USER_AGENT
         for name, value in config.headers:
             self.session.headers[name] = value
@@ -120,7 +122,8 @@ class PrometheusClient:
 
     def _post(self, path: str, params: Mapping[str, str], expr: str) -> dict[str, Any]:
         # POST keeps long PromQL out of the URL (Prometheus, Thanos and Mimir all accept form bodies).
-        self.queries += 1
+        with self._lock:
+            self.queries += 1
         url = self.base + path
         try:
             with warnings.catch_warnings():

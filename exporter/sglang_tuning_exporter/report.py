@@ -9,12 +9,14 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import datetime as dt
+import functools
 import importlib
 import re
 import sys
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -244,20 +246,37 @@ def load_guide(args: argparse.Namespace) -> Guide:
 # --------------------------------------------------------------------------------------------- driver
 
 
+def run_queries(jobs: list[tuple[str, Callable[[], Any]]], concurrency: int) -> dict[str, Any]:
+    """Run independent queries, `concurrency` at a time; the first failure cancels the rest and is raised."""
+    if concurrency <= 1:
+        return {key: job() for key, job in jobs}
+    out: dict[str, Any] = {}
+    with ThreadPoolExecutor(max_workers=concurrency) as pool:
+        futures = {pool.submit(job): key for key, job in jobs}
+        try:
+            for fut in as_completed(futures):
+                out[futures[fut]] = fut.result()
+        except BaseException:
+            for f in futures:
+                f.cancel()
+            raise
+    return out
+
+
 def build_report(client: PrometheusClient, window: fleet.Window, guide: Guide, *, with_charts: bool,
-                 clock: Callable[[], float] = time.monotonic) -> FleetReport:
+                 concurrency: int = 1, clock: Callable[[], float] = time.monotonic) -> FleetReport:
     """Query Prometheus with the fixed plan, evaluate every instance and find drift."""
     t0 = clock()
-    results: dict[str, list[Sample]] = {}
-    for q in fleet.plan(window, guide.params) + fleet.identity_queries(window):
-        results[q.key] = client.instant(q.expr, window.end)
-    data = fleet.collect(results)
-    charts: dict[str, dict[str, list[tuple[float, float]]]] = {}
+    planned = fleet.plan(window, guide.params) + fleet.identity_queries(window)
+    step = fleet.chart_step(window)
+    jobs: list[tuple[str, Callable[[], list[Sample] | list[Series]]]] = [
+        (q.key, functools.partial(client.instant, q.expr, window.end)) for q in planned]
     if with_charts:
-        ranged: dict[str, list[Series]] = {}
-        for name, expr in fleet.chart_queries(window):
-            ranged[name] = client.range(expr, window.start, window.end, fleet.chart_step(window))
-        charts = fleet.charts_by_instance(ranged)
+        jobs += [("chart:" + name, functools.partial(client.range, expr, window.start, window.end, step))
+                 for name, expr in fleet.chart_queries(window)]
+    answers = run_queries(jobs, concurrency)
+    data = fleet.collect({k: v for k, v in answers.items() if not k.startswith("chart:")})
+    charts = fleet.charts_by_instance({k[6:]: v for k, v in answers.items() if k.startswith("chart:")})
     instances = evaluate_fleet(data, guide.evaluate, guide.server_args, window.length_s)
     drift = fleet.find_drift(data.values())
     return FleetReport(prometheus=client.base, start=window.start, end=window.end, queries=client.queries,
@@ -282,6 +301,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_flag(parser, "--output", dest="output", default="-", metavar="FILE", help="where to write; - for stdout")
     add_flag(parser, "--prometheus.timeout", dest="prometheus_timeout", default="30s", metavar="DURATION",
              help="timeout of each HTTP request to Prometheus")
+    add_flag(parser, "--prometheus.concurrency", dest="prometheus_concurrency", default="4", metavar="N",
+             help="queries in flight at once (the number of queries does not depend on the fleet size)")
     add_flag(parser, "--prometheus.username", dest="prometheus_username", default=None, metavar="USER",
              help="basic-auth user name")
     add_flag(parser, "--prometheus.password", dest="prometheus_password", default=None, metavar="PASSWORD",
@@ -301,6 +322,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_flag(parser, "--prometheus.header", dest="prometheus_header", action="append", default=[],
              metavar="'NAME: VALUE'", help="extra HTTP header, e.g. 'X-Scope-OrgID: team-a' for Mimir (repeatable)")
     add_guide_flags(parser)
+
+
+def _positive_int(raw: Any, flag: str) -> int:
+    try:
+        n = int(raw)
+    except (TypeError, ValueError):
+        raise UsageError(f"{flag} must be a whole number, got {raw!r}") from None
+    if not 1 <= n <= 64:
+        raise UsageError(f"{flag} must be between 1 and 64, got {n}")
+    return n
 
 
 def _read_secret(path: str, what: str) -> str:
@@ -383,12 +414,14 @@ def run(args: argparse.Namespace) -> int:
         config = prom_config(args)
         window = window_from_args(args, time.time())
         guide = load_guide(args)
+        concurrency = _positive_int(args.prometheus_concurrency, "--prometheus.concurrency")
     except UsageError as exc:
         print(f"report: {exc}", file=sys.stderr)
         return EXIT_USAGE
     client = PrometheusClient(config)
     try:
-        report = build_report(client, window, guide, with_charts=args.format == "html")
+        report = build_report(client, window, guide, with_charts=args.format == "html",
+                              concurrency=concurrency)
         write_output(report_formats.render(report, args.format), args.output)
     except PrometheusError as exc:
         print(f"report: {exc}", file=sys.stderr)
