@@ -76,3 +76,14 @@ def test_binary_garbage_input_does_not_crash(tmp_path: Path, capsys: pytest.Capt
     junk.write_bytes(bytes(range(256)) * 64 + b"\n\x00\xff Decode batch, #running-req: \xff\n")
     assert main(["parse", str(junk), "--stats"]) == 0
     assert "lines" in capsys.readouterr().err
+
+
+def test_nan_printed_by_the_server_becomes_null(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`gen throughput (token/s): nan` must not produce invalid JSON (NaN)."""
+    log = tmp_path / "x.log"
+    log.write_text("[2025-01-01 00:00:00] Decode batch, #running-req: 1, #token: 2, token usage: 0.00, "
+                   "cuda graph: True, gen throughput (token/s): nan, #queue-req: 0\n")
+    assert main(["parse", str(log)]) == 0
+    out = capsys.readouterr().out
+    obj = json.loads(out, parse_constant=lambda c: pytest.fail(f"non-standard JSON constant {c}"))
+    assert obj["fields"]["gen_throughput"] is None and obj["fields"]["num_running_reqs"] == 1

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
-from typing import TextIO
+from typing import Any, TextIO
 
 from .logparse import ParseStats
 from .logreader import EventReader, read_events
@@ -37,16 +38,33 @@ def format_stats(stats: ParseStats) -> str:
     return "\n".join(lines)
 
 
+def _finite(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_finite(v) for v in value]
+    return value
+
+
+def event_json(obj: dict[str, Any]) -> str:
+    """One JSON line; a `nan`/`inf` printed by the server becomes null (JSON has no NaN)."""
+    try:
+        return json.dumps(obj, allow_nan=False)
+    except ValueError:
+        return json.dumps(_finite(obj))
+
+
 def write_events(path: str, out: TextIO, *, kinds: set[str] | None = None,
                  max_line_bytes: int = MAX_LINE_BYTES) -> ParseStats:
     """Parse `path` and write its events to `out`; returns the statistics. Raises InputError."""
     reader = EventReader()
-    dumps = json.dumps
     write = out.write
     with open_input(path, max_line_bytes=max_line_bytes) as lines:
         for e in read_events(lines, reader=reader):
             if kinds is None or e.kind in kinds:
-                write(dumps(e.to_json_dict()) + "\n")
+                write(event_json(e.to_json_dict()) + "\n")
         reader.stats.truncated = lines.truncated
     return reader.stats
 
