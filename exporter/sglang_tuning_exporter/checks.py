@@ -174,9 +174,9 @@ class CheckTable:
 
 
 def version_tuple(version: str) -> tuple[int, ...]:
-    """'0.5.14' -> (0, 5, 14); non-numeric parts (rc, post, dev) are ignored."""
+    """'0.5.14' -> (0, 5, 14); non-numeric parts (rc, post, dev) and a `>=` floor mark are ignored."""
     parts: list[int] = []
-    for piece in version.strip().lstrip("v").split("."):
+    for piece in version.strip().lstrip(">=v").split("."):
         m = re.match(r"\d+", piece)
         if not m:
             break

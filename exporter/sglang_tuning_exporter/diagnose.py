@@ -81,6 +81,7 @@ class ChunkResult:
     last_t: float | None = None
     nul_lines: int = 0
     sglang_lines: int = 0  # lines that were events or fast-path samples
+    graph_field: bool = False  # a fast Decode line had `cuda graph:` (so the release is >= 0.4.7)
 
 
 def _iso_of(t: float) -> str:
@@ -196,6 +197,8 @@ class Scanner:
             if b is None:
                 b = res.buckets[key] = Bucket()
             b.decode.add_text_columns(r_col, u_col, g_col, tp_col, q_col, self.usage_good, self.band)
+            if not res.graph_field and any(g_col):
+                res.graph_field = True
             lo, hi = min(t_col), max(t_col)
             span = res.rank_span.get(key[:2])
             if span is None:
@@ -446,6 +449,8 @@ class Diagnosis:
                 span = chunk.rank_span.get((rank.dp, rank.pp))
                 self.window.add_bucket(rank, start, b, first=span[0] if span else None,
                                        last=span[1] if span else None)
+        if chunk.graph_field:
+            self.conv.note_version_floor("0.4.7")
         if chunk.first_t is not None:
             self._see(chunk.first_t)
         if chunk.last_t is not None:

@@ -11,6 +11,7 @@ import re
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
+from .checks import version_tuple
 from .events import Event
 from .model import Observation, Rank, ServerState
 from .timeparse import event_seconds, has_date
@@ -99,6 +100,16 @@ class EventConverter:
         self.last_time = t if self.last_time is None else max(self.last_time, t)
         return t
 
+    def note_version_floor(self, version: str) -> None:
+        """A line format reveals the release is at least `version` (kept as `>=X.Y.Z` until a real
+        version line is seen): it decides flag names and defaults."""
+        srv = self.server
+        if srv is None:
+            return
+        cur = srv.version
+        if cur is None or (cur.startswith(">=") and version_tuple(version) > version_tuple(cur[2:])):
+            srv.version = ">=" + version
+
     def note_time(self, t: float) -> None:
         """A later time seen elsewhere (e.g. a fast-path line): following untimed events inherit it."""
         if self._last_t is None or t > self._last_t:
@@ -120,6 +131,12 @@ class EventConverter:
                 out.append(Observation(t, name, v, rank, "log"))
 
         kind = e.kind
+        if kind == "decode" and "cuda_graph" in f:
+            self.note_version_floor("0.4.7")
+        elif kind == "retract" and "num_new_tokens_gained" in f:
+            self.note_version_floor("0.5.7")
+        elif kind == "startup_memory" and "decode" in str(f.get("graph", "")).lower():
+            self.note_version_floor("0.5.14")  # `Capture target decode CUDA graph` naming
         if kind == "decode":
             self._batch_sample(f, add, "")
             add("gen_throughput", f.get("gen_throughput"))

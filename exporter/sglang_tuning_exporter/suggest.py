@@ -139,7 +139,8 @@ def s_mem_fraction_headroom(check: Check, p: Mapping[str, Any], cur: Any, sig: S
     if not isinstance(cur, (int, float)):
         return Suggestion(cur, None, how + "; current --mem-fraction-static unknown, apply the change to it")
     raw = float(cur) + delta
-    s = _round_step(raw, step, up=delta < 0)
+    # Rounding down is the safe side both ways: a raise stays under the target, a cut leaves more headroom.
+    s = _round_step(raw, step, up=False)
     s = round(min(hi, max(lo, s)), 2)
     return Suggestion(cur, s, f"{how}: {_f(float(cur))} {delta:+.3f} = {raw:.3f}, rounded to {s:.2f}"
                       f" (bounded {lo}-{hi})")
