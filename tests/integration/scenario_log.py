@@ -41,6 +41,7 @@ class Scenario:
     decode_token_usage: float = 0.93
     retract_every_ticks: int = 0  # 0 = never; a tick is one Decode line
     retracted_per_event: int = 3
+    prefill_oom_at_tick: int = -1  # the tick whose prefill hits SGLang's own "Prefill out of memory"
     available_gpu_mem_gb: float = 6.84
     captured_bs: tuple[int, ...] = (1, 2, 4, 8, 12, 16, 24, 32, 40, 48, 56, 64, 72, 80, 88, 96, 104, 112,
                                     120, 128, 136, 144, 152, 160, 168, 176, 184, 192, 200, 208, 216, 224,
@@ -90,6 +91,9 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
              available_gpu_mem_gb=21.5, server_args={**_BASE_ARGS, "mem_fraction_static": 0.7},
              gauges={"sglang:startup_available_gpu_memory_gb": 21.5},
              counters=dict(_HEALTHY_COUNTERS)),
+    Scenario("prefill_oom", "a prefill batch of 8192 new tokens does not fit the KV pool: SGLang's "
+             "RuntimeError 'Prefill out of memory' (the stand-in keeps serving, as after a supervisor restart)",
+             prefill_oom_at_tick=8, server_args=dict(_BASE_ARGS), counters=dict(_HEALTHY_COUNTERS)),
     Scenario("cuda_graph_uncovered", "CUDA graphs captured up to bs 32 while decode runs 187 requests: "
              "every decode batch runs eagerly", decode_cuda_graph=False,
              captured_bs=(1, 2, 4, 8, 12, 16, 24, 32),
@@ -127,9 +131,29 @@ def startup_messages(s: Scenario) -> list[str]:
     ]
 
 
+# 0.5.23 srt/mem_cache/allocation.py: logger.error(msg) then raise RuntimeError(msg); the scheduler's
+# handler logs the traceback. Frames abridged to the ones that name the phase.
+_PREFILL_OOM = ("Prefill out of memory. Try to lower your batch size.\n"
+                "Try to allocate 8192 tokens.\n"
+                "Available tokens: 4096 (available_size=1024 + evictable_size=3072)\n")
+_PREFILL_OOM_TRACEBACK = (
+    "Scheduler hit an exception: Traceback (most recent call last):\n"
+    '  File "/sgl-workspace/sglang/python/sglang/srt/managers/scheduler.py", line 3120, in run_scheduler_process\n'
+    "    scheduler.event_loop_overlap()\n"
+    '  File "/sgl-workspace/sglang/python/sglang/srt/managers/scheduler.py", line 1187, in event_loop_overlap\n'
+    "    batch = self.get_next_batch_to_run()\n"
+    '  File "/sgl-workspace/sglang/python/sglang/srt/managers/scheduler.py", line 2004, in get_new_batch_prefill\n'
+    "    new_batch.prepare_for_extend()\n"
+    '  File "/sgl-workspace/sglang/python/sglang/srt/mem_cache/allocation.py", line 212, in alloc_paged_token_slots_extend\n'
+    "    raise RuntimeError(error_msg)\n"
+    f"RuntimeError: {_PREFILL_OOM}")
+
+
 def tick_messages(s: Scenario, tick: int) -> list[str]:
-    """The messages SGLang logs during decode tick `tick` (0-based) of scenario `s`."""
+    """The messages SGLang logs during decode tick `tick` (0-based) of scenario `s` (may span lines)."""
     out: list[str] = []
+    if tick == s.prefill_oom_at_tick:
+        out += [_PREFILL_OOM, _PREFILL_OOM_TRACEBACK]
     if tick % 4 == 0:
         out.append(f"Prefill batch, #new-seq: 6, #new-token: 8192, #cached-token: 3072, token usage: "
                    f"{s.decode_token_usage:.2f}, #running-req: {s.decode_running - 6}, #queue-req: "

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
@@ -50,11 +49,13 @@ class Timing:
 
 @dataclass(frozen=True)
 class TargetSpec:
-    """One simulated SGLang server: a scenario served in one spelling."""
+    """One simulated SGLang server: a scenario served in one spelling, with or without our exporter."""
 
     key: str
     scenario: str
     spelling: str = "colon"
+    exporter: bool = True  # False: SGLang alone, watched only by the native rules
+    model_name: str | None = None  # None: the recorded Qwen/Qwen2.5-7B-Instruct
 
 
 @dataclass
@@ -86,17 +87,19 @@ def missing_binaries() -> list[str]:
 
 
 def render_rules(out_dir: Path, timing: Timing) -> list[Path]:
-    """The shipped rule files, rendered by our own `render` with the windows and `for:` overridden."""
+    """The shipped rule files, rendered by our own `render` with only the windows and `for:` overridden."""
+    from sglang_tuning_exporter.checks import load_table
+    from sglang_tuning_exporter.render_rules import RenderOptions, generate
+
     out_dir.mkdir(parents=True, exist_ok=True)
-    argv = python_module("sglang_tuning_exporter", "render", "--rules-only", "--output", str(out_dir),
-                         "--override-window", f"{timing.window_s}s", "--override-for", f"{timing.for_s}s")
-    res = subprocess.run(argv, cwd=ROOT, env=python_env(), capture_output=True, text=True, timeout=60)
-    if res.returncode != 0:
-        raise ProcessError(f"render with overrides failed ({res.returncode}): {' '.join(argv)}\n"
-                           f"{res.stdout}\n{res.stderr}")
-    files = sorted(p for p in out_dir.rglob("*.y*ml") if p.is_file())
+    opts = RenderOptions(override_window_s=float(timing.window_s), override_for_s=float(timing.for_s))
+    files = []
+    for rel, text in sorted(generate(load_table(), opts).items()):
+        path = out_dir / Path(rel).name
+        path.write_text(text, encoding="utf-8")
+        files.append(path)
     if not files:
-        raise ProcessError(f"render wrote no rule files into {out_dir}\n{res.stdout}\n{res.stderr}")
+        raise ProcessError("render produced no rule files")
     return files
 
 
@@ -126,7 +129,7 @@ def prometheus_config(targets: list[Target], rule_files: list[Path], am_port: in
     def static(job: str, pick: str) -> dict[str, Any]:
         return {"job_name": job, "static_configs": [
             {"targets": [t.exporter_instance if pick == "exporter" else t.sglang_instance],
-             "labels": {"scenario": t.spec.key}} for t in targets]}
+             "labels": {"scenario": t.spec.key}} for t in targets if pick == "sglang" or t.spec.exporter]}
 
     return {
         "global": {"scrape_interval": f"{timing.scrape_s}s", "scrape_timeout": f"{timing.scrape_s}s",
@@ -178,19 +181,32 @@ class Stack:
             "--window", f"{self.timing.exporter_window_s}s",
         )
 
-    def start_exporter(self, t: Target) -> None:
-        """Start (or restart) the exporter of `t` and wait until it answers."""
+    def start_exporter(self, t: Target, *, wait: bool = True) -> None:
+        """Start (or restart) the exporter of `t`; by default wait until it answers."""
         t.exporter = ManagedProcess(f"exporter-{t.spec.key}", self.exporter_argv(t), self.workdir / "logs",
                                     cwd=self.workdir, env=python_env()).start()
-        t.exporter.wait_http(f"http://{t.exporter_instance}/-/healthy", timeout_s=30)
+        if wait:
+            self.wait_exporter(t)
+
+    def wait_exporter(self, t: Target) -> None:
+        """Wait until the exporter of `t` answers."""
+        assert t.exporter is not None
+        t.exporter.wait_http(f"http://{t.exporter_instance}/-/healthy", timeout_s=60)
 
     def start_standin(self, t: Target) -> None:
-        """Start the stand-in SGLang of `t` (it also starts writing `t.log_file`)."""
+        """Start the stand-in SGLang of `t`; its log starts on `start_log` (after the exporter tails it)."""
         argv = python_module("integration.standin_sglang", "--port", str(t.sglang_port),
                              "--scenario", t.spec.scenario, "--spelling", t.spec.spelling,
-                             "--log-file", str(t.log_file))
+                             "--log-file", str(t.log_file), "--hold-log")
+        if t.spec.model_name:
+            argv += ["--model-name", t.spec.model_name]
         t.standin = ManagedProcess(f"sglang-{t.spec.key}", argv, self.workdir / "logs", env=python_env()).start()
-        t.standin.wait_http(f"http://{t.sglang_instance}/health", timeout_s=20)
+
+    def start_log(self, t: Target) -> None:
+        """Wait for the stand-in of `t`, then let it start its log."""
+        assert t.standin is not None
+        t.standin.wait_http(f"http://{t.sglang_instance}/health", timeout_s=60)
+        requests.post(f"http://{t.sglang_instance}/_standin/log", timeout=5).raise_for_status()
 
     def write_configs(self) -> None:
         """Render rules and write Prometheus, Alertmanager and exporter configs into `workdir`."""
@@ -216,10 +232,18 @@ class Stack:
             self.write_configs()
             self._start_alertmanager()
             self._start_prometheus()
-            for t in self.targets:  # the sidecar first, as in a pod: the log appears after it starts
-                self.start_exporter(t)
+            # SGLang answers before its exporter's first scrape (no scrape-down alert at start) but
+            # its log appears only once the exporter tails the path, as in a pod that starts both.
             for t in self.targets:
                 self.start_standin(t)
+            for t in self.targets:
+                if t.spec.exporter:
+                    self.start_exporter(t, wait=False)
+            for t in self.targets:
+                if t.spec.exporter:
+                    self.wait_exporter(t)
+            for t in self.targets:
+                self.start_log(t)
         except BaseException:
             self.stop()
             raise
@@ -242,6 +266,8 @@ class Stack:
             f"--storage.tsdb.path={self.workdir / 'prometheus-data'}",
             f"--web.listen-address={LOOPBACK}:{self.ports['prometheus']}",
             "--web.enable-lifecycle",
+            # an alert sent before the notifier has discovered Alertmanager is dropped; resend soon, not after 1m
+            "--rules.alert.resend-delay=2s",
         ], self.workdir / "logs").start()
         self.prometheus.wait_http(f"{self.prom_url}/-/ready", timeout_s=30)
 
@@ -251,9 +277,11 @@ class Stack:
         procs += [t.exporter for t in self.targets] + [t.standin for t in self.targets]
         return [p for p in procs if p is not None]
 
-    def describe(self) -> str:
-        """Status and output tail of every process, for failure messages."""
-        return "\n".join(p.describe() for p in self.processes())
+    def describe(self, key: str | None = None) -> str:
+        """Status and output tail of every process (or of target `key`'s), for failure messages."""
+        procs = self.processes() if key is None else [
+            p for p in (self.target(key).exporter, self.target(key).standin) if p is not None]
+        return "\n".join(p.describe() for p in procs)
 
     def stop(self) -> None:
         """Stop every process (stand-ins and exporters first)."""

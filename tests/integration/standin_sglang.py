@@ -19,12 +19,12 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-from integration.scenario_log import DATA, SCENARIOS, LogWriter, Scenario
+from integration.scenario_log import DATA, MODEL, SCENARIOS, LogWriter, Scenario
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 METRICS_FILE = FIXTURES / "metrics" / "sglang-0.5.23-metrics.txt"
@@ -132,14 +132,25 @@ def server_info(recorded: dict[str, Any], scenario: Scenario) -> dict[str, Any]:
     return info
 
 
+def rename_model(recorded: str, info: dict[str, Any], scenario: Scenario,
+                 name: str) -> tuple[str, dict[str, Any], Scenario]:
+    """The same server serving model `name`: in the metric labels, the server info and the log."""
+    renamed = recorded.replace(f'model_name="{MODEL}"', f'model_name="{name}"')
+    args = {**scenario.server_args, "model_path": name, "served_model_name": name}
+    return renamed, {**info, "model_path": name, "served_model_name": name}, replace(scenario, server_args=args)
+
+
 class StandIn:
     """The HTTP server and the log writer of one stand-in SGLang."""
 
     def __init__(self, state: MetricsState, info: dict[str, Any], host: str, port: int,
-                 log: LogWriter | None = None) -> None:
+                 log: LogWriter | None = None, *, hold_log: bool = False) -> None:
         self.state = state
         self.info = info
         self.log = log
+        self.hold_log = hold_log
+        self._log_started = threading.Lock()
+        self._log_running = False
         self.httpd = ThreadingHTTPServer((host, port), self._handler())
         self.httpd.daemon_threads = True
 
@@ -166,12 +177,18 @@ class StandIn:
                     self._send(200, json.dumps(doc).encode(), "application/json")
                 elif path in ("/health", "/health_generate"):
                     self._send(200, b"", "text/plain")
+                elif path == "/_standin/log":
+                    self._send(200, str(standin.log.ticks if standin.log else -1).encode(), "text/plain")
                 elif path == "/_standin/scenario":
                     self._send(200, standin.state.scenario.name.encode(), "text/plain")
                 else:
                     self._send(404, b"not found\n", "text/plain")
 
             def do_POST(self) -> None:
+                if self.path == "/_standin/log" and standin.log is not None:
+                    standin.start_log()
+                    self._send(200, b"ok\n", "text/plain")
+                    return
                 if self.path != "/_standin/scenario":
                     self._send(404, b"not found\n", "text/plain")
                     return
@@ -186,10 +203,17 @@ class StandIn:
 
         return Handler
 
+    def start_log(self) -> None:
+        """Start writing the log (once)."""
+        with self._log_started:
+            if self.log is not None and not self._log_running:
+                self._log_running = True
+                self.log.start()
+
     def serve(self) -> None:
-        """Serve until SIGTERM/SIGINT."""
-        if self.log is not None:
-            self.log.start()
+        """Serve until SIGTERM/SIGINT; the log starts now, or on `POST /_standin/log` with hold_log."""
+        if not self.hold_log:
+            self.start_log()
         try:
             self.httpd.serve_forever(poll_interval=0.2)
         finally:
@@ -209,6 +233,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--server-info", type=Path, default=SERVER_INFO_FILE, help="recorded /server_info JSON")
     p.add_argument("--log-file", type=Path, default=None, help="append the scenario's log here")
     p.add_argument("--log-interval", type=float, default=0.5, help="seconds between Decode lines")
+    p.add_argument("--hold-log", action="store_true",
+                   help="serve HTTP at once but start the log only on POST /_standin/log")
+    p.add_argument("--model-name", default=None, help=f"serve another model name than the recorded {MODEL}")
     args = p.parse_args(argv)
     try:
         recorded = args.metrics.read_text(encoding="utf-8")
@@ -217,9 +244,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"standin_sglang: {exc}", file=sys.stderr)
         return 2
     scenario = SCENARIOS[args.scenario]
+    if args.model_name:
+        recorded, info, scenario = rename_model(recorded, info, scenario, args.model_name)
     state = MetricsState(recorded, scenario, spelling=args.spelling)
     log = LogWriter(args.log_file, scenario, interval_s=args.log_interval) if args.log_file else None
-    standin = StandIn(state, info, args.host, args.port, log)
+    standin = StandIn(state, info, args.host, args.port, log, hold_log=args.hold_log)
     # SIGTERM from the harness: stop serving cleanly (serve_forever must be stopped from another thread).
     signal.signal(signal.SIGTERM, lambda *_: threading.Thread(target=standin.httpd.shutdown).start())
     print(f"stand-in SGLang ({scenario.name}, {args.spelling}) on http://{args.host}:{args.port}", flush=True)
