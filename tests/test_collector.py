@@ -239,3 +239,9 @@ def test_evaluation_families_are_reused_until_the_next_evaluation() -> None:
     rows = later["sglang_tuning_check_status"].rows  # type: ignore[attr-defined]
     assert [r[2] for r in rows] == [2.0]
     assert "sglang_tuning_signal" not in later
+
+
+def test_docs_metric_table_is_current() -> None:
+    """docs/sidecar.md carries the metric table exactly as catalog_markdown() generates it."""
+    doc = (Path(__file__).resolve().parent.parent / "docs" / "sidecar.md").read_text()
+    assert catalog_markdown() in doc, "regenerate the table in docs/sidecar.md from collector.catalog_markdown()"
