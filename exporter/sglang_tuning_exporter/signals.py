@@ -192,7 +192,7 @@ class SampleStats:
         ng = len(graph) - graph.count(None)
         if ng:
             self.graph_n += ng
-            misses = list(itertools.compress(rs, map("False".__eq__, graph)))
+            misses = list(itertools.compress(rs, map(operator.eq, graph, itertools.repeat("False"))))
             self.graph_miss += len(misses)
             _merge_counts(self.missed, Counter(misses))
         tps = list(map(float, filter(None, throughput)))

@@ -1,0 +1,207 @@
+"""Signals over the sliding window: ratios, unknown when thin, ranks, expiry, buckets."""
+
+from __future__ import annotations
+
+import pytest
+
+from sglang_tuning_exporter.model import Observation, Rank
+from sglang_tuning_exporter.signals import Bucket, SampleStats, SignalParams, Window, hist_quantile, quantile
+
+NO_RANK = Rank()
+
+
+def sample(w: Window, t: float, *, queue: float, running: float = 100, usage: float = 0.95,
+           graph: float | None = 1.0, rank: Rank = NO_RANK, source: str = "log") -> None:
+    """One Decode-line sample: the observations of one line share a time."""
+    w.add(Observation(t, "num_queue_reqs", queue, rank, source))
+    w.add(Observation(t, "num_running_reqs", running, rank, source))
+    w.add(Observation(t, "token_usage", usage, rank, source))
+    if graph is not None:
+        w.add(Observation(t, "cuda_graph", graph, rank, source))
+
+
+def test_queue_ratios_over_the_band() -> None:
+    """Empty, over-band and under-band fractions of the samples in the window."""
+    w = Window(600)
+    for i, q in enumerate([0, 0, 50, 150, 2500, 3000, 500, 0, 1000, 2100]):
+        sample(w, 1000.0 + i, queue=q)
+    s = w.signals(1010.0)[Rank()]
+    assert s["queue_samples"] == 10
+    assert s["queue_empty_ratio"] == pytest.approx(0.3)
+    assert s["queue_over_band_ratio"] == pytest.approx(0.3)
+    assert s["queue_under_band_ratio"] == pytest.approx(0.4)
+    assert s["queue_p50"] == 150
+
+
+def test_too_few_samples_is_unknown_not_ok() -> None:
+    """Below min_samples the ratios are None (unknown), never a false verdict."""
+    w = Window(600, params=SignalParams(min_samples=5))
+    for i in range(4):
+        sample(w, 10.0 + i, queue=0)
+    s = w.signals(20.0)[Rank()]
+    assert s["queue_empty_ratio"] is None and s["queue_samples"] == 4
+
+
+def test_kv_underused_needs_waiting_requests() -> None:
+    """usage < 0.9 counts only while the queue is non-empty."""
+    w = Window(600)
+    sample(w, 1.0, queue=10, usage=0.5)
+    sample(w, 2.0, queue=0, usage=0.5)
+    sample(w, 3.0, queue=10, usage=0.95)
+    sample(w, 4.0, queue=10, usage=0.6)
+    s = w.signals(5.0)[Rank()]
+    assert s["kv_underused_ratio"] == pytest.approx(0.5)
+    assert s["token_usage_max"] == 0.95
+
+
+def test_retractions_per_minute_counts_events() -> None:
+    """Events per minute over the window (the guide's ~1/min), requests separately."""
+    w = Window(600)
+    for i in range(20):
+        sample(w, float(i * 30), queue=100)
+    for i in range(10):
+        w.add(Observation(float(i * 60), "retraction", 3.0))
+    s = w.signals(600.0)[Rank()]
+    assert s["retractions_per_minute"] == pytest.approx(1.0)
+    assert s["retracted_requests_per_minute"] == pytest.approx(3.0)
+
+
+def test_window_prunes_old_samples() -> None:
+    """Samples older than the window no longer count."""
+    w = Window(60)
+    for i in range(10):
+        sample(w, float(i), queue=0)
+    for i in range(10):
+        sample(w, 100.0 + i, queue=500)
+    s = w.signals(110.0)[Rank()]
+    assert s["queue_empty_ratio"] == 0.0 and s["queue_samples"] == 10
+
+
+def test_cuda_graph_miss_ratio_and_missed_batch_p90() -> None:
+    """Decode lines with `cuda graph: False` and the batch sizes they ran at."""
+    w = Window(600)
+    for i in range(10):
+        sample(w, float(i), queue=10, running=100 + i * 20, graph=0.0 if i >= 5 else 1.0)
+    s = w.signals(20.0)[Rank()]
+    assert s["cuda_graph_miss_ratio"] == pytest.approx(0.5)
+    assert s["cuda_graph_miss_batch_p90"] == 280
+
+
+def test_counters_from_a_scrape_win_over_sampled_lines() -> None:
+    """Exact pass counters (scrape deltas) decide coverage when present."""
+    w = Window(600)
+    for i in range(10):
+        sample(w, float(i), queue=10, graph=0.0, source="metrics")
+    w.add(Observation(5.0, "decode_cuda_graph_passes", 90.0, Rank(), "metrics"))
+    w.add(Observation(5.0, "decode_eager_passes", 10.0, Rank(), "metrics"))
+    assert w.signals(10.0)[Rank()]["cuda_graph_miss_ratio"] == pytest.approx(0.1)
+
+
+def test_prefix_cache_hit_ratio_from_tokens() -> None:
+    """cached / (new + cached) prefill tokens, not SGLang's flickering gauge."""
+    w = Window(600)
+    for i in range(5):
+        w.add(Observation(float(i), "prefill_new_tokens", 300.0))
+        w.add(Observation(float(i), "prefill_cached_tokens", 700.0))
+    assert w.signals(10.0)[Rank()]["prefix_cache_hit_ratio"] == pytest.approx(0.7)
+
+
+def test_oom_counts_unknown_without_a_log() -> None:
+    """OOMs are only visible in the log: a metrics-only rank leaves them unknown."""
+    w = Window(600)
+    sample(w, 1.0, queue=1, source="metrics")
+    assert w.signals(2.0)[Rank()]["oom_decode_count"] is None
+    w.add(Observation(1.5, "oom_decode", 1.0))
+    assert w.signals(2.0)[Rank()]["oom_decode_count"] == 1
+
+
+def test_dp_ranks_separate_tp_ranks_fold() -> None:
+    """DP ranks are separate series; TP ranks of one replica are one, and a retraction printed by every TP
+    rank counts once."""
+    w = Window(600)
+    sample(w, 1.0, queue=0, rank=Rank(dp=0, tp=0))
+    sample(w, 1.0, queue=5, rank=Rank(dp=1, tp=1))
+    for tp in range(8):
+        w.add(Observation(2.0, "retraction", 1.0, Rank(tp=tp)))
+    sig = w.signals(3.0)
+    assert set(sig) == {Rank(dp=0), Rank(dp=1), Rank()}
+    assert sig[Rank()]["retractions_per_minute"] == pytest.approx(1.0)
+
+
+def test_startup_facts_fallback_and_worst_tp() -> None:
+    """available_gpu_mem from the summary, else the last avail mem after the pool; the worst TP rank."""
+    w = Window(600)
+    w.add(Observation(1.0, "avail_mem_after_pool_gb", 3.0, Rank(tp=0)))
+    w.add(Observation(1.0, "avail_mem_after_pool_gb", 0.07, Rank(tp=1)))
+    s = w.signals(2.0)[Rank()]
+    assert s["available_gpu_mem_gb"] == 0.07 and s["available_gpu_mem_from_summary"] == 0.0
+    w.add(Observation(1.0, "available_gpu_mem_gb", 6.8))
+    assert w.signals(2.0)[Rank()]["available_gpu_mem_from_summary"] == 1.0
+
+
+def test_ceiling_ratio_and_mem_fraction_estimate() -> None:
+    """Captured graph ceiling vs max running requests; the static fraction from startup lines."""
+    w = Window(600)
+    for name, v in (("cuda_graph_max_bs_captured", 32.0), ("max_running_requests", 2048.0),
+                    ("gpu_mem_total_gb", 80.0), ("avail_after_weights_gb", 64.7), ("kv_cache_gb", 48.3)):
+        w.add(Observation(1.0, name, v))
+    s = w.signals(2.0)[Rank()]
+    assert s["cuda_graph_ceiling_ratio"] == pytest.approx(32 / 2048)
+    assert s["mem_fraction_static_estimate"] == pytest.approx(1 - (64.7 - 48.3) / 80, abs=1e-3)
+
+
+def test_rank_cap_and_expiry() -> None:
+    """At most max_ranks are tracked; ranks not seen for expire_s are dropped."""
+    w = Window(60, max_ranks=2, expire_s=100)
+    for dp in range(3):
+        sample(w, float(dp), queue=1, rank=Rank(dp=dp))
+    assert w.ranks() == [Rank(dp=1), Rank(dp=2)] and w.expired == 1
+    sample(w, 200.0, queue=1, rank=Rank(dp=2))
+    w.prune(200.0)
+    assert w.ranks() == [Rank(dp=2)]
+
+
+def test_running_capped_ratio() -> None:
+    """Batch at the cap with a queue and room in the KV cache."""
+    w = Window(600)
+    w.add(Observation(0.0, "max_running_requests", 128.0))
+    for i in range(10):
+        sample(w, float(i + 1), queue=50, running=128 if i < 6 else 60, usage=0.5)
+    assert w.signals(20.0)[Rank()]["running_capped_ratio"] == pytest.approx(0.6)
+
+
+def test_column_aggregation_equals_per_sample() -> None:
+    """The C-level column path of the fast scanner gives the same statistics as per-sample adds."""
+    rows = [("120", "0.95", "True", "100.0", "0"), ("300", "0.50", "False", "90.0", "40"),
+            ("310", None, None, None, "2500"), ("80", "0.85", "True", "50.5", "12")]
+    a, b = SampleStats(), SampleStats()
+    for r, u, g, tp, q in rows:
+        a.add(float(q), float(r), None if u is None else float(u), None if g is None else float(g == "True"),
+              None if tp is None else float(tp), 0.9, (100.0, 2000.0))
+    cols = list(zip(*rows, strict=True))
+    b.add_text_columns(cols[0], cols[1], cols[2], cols[3], cols[4], 0.9, (100.0, 2000.0))
+    assert {k: getattr(a, k) for k in SampleStats.__slots__} == {k: getattr(b, k) for k in SampleStats.__slots__}
+
+
+def test_bucket_merge_is_additive() -> None:
+    """Merging buckets adds counts and histograms."""
+    x, y = Bucket(), Bucket()
+    x.decode.add(0, 10, 0.5, 1.0, None, 0.9, (100, 2000))
+    y.decode.add(5, 10, 0.95, 0.0, None, 0.9, (100, 2000))
+    y.retractions = 2
+    x.merge(y)
+    assert x.decode.queue_n == 2 and x.decode.running == {10: 2} and x.retractions == 2 and x.decode.graph_miss == 1
+
+
+def test_quantiles() -> None:
+    """Nearest-rank quantiles of lists and histograms agree."""
+    values = [5.0, 1.0, 9.0, 3.0, 7.0]
+    assert quantile(values, 0.5) == 5.0
+    assert hist_quantile({1: 1, 3: 1, 5: 1, 7: 1, 9: 1}, 0.9) == quantile(values, 0.9) == 9.0
+    assert hist_quantile({}, 0.5) is None
+
+
+def test_invalid_window_rejected() -> None:
+    """A zero-length window is a programming error."""
+    with pytest.raises(ValueError, match="positive"):
+        Window(0)
