@@ -240,3 +240,23 @@ def test_own_log_formats() -> None:
     assert line.startswith("ts=") and 'level=warning' in line and 'msg="say \\"hi\\""' in line
     doc = json.loads(JsonFormatter().format(rec))
     assert doc["level"] == "warning" and doc["msg"] == 'say "hi"'
+
+
+def test_bad_config_file_lists_every_problem(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A --config file with several mistakes: exit 2, each mistake on stderr, no traceback."""
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("window_s: -5\nno_such_key: 1\nchecks:\n  not_a_check: {enabled: false}\n")
+    code = cli.main(["serve", "--sglang.log-file", str(tmp_path / "x.log"), "--config", str(bad)])
+    err = capsys.readouterr().err
+    assert code == 2 and "Traceback" not in err
+    assert "window_s" in err and "no_such_key" in err and "not_a_check" in err
+
+
+def test_config_file_sets_the_window(tmp_path: Path) -> None:
+    """A --config window_s wins over --window (how tests get short windows)."""
+    good = tmp_path / "good.yaml"
+    good.write_text("window_s: 30\n")
+    cfg = build_config(_args("--sglang.log-file", str(tmp_path / "x.log"), "--config", str(good)))
+    sc = build_sidecar(cfg, log_input=LogInput(follower=FakeFollower(), reader=FakeReader(), exists=lambda: True))
+    assert sc.advisor.window_s == 30.0 and sc.state.window_s == 30.0
+    assert sc.advisor.exported_signals and "retractions_per_minute" in sc.advisor.exported_signals
