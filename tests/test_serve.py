@@ -260,3 +260,21 @@ def test_config_file_sets_the_window(tmp_path: Path) -> None:
     sc = build_sidecar(cfg, log_input=LogInput(follower=FakeFollower(), reader=FakeReader(), exists=lambda: True))
     assert sc.advisor.window_s == 30.0 and sc.state.window_s == 30.0
     assert sc.advisor.exported_signals and "retractions_per_minute" in sc.advisor.exported_signals
+
+
+def test_log_read_error_is_reported_and_scrape_goes_on(tmp_path: Path) -> None:
+    """A follower that raises: source_up{log} 0 with the reason; the SGLang scrape still runs."""
+    class Broken(FakeFollower):
+        def poll(self) -> list[str]:
+            raise PermissionError("permission denied: sglang.log")
+
+    def http(url: str, timeout: float) -> bytes:
+        return b'sglang:num_queue_reqs{tp_rank="0"} 5\n' if url.endswith("/metrics") else b"{}"
+
+    cfg = build_config(_args("--sglang.log-file", str(tmp_path / "x.log"), "--sglang.url", "http://s:1"))
+    sc = build_sidecar(cfg, timer=lambda: 0.0, http_get=http, advisor=_fake_advisor(FakeWindow()),
+                       log_input=LogInput(follower=Broken(), reader=FakeReader(), exists=lambda: True))
+    sc.tick(0.0)
+    snap = sc.state.snapshot(0.0)
+    assert snap.sources["log"].up is False and "permission denied" in snap.sources["log"].detail
+    assert snap.sources["metrics"].up is True and snap.ranks[0].gauges["num_queue_reqs"] == 5

@@ -81,3 +81,9 @@ def test_invalid_json_is_an_error_not_a_crash() -> None:
     http = FakeHttp({"/server_info": b"<html>"})
     res = ServerInfoClient("http://x", 1.0, get=http, timer=lambda: 0.0).fetch()
     assert res.info is None and res.error is not None and "invalid server info" in res.error
+
+
+def test_non_finite_numbers_are_ignored() -> None:
+    """`Infinity` (which Python's json accepts) does not crash the parse."""
+    info = parse_server_info(json.loads('{"version": "x", "max_total_num_tokens": Infinity}'))
+    assert info.max_total_num_tokens is None

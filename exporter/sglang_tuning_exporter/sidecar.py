@@ -169,7 +169,7 @@ class Sidecar:
         start = self.timer()
         try:
             lines = src.follower.poll()
-        except OSError as exc:
+        except Exception as exc:  # unreadable file, permissions...: report it, keep scraping
             self.state.record_source("log", ok=False, duration_s=self.timer() - start, now=now,
                                      detail=f"read failed: {exc}")
             return
