@@ -1,0 +1,148 @@
+"""The advisor: one finding per check and rank, levels, guards, suppression, the diagnose document."""
+
+from __future__ import annotations
+
+import json
+
+from sglang_tuning_exporter.advisor import (
+    aggregate_signals,
+    evaluate,
+    findings_document,
+    server_signals,
+    time_text,
+    window_for,
+    worst_by_check,
+)
+from sglang_tuning_exporter.checks import load_table
+from sglang_tuning_exporter.config import CheckOverride, Config
+from sglang_tuning_exporter.model import Finding, Rank, ServerState
+
+TABLE = load_table()
+
+
+def sig(**values: float | None) -> dict[str, float | None]:
+    """A rank's signals with plenty of samples."""
+    base: dict[str, float | None] = {"queue_samples": 100.0, "decode_samples": 100.0, "kv_samples": 100.0,
+                                     "graph_samples": 100.0, "prefill_samples": 100.0}
+    base.update(values)
+    return base
+
+
+def one(findings: list[Finding], check: str, rank: dict[str, int] | None = None) -> Finding:
+    """The single finding of a check."""
+    hits = [f for f in findings if f.check == check and (rank is None or f.rank == rank)]
+    assert len(hits) == 1
+    return hits[0]
+
+
+def test_every_check_of_the_workload_once_per_rank() -> None:
+    """Two ranks x every throughput check; unknown when there is no data."""
+    fs = evaluate(TABLE, {Rank(dp=0): {}, Rank(dp=1): {}}, ServerState())
+    n = len(TABLE.for_workload("throughput"))
+    assert len(fs) == 2 * n
+    assert {f.status for f in fs} == {"unknown"}
+    assert {f.check for f in evaluate(TABLE, {}, ServerState(), workload="latency")} == \
+        {c.id for c in TABLE.for_workload("latency")}
+
+
+def test_levels_warning_and_critical() -> None:
+    """retractions > 1/min is a warning, > 5/min critical."""
+    for value, status in ((0.5, "ok"), (2.0, "warning"), (9.0, "critical")):
+        f = one(evaluate(TABLE, {Rank(): sig(retractions_per_minute=value)}, ServerState()), "retractions_frequent")
+        assert f.status == status
+
+
+def test_min_samples_makes_unknown() -> None:
+    """A ratio from 3 samples is not enough for a check that needs 10."""
+    f = one(evaluate(TABLE, {Rank(): {"queue_empty_ratio": 1.0, "queue_samples": 3.0}}, ServerState()),
+            "queue_empty")
+    assert f.status == "unknown" and "10 needed" in f.evidence
+
+
+def test_guard_on_schedule_policy() -> None:
+    """lpm-without-reuse only applies while the policy is lpm (server args, or the version default)."""
+    s = {Rank(): sig(prefix_cache_hit_ratio=0.01)}
+    assert one(evaluate(TABLE, s, ServerState(args={"schedule_policy": "lpm"})),
+               "schedule_policy_lpm_no_reuse").status == "warning"
+    assert one(evaluate(TABLE, s, ServerState(args={"schedule_policy": "fcfs"})),
+               "schedule_policy_lpm_no_reuse").status == "ok"
+    assert one(evaluate(TABLE, s, ServerState(version="0.4.0")), "schedule_policy_lpm_no_reuse").status == "warning"
+    assert one(evaluate(TABLE, s, ServerState()), "schedule_policy_lpm_no_reuse").status == "unknown"
+
+
+def test_queue_empty_suppressed_by_cuda_graph_misses() -> None:
+    """design.md: suppress the queue-empty finding while decode batches miss the graph."""
+    s = {Rank(): sig(queue_empty_ratio=1.0, cuda_graph_miss_ratio=0.8)}
+    f = one(evaluate(TABLE, s, ServerState()), "queue_empty")
+    assert f.status == "ok" and "suppressed" in f.summary
+    f = one(evaluate(TABLE, {Rank(): sig(queue_empty_ratio=1.0, cuda_graph_miss_ratio=0.0)}, ServerState()),
+            "queue_empty")
+    assert f.status == "warning" and f.flag is None and "submission rate" in f.action
+
+
+def test_config_overrides_threshold_and_disables() -> None:
+    """A threshold from --config wins; a disabled check is left out."""
+    cfg = Config(checks={"retractions_frequent": CheckOverride(thresholds={"warning": 3.0, "critical": 10.0}),
+                         "queue_empty": CheckOverride(enabled=False)})
+    fs = evaluate(TABLE, {Rank(): sig(retractions_per_minute=2.0)}, ServerState(), config=cfg)
+    assert one(fs, "retractions_frequent").status == "ok"
+    assert not [f for f in fs if f.check == "queue_empty"]
+
+
+def test_profile_band_in_description() -> None:
+    """The description names the active profile's band."""
+    f = one(evaluate(TABLE, {Rank(): sig(queue_over_band_ratio=0.95)}, ServerState(), profile="older-md"),
+            "queue_overloaded")
+    assert f.status == "critical" and "500" in f.evidence and "95%" in f.evidence
+
+
+def test_version_names_the_flag_in_findings() -> None:
+    """A 0.5.23 server is told --cuda-graph-max-bs-decode."""
+    s = {Rank(): sig(cuda_graph_miss_ratio=0.6, cuda_graph_miss_batch_p90=300.0, max_running_requests=1024.0)}
+    f = one(evaluate(TABLE, s, ServerState(version="0.5.23")), "cuda_graph_uncovered")
+    assert f.flag == "--cuda-graph-max-bs-decode" and f.suggested == 304 and f.action == "increase"
+
+
+def test_server_signals() -> None:
+    """Policy and metrics flags read from the server args."""
+    assert server_signals(ServerState(args={"schedule_policy": "lpm", "enable_metrics": False})) == \
+        {"schedule_policy_lpm": 1.0, "metrics_enabled": 0.0}
+
+
+def test_worst_rank_for_paging_and_aggregates() -> None:
+    """Aggregation: the worst rank per check; min headroom, max ratios across ranks."""
+    sigs = {Rank(dp=0): sig(retractions_per_minute=0.1, available_gpu_mem_gb=7.0),
+            Rank(dp=1): sig(retractions_per_minute=8.0, available_gpu_mem_gb=3.0)}
+    worst = worst_by_check(evaluate(TABLE, sigs, ServerState()))
+    assert worst["retractions_frequent"].rank == {"dp": 1}
+    agg = aggregate_signals(sigs)
+    assert agg["retractions_per_minute"] == 8.0 and agg["available_gpu_mem_gb"] == 3.0
+
+
+def test_findings_document_schema() -> None:
+    """interfaces.md: profile, workload, server{version,args}, window{start,end}, signals, findings."""
+    sigs = {Rank(dp=0): sig(retractions_per_minute=3.0)}
+    server = ServerState(version="0.5.23", args={"schedule_conservativeness": 1.0})
+    fs = evaluate(TABLE, sigs, server)
+    doc = findings_document(findings=fs, signals=sigs, server=server, profile="docs-2025", workload="throughput",
+                            window=(1736676000.0, 1736676600.0))
+    json.dumps(doc)
+    assert set(doc) >= {"profile", "workload", "server", "window", "signals", "findings"}
+    assert doc["server"] == {"version": "0.5.23", "args": {"schedule_conservativeness": 1.0}}
+    assert doc["window"] == {"start": "2025-01-12T10:00:00Z", "end": "2025-01-12T10:10:00Z"}
+    r = next(f for f in doc["findings"] if f["check"] == "retractions_frequent")
+    assert r == {**r, "status": "warning", "rank": {"dp": 0}, "flag": "--schedule-conservativeness",
+                 "action": "increase", "current": 1.0, "suggested": 1.3}
+    assert doc["signals"]["retractions_per_minute"] == 3.0
+
+
+def test_time_text_forms() -> None:
+    """Epoch -> ISO UTC, seconds of day -> HH:MM:SS."""
+    assert time_text(3723.0) == "01:02:03"
+    assert time_text(None) is None
+
+
+def test_window_for_uses_profile_band() -> None:
+    """The sidecar's window carries the profile's queue band and config ratios."""
+    w = window_for(TABLE, "older-web", Config(window_s=900))
+    assert w.params.queue_band == (50.0, 1000.0) and w.length_s == 900

@@ -1,0 +1,98 @@
+"""The --config file: validated, every problem listed, unknown keys are errors."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from sglang_tuning_exporter.checks import load_table
+from sglang_tuning_exporter.config import (
+    Config,
+    ConfigError,
+    load_config,
+    parse_config,
+    parse_server_arg_overrides,
+)
+
+TABLE = load_table()
+
+
+def test_no_file_gives_defaults() -> None:
+    """Without --config the defaults apply (10 min window)."""
+    assert load_config(None, TABLE) == Config()
+    assert Config().window_s == 600
+
+
+def test_full_config_is_read(tmp_path: Path) -> None:
+    """Every supported key ends up in the Config."""
+    p = tmp_path / "c.yaml"
+    p.write_text("""
+guide_profile: older-md
+workload: latency
+window_s: 900
+max_ranks: 64
+expire_s: 1800
+signals: {usage_good: 0.85, capped_fraction: 0.9, min_samples: 5}
+profiles:
+  older-md: {queue_band: [50, 400]}
+checks:
+  retractions_frequent: {thresholds: {warning: 2, critical: 10}, min_samples: 1, for_s: 0}
+  queue_empty: {enabled: false}
+server_args: {mem_fraction_static: 0.85}
+""", encoding="utf-8")
+    c = load_config(p, TABLE)
+    assert (c.guide_profile, c.workload, c.window_s, c.max_ranks, c.expire_s) == ("older-md", "latency", 900, 64, 1800)
+    assert (c.usage_good, c.capped_fraction, c.min_samples) == (0.85, 0.9, 5)
+    assert c.queue_bands == {"older-md": (50.0, 400.0)}
+    assert c.override("retractions_frequent").thresholds == {"warning": 2.0, "critical": 10.0}
+    assert c.override("queue_empty").enabled is False
+    assert c.override("kv_underused").enabled is True
+    assert c.server_args == {"mem_fraction_static": 0.85}
+
+
+def test_every_problem_is_listed() -> None:
+    """Unknown keys, bad values, unknown checks and profiles: all reported at once."""
+    raw = {"window": 5, "window_s": -1, "workload": "batch", "guide_profile": "v9",
+           "signals": {"usage_good": 2, "bogus": 1},
+           "profiles": {"older-md": {"queue_band": [500, 50]}, "nope": {}},
+           "checks": {"no_such_check": {}, "queue_empty": {"enabled": "yes", "thresholds": {"severe": 1},
+                                                           "min_samples": 0.5, "colour": "red"}},
+           "server_args": [1]}
+    with pytest.raises(ConfigError) as err:
+        parse_config(raw, TABLE)
+    text = "\n".join(err.value.problems)
+    for needle in ("unknown key 'window'", "window_s", "workload", "unknown profile 'v9'", "signals.usage_good",
+                   "'bogus'", "queue_band", "unknown profile 'nope'", "unknown check 'no_such_check'",
+                   "enabled", "'severe'", "min_samples", "colour", "server_args"):
+        assert needle in text, needle
+    assert len(err.value.problems) >= 14
+
+
+def test_unreadable_and_invalid_files(tmp_path: Path) -> None:
+    """Missing file, broken YAML, non-mapping: clear ConfigError, no traceback from yaml."""
+    with pytest.raises(ConfigError, match="cannot read"):
+        load_config(tmp_path / "missing.yaml", TABLE)
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("checks: [", encoding="utf-8")
+    with pytest.raises(ConfigError, match="not valid YAML"):
+        load_config(bad, TABLE)
+    lst = tmp_path / "list.yaml"
+    lst.write_text("- 1\n", encoding="utf-8")
+    with pytest.raises(ConfigError, match="top level must be a mapping"):
+        load_config(lst, TABLE)
+
+
+def test_empty_file_is_defaults(tmp_path: Path) -> None:
+    """An empty YAML document changes nothing."""
+    p = tmp_path / "empty.yaml"
+    p.write_text("", encoding="utf-8")
+    assert load_config(p) == Config()
+
+
+def test_server_arg_overrides() -> None:
+    """KEY=VALUE strings become typed values; malformed ones are problems."""
+    args, problems = parse_server_arg_overrides(["mem-fraction-static=0.85", "--schedule-policy=lpm",
+                                                 "enable_metrics=true", "broken"])
+    assert args == {"mem_fraction_static": 0.85, "schedule_policy": "lpm", "enable_metrics": True}
+    assert problems == ["--server-arg 'broken': expected KEY=VALUE"]
