@@ -105,3 +105,26 @@ def test_shortcut_agrees_or_declines(line: str) -> None:
         parse_line(real, 1)  # teach the layouts
     fast = logparse.fast_batch(line, 2)
     assert fast is None or fast == parse_line(line, 2)
+
+
+LONG = 60_000
+ADVERSARIAL = [
+    "x" * LONG + " CUDA out of memory", "a." * LONG + "Error: Prefill out of memory", "x" * LONG + " hit an exception",
+    "Capture " * (LONG // 8) + "graph", "x" * LONG + " KV Cache is allocated. K size: 1 GB",
+    "Engine startup timings (s): " + "x" * LONG, "Decode batch, " + "#k: 1, " * (LONG // 7), "[" * LONG + " batch",
+    "server_args=ServerArgs(" + "(" * LONG, "server_args={" + "'a': [" * (LONG // 6), "[2025-01-01 00:00:00 " + "TP0 " * LONG,
+]
+
+
+def test_long_adversarial_lines_stay_linear() -> None:
+    """Complexity guard, not a benchmark: 60k-character lines built to trip regex backtracking parse in
+    far less than the seconds a quadratic pattern would need (the bound is 40x a linear run)."""
+    import time
+    for line in ADVERSARIAL:
+        t0 = time.perf_counter()
+        parse_line(line, 1)
+        r = EventReader()
+        r.feed("Scheduler hit an exception: Traceback (most recent call last):")
+        r.feed(line)
+        r.flush()
+        assert time.perf_counter() - t0 < 2.0, line[:40]

@@ -467,7 +467,8 @@ _OOM = re.compile(
     r"|(?P<startup>Not enough memory\. Please try to increase --mem-fraction-static"
     r"|leave no GPU memory for the KV cache)"
     r"|(?P<abort>due to OOM|Out of memory even after retracting)")
-_EXC_HEAD = re.compile(r"((?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception)): ")
+# Bounded and anchored to a token start: an unbounded `\w*...Error` search is quadratic on long words.
+_EXC_HEAD = re.compile(r"(?<![\w.])((?:[A-Za-z_]\w{0,60}\.){0,8}[A-Z]\w{0,60}?(?:Error|Exception)): ")
 _TRY_ALLOC = re.compile(r"Try to allocate (\d+) tokens")
 _AVAIL_TOKENS = re.compile(r"Ava(?:li|il)able tokens: (\d+)")
 _TRIED = re.compile(r"Tried to allocate ([0-9.]+) ([KMGT]i?B)")
@@ -509,7 +510,7 @@ def _oom(s: str, n: int) -> _Result:
     p = m.start()
     exception = None
     # `RuntimeError: Prefill out of memory...` / `torch.OutOfMemoryError: CUDA out of memory...`
-    for x in _EXC_HEAD.finditer(s, 0, m.end() + 2):
+    for x in _EXC_HEAD.finditer(s, max(0, p - 300), m.end() + 2):
         if x.start() <= p:
             exception, p, msg_at = x.group(1), x.start(), x.end()
     message = s[msg_at if exception else p:].strip()
@@ -528,7 +529,7 @@ def _oom(s: str, n: int) -> _Result:
 
 # --- errors ------------------------------------------------------------------------------------
 _ERROR_HEAD = re.compile(
-    r"(?P<head>\w+ hit an exception|Exception in \w+|Traceback \(most recent call last\)"
+    r"(?P<head>\b\w+ hit an exception|Exception in \w+|Traceback \(most recent call last\)"
     r"|Received sigquit from a child process)")
 
 
@@ -587,10 +588,10 @@ def _batch_sizes(s: str, fields: dict[str, Any]) -> str:
     return s[:m.start()] + s[m.end():]
 
 
-_CAPTURE = re.compile(r"Capture (?P<what>[\w ]*?)graph (?P<stage>begin|end|bs)\b[.,]? ?")
+_CAPTURE = re.compile(r"Capture (?P<what>[\w ]{0,80}?)graph (?P<stage>begin|end|bs)\b[.,]? ?")
 _LOAD = re.compile(r"Load weight (begin|end)\. ?")
 _COMMIT = re.compile(r"in ([0-9.]+) s \(capture overlap window ([0-9.]+) s, startup overlap total ([0-9.]+) s\)")
-_KV = re.compile(r"(?:(?P<label>[\w-]+) )?KV Cache (?P<stage>is allocated|VA upper bound)\. ?")
+_KV = re.compile(r"(?:(?<![\w-])(?P<label>[\w-]{1,40}) )?KV Cache (?P<stage>is allocated|VA upper bound)\. ?")
 _POST_KV = re.compile(r"Post-capture KV sizing: (?:(?P<alloc>KV cache allocated)\. ?)?")
 _DSV4 = re.compile(r"DSv4 (memory calculation|pool sizes): ")
 _INIT_DIST = re.compile(r"Init torch distributed (begin|ends?)\.? ?")
@@ -707,7 +708,7 @@ def _init_dist(s: str, n: int) -> _Result:
     return _startup(stage, s, n, m.start(), s[m.end():])
 
 
-_TIMING_PAIR = re.compile(r"(\w+)=(\{[^}]*\}|[0-9.]+)")
+_TIMING_PAIR = re.compile(r"\b(\w+)=(\{[^}]*\}|[0-9.]+)")
 
 
 def _timings(s: str, n: int) -> _Result:
