@@ -351,6 +351,8 @@ def test_capture_companion_event() -> None:
     assert c.fields == {"batch_sizes": [1024], "max_bs": 1024}
     p = parse_line("Capture target prefill CUDA graph begin. backend=x, bs=[1, 2], avail mem=1.00 GB", 9)
     assert p is not None and capture_event(p) is None
+    d = parse_line("Capture draft decode CUDA graph end. bs=[1, 2], elapsed=1.00 s, avail mem=1.00 GB.", 10)
+    assert d is not None and d.fields["batch_sizes"] == [1, 2] and capture_event(d) is None
 
 
 def test_event_seconds() -> None:

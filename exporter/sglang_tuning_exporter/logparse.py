@@ -889,8 +889,9 @@ def capture_event(e: Event) -> Event | None:
     sizes = e.fields.get("batch_sizes")
     if e.kind != ev.STARTUP_MEMORY or not isinstance(sizes, list) or not sizes:
         return None
-    if str(e.fields.get("stage", "")).startswith("prefill_graph"):
-        return None
+    graph = str(e.fields.get("graph", "")).lower()
+    if str(e.fields.get("stage", "")).startswith("prefill_graph") or "draft" in graph or "verify" in graph:
+        return None  # only the target model's decode graph bounds `cuda graph: True` on Decode lines
     fields: dict[str, Any] = {"batch_sizes": sizes, "max_bs": max(sizes)}
     if "graph" in e.fields:
         fields["graph"] = e.fields["graph"]
