@@ -253,45 +253,58 @@ _SAFE_NAME = re.compile(r"[a-z0-9_]+")
 _BOOLS = {"True": True, "False": False}
 
 
+_STD_PREFIX_GROUPS = r"\[(\d{4}-\d\d-\d\d) (\d\d:\d\d:\d\d(?:\.\d{1,6})?)((?: [A-Z_]+\d+)*)\] "
+
+
 class _Layout:
     """A batch-line layout seen before (same keys, same order), matched by one compiled regex.
 
-    A server prints the same few layouts millions of times. Matching the whole body at once in C
+    A server prints the same few layouts millions of times. Matching the whole line at once in C
     and building the fields with one generated dict display (names from our key table or the
     unknown-key rule, so only `[a-z0-9_]`; values are never code) is several times cheaper than a
-    per-pair loop.
+    per-pair loop. `rx`/`fields` match the body after the head; `line_rx`/`line_fields` a whole
+    line with SGLang's own prefix (date, time and rank tags are its first three groups).
     """
 
-    __slots__ = ("derive_usage", "extra", "fields", "rx")
+    __slots__ = ("derive_usage", "extra", "fields", "line_fields", "line_rx", "rx")
 
-    def __init__(self, raw_keys: list[str]) -> None:
-        self.rx = re.compile(", ".join(re.escape(k) + ": ([^,]*)" for k in raw_keys) + r",? *\n?")
-        items: list[str] = []
+    def __init__(self, raw_keys: list[str], head: str) -> None:
+        body = ", ".join(re.escape(k) + ": ([^,]*)" for k in raw_keys) + r",? *\n?"
+        self.rx = re.compile(body)
+        self.line_rx = re.compile(_STD_PREFIX_GROUPS + re.escape(head) + r" batch[.,] " + body)
+        items: list[tuple[str, str]] = []
         self.extra: dict[str, Any] = {}
         names: list[str] = []
-        for i, k in enumerate(raw_keys):
+        for k in raw_keys:
             known = _BATCH_KEYS.get(k)
             name, conv = known if known is not None else (normalise_key(k), auto_value)
             if not _SAFE_NAME.fullmatch(name):
                 raise ValueError(name)
             names.append(name)
             if conv is int:
-                items.append(f"{name!r}: int(g[{i}])")
+                items.append((name, "int(g[{}])"))
             elif conv is float:
-                items.append(f"{name!r}: float(g[{i}])")
+                items.append((name, "float(g[{}])"))
             elif conv is _to_bool:
-                items.append(f"{name!r}: B[g[{i}]]")
+                items.append((name, "B[g[{}]]"))
             elif conv is _to_ratio:
-                items.append(f"{name!r}: R(g[{i}])")
+                items.append((name, "R(g[{}])"))
             else:
-                items.append(f"{name!r}: A(g[{i}])")
+                items.append((name, "A(g[{}])"))
             if k in _GRAPH_LABELS:
                 self.extra["graph_backend"] = _GRAPH_LABELS[k]
-        code = compile("lambda g: {" + ", ".join(items) + "}", "<batch-layout>", "eval")
+        self.fields = self._generate(items, 0)
+        self.line_fields = self._generate(items, 3)
+        self.derive_usage = "token_usage" not in names and any(u in names for u in _POOL_USAGES)
+
+    @staticmethod
+    def _generate(items: list[tuple[str, str]], offset: int) -> Callable[[tuple[Any, ...]], dict[str, Any]]:
+        src = "lambda g: {" + ", ".join(f"{name!r}: " + expr.format(i + offset)
+                                        for i, (name, expr) in enumerate(items)) + "}"
         env = {"__builtins__": {}, "int": int, "float": float, "B": _BOOLS, "R": _to_ratio, "A": auto_value}
         # Our own generated source (see above), evaluated with no builtins; log text is never code.
-        self.fields: Callable[[tuple[Any, ...]], dict[str, Any]] = eval(code, env)
-        self.derive_usage = "token_usage" not in names and any(u in names for u in _POOL_USAGES)
+        fn: Callable[[tuple[Any, ...]], dict[str, Any]] = eval(compile(src, "<batch-layout>", "eval"), env)
+        return fn
 
 
 def _derive_usage(fields: dict[str, Any]) -> None:
@@ -358,7 +371,7 @@ def _batch(s: str, n: int) -> _Result:
         fields[_PARTIAL] = bad
     elif mixed is None and len(set(raw_keys)) == len(raw_keys):
         try:
-            layout = _Layout(raw_keys)
+            layout = _Layout(raw_keys, m.group(1))
         except (ValueError, SyntaxError):
             pass  # odd keys: this layout stays on the generic path
         else:
@@ -368,38 +381,28 @@ def _batch(s: str, n: int) -> _Result:
     return _event(n, kind, s[:p], fields)
 
 
-# One anchored match for SGLang's own prefix + a batch head: the shape of almost every batch line.
-_FAST_HEAD = re.compile(
-    r"\[(\d{4}-\d\d-\d\d) (\d\d:\d\d:\d\d(?:\.\d{1,6})?)((?: [A-Z_]+\d+)*)\] (Decode|Prefill) batch[.,] ")
-_HEAD_KIND = {"Decode": ev.DECODE, "Prefill": ev.PREFILL}
-
-
 def fast_batch(line: str, n: int) -> Event | None:
     """The reader's shortcut for a standard-prefix batch line of an already seen layout.
 
     Returns exactly what parse_line would, or None when the line needs the general path (other
     prefix, new layout, odd value); never raises for a str."""
-    m = _FAST_HEAD.match(line)
-    if m is None:
-        return None
-    date, clock, tags, head = m.groups()
-    kind = _HEAD_KIND[head]
-    end = m.end()
+    kind = ev.DECODE if "Decode batch" in line else ev.PREFILL
     for layout in _LAYOUTS[kind]:
-        g = layout.rx.fullmatch(line, end)
-        if g is not None:
+        m = layout.line_rx.fullmatch(line)
+        if m is not None:
+            g = m.groups()
             try:
-                f = layout.fields(g.groups())
+                f = layout.line_fields(g)
             except (ValueError, KeyError):
                 return None
             if layout.extra:
                 f.update(layout.extra)
             if layout.derive_usage:
                 _derive_usage(f)
-            rank = _RANK_CACHE.get(tags)
+            rank = _RANK_CACHE.get(g[2])
             if rank is None:
                 return None
-            return Event(n, kind, f"{date}T{clock}", dict(rank), f)
+            return Event(n, kind, f"{g[0]}T{g[1]}", dict(rank), f)
     return None
 
 
