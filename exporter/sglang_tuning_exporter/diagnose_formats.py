@@ -103,7 +103,8 @@ def _header_lines(r: FileDiagnosis) -> list[str]:
            + f" | guide profile {d.get('profile')} | workload {d.get('workload')}",
            f"log: {win.get('start')} .. {win.get('end')}, {inp.get('lines', 0)} lines, "
            f"{inp.get('fast_path_lines', 0) + inp.get('events', 0)} SGLang records, "
-           f"{inp.get('evaluations', 0)} windows of {inp.get('window_s', 600) / 60:g} min evaluated"]
+           f"{inp.get('evaluations', 0)} window{'' if inp.get('evaluations') == 1 else 's'} of "
+           f"{inp.get('window_s', 600) / 60:g} min evaluated"]
     if inp.get("time_from_line_order"):
         out.append("note: the log has no timestamps; time is taken from line order (1 s per line)")
     if inp.get("unparsed"):

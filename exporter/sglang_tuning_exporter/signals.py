@@ -514,12 +514,12 @@ def compute_signals(total: Bucket, facts: dict[str, float], p: SignalParams, *, 
     if s.kv_n >= enough:
         out["kv_underused_ratio"] = s.kv_under / s.kv_n
         out["token_usage_max"] = s.usage_max
-        out["token_usage_mean"] = s.usage_sum / s.kv_n
+        out["token_usage_mean"] = round(s.usage_sum / s.kv_n, 4)  # merge order must not show
     if s.running_n >= enough:
         out["decode_batch_p90"] = hist_quantile(s.running, 0.9)
         out["running_max"] = float(max(s.running))
     if s.tp_n:
-        out["gen_throughput_mean"] = s.tp_sum / s.tp_n
+        out["gen_throughput_mean"] = round(s.tp_sum / s.tp_n, 2)
     cap = facts.get("max_running_requests")
     if cap and s.capped_base >= enough:
         capped = sum(c for r, c in s.capped_cand.items() if r >= p.capped_fraction * cap)
