@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import gzip
 import io
+import itertools
 import json
 import re
 import sys
 from pathlib import Path
 
 import pytest
-from scenario_logs import LogWriter, steady
 
+from scenario_logs import LogWriter, steady
 from sglang_tuning_exporter import diagnose
 from sglang_tuning_exporter.checks import load_table
 from sglang_tuning_exporter.cli import build_parser
@@ -221,7 +222,7 @@ def test_split_points_cover_the_file_at_line_starts(tmp_path: Path) -> None:
     p.write_bytes(data)
     ranges = split_points(str(p), len(data), 10_000)
     assert ranges[0][0] == 0 and ranges[-1][1] == len(data)
-    assert all(a[1] == b[0] for a, b in zip(ranges, ranges[1:], strict=False))
+    assert all(a[1] == b[0] for a, b in itertools.pairwise(ranges))
     assert all(data[s:s + 1] == b"[" for s, _ in ranges)
 
 
