@@ -386,6 +386,8 @@ def fast_batch(line: str, n: int) -> Event | None:
 
     Returns exactly what parse_line would, or None when the line needs the general path (other
     prefix, new layout, odd value); never raises for a str."""
+    if line[:1] != "[":
+        return None  # decorated prefix (docker, Ray, custom format): the general path reads it
     kind = ev.DECODE if "Decode batch" in line else ev.PREFILL
     for layout in _LAYOUTS[kind]:
         m = layout.line_rx.fullmatch(line)
