@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
@@ -88,18 +89,14 @@ def missing_binaries() -> list[str]:
 
 def render_rules(out_dir: Path, timing: Timing) -> list[Path]:
     """The shipped rule files, rendered by our own `render` with only the windows and `for:` overridden."""
-    from sglang_tuning_exporter.checks import load_table
-    from sglang_tuning_exporter.render_rules import RenderOptions, generate
-
     out_dir.mkdir(parents=True, exist_ok=True)
-    opts = RenderOptions(override_window_s=float(timing.window_s), override_for_s=float(timing.for_s))
-    files = []
-    for rel, text in sorted(generate(load_table(), opts).items()):
-        path = out_dir / Path(rel).name
-        path.write_text(text, encoding="utf-8")
-        files.append(path)
-    if not files:
-        raise ProcessError("render produced no rule files")
+    argv = python_module("sglang_tuning_exporter", "render", "--out", str(out_dir), "--rules-only",
+                         "--override-window", f"{timing.window_s}s", "--override-for", f"{timing.for_s}s")
+    res = subprocess.run(argv, cwd=ROOT, env=python_env(), capture_output=True, text=True, timeout=120)
+    files = sorted((out_dir / "alerts").glob("*.rules.yaml"))
+    if res.returncode != 0 or not files:
+        raise ProcessError(f"render with overrides failed ({res.returncode}, {len(files)} rule files): "
+                           f"{' '.join(argv)}\n{res.stdout}\n{res.stderr}")
     return files
 
 

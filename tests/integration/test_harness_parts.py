@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import pytest
 import yaml
 
+from integration.harness import ROOT
 from integration.scenario_log import SCENARIOS, startup_messages, tick_messages, with_prefix
-from integration.stack import AM_EXAMPLE, alertmanager_config
+from integration.stack import AM_EXAMPLE, Timing, alertmanager_config, render_rules
 from integration.standin_sglang import METRICS_FILE, MetricsState, Selector, spell
 from integration.test_dashboards import concrete
 
@@ -102,3 +104,19 @@ def test_grafana_variables_become_concrete() -> None:
     """Built-in intervals get durations and dashboard variables match everything."""
     expr = 'rate(x{job=~"$job", instance=~"${instance}"}[$__rate_interval])'
     assert concrete(expr) == 'rate(x{job=~".*", instance=~".*"}[15s])'
+
+
+def _durations_out(text: str) -> str:
+    return re.sub(r"\d+(?:ms|s|m|h|d)\b", "<duration>", text)
+
+
+def test_suite_rules_are_the_shipped_rules_with_short_durations(tmp_path: Path) -> None:
+    """The rules the suite loads differ from alerts/*.rules.yaml only in windows and `for:` durations."""
+    rendered = render_rules(tmp_path, Timing())
+    shipped = sorted((ROOT / "alerts").glob("*.rules.yaml"))
+    assert [p.name for p in rendered] == [p.name for p in shipped]
+    assert any(o.read_text() != t.read_text() for o, t in zip(rendered, shipped, strict=True)), "no override applied"
+    for ours, theirs in zip(rendered, shipped, strict=True):
+        assert _durations_out(ours.read_text()) == _durations_out(theirs.read_text()), (
+            f"{ours.name}: the test render differs from the shipped file beyond durations "
+            "(run `sglang-tuning-exporter render` and commit, or fix the override)")
