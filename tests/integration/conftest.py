@@ -32,7 +32,9 @@ NATIVE_ONLY = tuple(TargetSpec(f"native-{scenario}-{spelling}", scenario, spelli
                                                ("cuda_graph_uncovered", "colon"),
                                                ("memory_headroom_low", "underscore"),
                                                ("healthy", "underscore"), ("healthy", "colon")))
-TARGETS = WITH_EXPORTER + NATIVE_ONLY
+# SGLang alone but serving the same model as servers that have the exporter (a partly migrated fleet):
+SAME_MODEL_NATIVE = (TargetSpec("native-same-model-storm", "retraction_storm", "colon", exporter=False),)
+TARGETS = WITH_EXPORTER + NATIVE_ONLY + SAME_MODEL_NATIVE
 
 
 class RunningStack:

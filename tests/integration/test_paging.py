@@ -29,7 +29,15 @@ EXPECTED_CHECK = {
 # Fix: export the counter at 0 per rank and phase before any OOM, or alert on the exporter's
 # `sglang_tuning_signal{signal="oom_prefill_count"}`. Strict: this turns red once fixed; then drop it.
 _OOM_FIRST_SAMPLE = pytest.mark.xfail(strict=True, reason="OOM counter series born at 1: increase() = 0")
-PAGING_KEYS = [pytest.param(t.key, marks=_OOM_FIRST_SAMPLE) if t.scenario == "prefill_oom" else t.key
+# Known gap, found by this suite: a native alert is silenced `unless on (model_name, dp_rank)` an exporter
+# publishes the signal, across all instances. A server without the exporter that serves the same model
+# as any server with it (same model, dp_rank "") therefore never pages. Fix: match on something that
+# ties a sidecar to its own SGLang (e.g. a shared pod/host label) instead of the model alone.
+_NATIVE_DEDUP_ACROSS_SERVERS = pytest.mark.xfail(
+    strict=True, reason="native alert silenced by another server's exporter for the same model")
+_KNOWN = {"prefill_oom": _OOM_FIRST_SAMPLE}
+PAGING_KEYS = [pytest.param(t.key, marks=_NATIVE_DEDUP_ACROSS_SERVERS) if t.key == "native-same-model-storm"
+               else pytest.param(t.key, marks=_KNOWN[t.scenario]) if t.scenario in _KNOWN else t.key
                for t in TARGETS if t.scenario in EXPECTED_CHECK and t.key != "restart"]
 ALERT_DEADLINE_S = 120.0  # from stack start; windows are 20 s and `for:` 3 s in the test render
 ADVICE_ANNOTATIONS = ("flag", "action", "suggested_value", "runbook_url")
