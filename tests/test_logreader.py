@@ -141,3 +141,27 @@ def test_phase_from_frames_innermost_wins() -> None:
     assert phase_from_frames([("sglang/x/prefill_cuda_graph_runner.py", "run")]) == "prefill"
     assert phase_from_frames([("x", "init_cuda_graphs"), ("y", "capture")]) == "startup"
     assert phase_from_frames([("x", "main")]) is None
+
+
+def test_torch_rank_tags_swa_details_and_version_line() -> None:
+    """`[rankN]:` traceback lines, SWA detail lines of an OOM, and a version-revealing line."""
+    text = (
+        "[2025-06-27 19:05:11 TP1] Scheduler hit an exception: Traceback (most recent call last):\n"
+        '[rank1]:   File "/sglang/srt/managers/scheduler.py", line 2336, in run_scheduler_process\n'
+        "[rank1]:     scheduler.event_loop_overlap()\n"
+        '[rank1]:   File "/sglang/srt/model_executor/runner/eager_runner.py", line 9, in _execute_extend\n'
+        "[rank1]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 20.00 MiB.\n"
+        "[2025-06-27 19:05:12] Received sigquit from a child process. It usually means the child failed.\n"
+        "Decode out of memory. Try to lower your batch size.\n"
+        "Try to allocate 12 tokens.\n"
+        "Available tokens: 0 (available_size=0 + evictable_size=0)\n"
+        "Available full tokens: 0\n"
+        "SWA LRU list evictable size: 3\n"
+        "image lmsysorg/sglang:v0.5.23 pulled\n")
+    events = _events(text)
+    assert [(e.line, e.kind) for e in events] == [(1, "oom"), (6, "error"), (7, "oom"), (12, "version")]
+    assert events[0].fields["phase"] == "prefill" and events[0].rank == {"tp": 1}
+    assert events[0].fields["last_frame"] == "_execute_extend"
+    assert events[1].fields["error"] == "Received sigquit from a child process"
+    assert events[2].fields["phase"] == "decode" and events[2].fields["message"].count("\n") == 4
+    assert events[3].fields == {"version": "0.5.23"}
