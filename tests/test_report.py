@@ -319,3 +319,21 @@ def test_sparkline_scales_points_into_the_box() -> None:
     ys = [float(p.split(",")[1]) for p in coords.group(1).split()]
     assert xs == [4.0, 54.0, 104.0] and ys[0] == 36.0 and ys[2] == 18.0
     assert "q: 0 – 10" in svg
+
+
+def test_server_arg_overrides_reach_the_advice_not_the_drift() -> None:
+    """--server-arg changes what the advisor sees; the servers' real args (and so drift) stay as reported."""
+    from sglang_tuning_exporter.report import evaluate_fleet
+
+    seen: list[dict[str, object]] = []
+
+    def fake(signals: object, d: fleet.InstanceData, window_s: float) -> list[Finding]:
+        seen.append(dict(d.args))
+        return [finding("retractions_frequent", "ok")]
+
+    data = {"b:1": inst("b:1", "m", mem_fraction_static=0.8), "a:1": inst("a:1", "m", mem_fraction_static=0.88)}
+    reports = evaluate_fleet(data, fake, {"mem_fraction_static": 0.9}, 3600.0)
+    assert [r.instance for r in reports] == ["a:1", "b:1"]
+    assert seen == [{"mem_fraction_static": 0.9}, {"mem_fraction_static": 0.9}]
+    assert data["b:1"].args == {"mem_fraction_static": 0.8}
+    assert len(fleet.find_drift(data.values())) == 1

@@ -112,6 +112,8 @@ def test_dp_rank_storm_names_only_that_rank(report_json: dict[str, Any]) -> None
     inst = next(i for i in report_json["instances"] if i["instance"] == "10.9.0.7:9470")
     retr = {json.dumps(f["rank"]): f["status"] for f in inst["findings"] if f["check"] == "retractions_frequent"}
     assert retr == {'{"dp": 0}': "ok", '{"dp": 1}': "critical"}
+    assert inst["signals"]["dp=1"]["retractions_per_minute"] == pytest.approx(6.0, rel=0.02)
+    assert inst["signals"]["dp=0"]["retractions_per_minute"] == 0
 
 
 def test_healthy_servers_are_not_flagged(report_json: dict[str, Any]) -> None:

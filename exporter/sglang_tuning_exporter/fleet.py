@@ -209,12 +209,8 @@ def plan(w: Window, params: SignalParams | None = None) -> list[PlannedQuery]:
             *[f"sum by ({GROUP}) (increase({c}[{r}])) / sum by ({GROUP}) (increase({p}[{r}]))"
               for c, p in zip(_sglang("cached_tokens_total", sel), _sglang("prompt_tokens_total", sel),
                               strict=True)])),
-        PlannedQuery("queue_p50", _sources(
-            *[f"max by ({GROUP}) (quantile_over_time(0.5, {q}[{r}]))" for q in (queue_ours, *queue_sg)])),
         PlannedQuery("token_usage_mean", _sources(
             *[f"avg by ({GROUP}) (avg_over_time({u}[{r}]))" for u in (usage_ours, *usage_sg)])),
-        PlannedQuery("token_usage_max", _sources(
-            *[f"max by ({GROUP}) (max_over_time({u}[{r}]))" for u in (usage_ours, *usage_sg)])),
         PlannedQuery("running_max", _sources(
             *[f"max by ({GROUP}) (max_over_time({x}[{r}]))" for x in (running_ours, *running_sg)])),
         # Sample counts: the advisor applies each check's min_samples to them (signals.SAMPLE_COUNT_OF).

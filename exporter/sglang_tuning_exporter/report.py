@@ -23,7 +23,7 @@ from typing import Any
 
 from . import fleet
 from .flags import add_flag, add_guide_flags
-from .model import STATUS_CODE, Finding
+from .model import STATUS_CODE, Finding, Rank
 from .promapi import PromConfig, PrometheusClient, PrometheusError, Sample, Series
 from .signals import SignalParams
 
@@ -114,7 +114,9 @@ class InstanceReport:
         """The `instances[]` entry of interfaces.md."""
         return {"instance": self.instance, "model_name": self.model_name, "version": self.version,
                 "status": self.status, "args": dict(self.args),
-                "findings": [f.to_json_dict() for f in self.findings]}
+                "findings": [f.to_json_dict() for f in self.findings],
+                "signals": {rank: {k: v for k, v in sig.items() if v is not None}
+                            for rank, sig in self.signals.items()}}
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,7 +171,7 @@ class FleetReport:
 Evaluate = Callable[[Mapping[Any, dict[str, float | None]], fleet.InstanceData, float], list[Finding]]
 
 
-def rank_text(rank: Any) -> str:
+def rank_text(rank: Rank) -> str:
     """`dp=1` / `all` for a Rank."""
     d = rank.as_dict()
     return ",".join(f"{k}={v}" for k, v in d.items()) or "all"
@@ -180,8 +182,8 @@ def evaluate_fleet(data: Mapping[str, fleet.InstanceData], evaluate: Evaluate,
     """Run the advisor's evaluation once per instance on its per-rank signals (pure given `evaluate`)."""
     out: list[InstanceReport] = []
     for name in sorted(data, key=natural_key):
-        d = data[name]
-        d.args.update(overrides)
+        # --server-arg overrides the advice's inputs, not what the servers run (drift uses the real args).
+        d = dataclasses.replace(data[name], args={**data[name].args, **overrides})
         signals = fleet.derive_signals(d)
         findings = evaluate(signals, d, window_s)
         out.append(InstanceReport(instance=name, model_name=d.model_name, version=d.version, args=dict(d.args),
