@@ -245,3 +245,15 @@ def test_docs_metric_table_is_current() -> None:
     """docs/sidecar.md carries the metric table exactly as catalog_markdown() generates it."""
     doc = (Path(__file__).resolve().parent.parent / "docs" / "sidecar.md").read_text()
     assert catalog_markdown() in doc, "regenerate the table in docs/sidecar.md from collector.catalog_markdown()"
+
+
+def test_event_counters_start_at_zero_for_tracked_ranks() -> None:
+    """Before any OOM or retraction a tracked rank exports them at 0, so the first one is an increase."""
+    st = _state()
+    st.add_observations([Observation(0.0, "num_queue_reqs", 3, R0)], now=0.0)
+    got = _samples(st, 0.0)
+    for phase in ("prefill", "decode", "startup", "unknown"):
+        assert got[("sglang_tuning_oom_events_total", _rank0(phase=phase, model_name=""))] == 0.0
+    assert got[("sglang_tuning_retractions_total", _rank0(model_name=""))] == 0.0
+    st.add_events([Event(1, "oom", rank={"dp": 0, "tp": 0}, fields={"phase": "prefill"})], now=1.0)
+    assert _samples(st, 1.0)[("sglang_tuning_oom_events_total", _rank0(phase="prefill", model_name=""))] == 1.0

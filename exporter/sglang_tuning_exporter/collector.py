@@ -53,6 +53,14 @@ RANK_COUNTERS: tuple[tuple[str, str, str | None], ...] = (
 )
 
 
+# Event counters exported at 0 for every tracked rank before the first event: a series born at 1
+# has no increase() in Prometheus, so the first OOM or retraction would never page.
+ZERO_COUNTERS: dict[tuple[str, str], float] = {
+    ("retractions", ""): 0.0, ("retracted_requests", ""): 0.0,
+    **{("oom_events", phase): 0.0 for phase in ("prefill", "decode", "startup", "unknown")},
+}
+
+
 @dataclass(frozen=True, slots=True)
 class BuildInfo:
     """Exporter build facts (injected so golden files do not depend on the build)."""
@@ -239,8 +247,9 @@ def build_families(snap: Snapshot, build: BuildInfo, evaluation: tuple[Family, .
             v = r.gauges.get(obs)
             if v is not None:
                 add(short, base, v * scale, text)
+        counters = {**ZERO_COUNTERS, **r.counters}
         for short, family, extra in RANK_COUNTERS:
-            for (fam_name, label), total in sorted(r.counters.items()):
+            for (fam_name, label), total in sorted(counters.items()):
                 if fam_name == family:
                     if extra:
                         add(short, (*base, label), total, f'{text},{extra}="{_escape(label)}"')
