@@ -20,6 +20,7 @@ import yaml
 from sglang_tuning_exporter import advisor, render_rules
 from sglang_tuning_exporter.checks import CheckTable, load_table
 from sglang_tuning_exporter.model import Rank, ServerState
+from sglang_tuning_exporter.suggest import default_schedule_policy
 
 PROMTOOL = shutil.which("promtool")
 pytestmark = pytest.mark.skipif(PROMTOOL is None, reason="promtool not installed (Debian: prometheus)")
@@ -68,8 +69,8 @@ def series_for(scenario: Scenario) -> list[dict[str, str]]:
                 out.append({"series": f'sglang_tuning_oom_events_total{{{lab},phase="{phase}"}}',
                             "values": f"0x{EVAL_MIN - 5} {count}x10"})
     host = f'job="{JOB}",instance="{INSTANCE}"'
-    # as collector.py: the info metric carries the policy the server args name, "" when they do not
-    policy = scenario["args"].get("schedule_policy") or ""
+    # as collector.py: the info metric carries the effective policy (the args', else the version's default)
+    policy = scenario["args"].get("schedule_policy") or default_schedule_policy("0.5.23") or ""
     out.append({"series": f'sglang_tuning_server_info{{{host},model_name="qwen",version="0.5.23",'
                           f'schedule_policy="{policy}"}}', "values": f"1x{n}"})
     enabled = scenario["args"].get("enable_metrics")
@@ -201,9 +202,6 @@ def test_random_scenarios_near_thresholds_agree(tmp_path: Path) -> None:
     assert res.returncode == 0, res.stdout + res.stderr
 
 
-@pytest.mark.xfail(strict=True, reason="known divergence: with no schedule_policy in the server args the "
-                   "advisor assumes the version's default (fcfs since 0.4.4) but the exporter's server_info "
-                   "metric says schedule_policy=\"\"; fix: collector exports the effective policy")
 def test_policy_known_only_from_the_version(tmp_path: Path) -> None:
     """Server args without schedule_policy on 0.5.23: both sides should judge fcfs with prefix reuse."""
     table = load_table()

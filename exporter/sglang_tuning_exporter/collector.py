@@ -20,6 +20,7 @@ from . import __version__
 from .catalog import BY_NAME, CATALOG, PREFIX, RANK_LABELS, MetricSpec
 from .model import STATUS_CODE, Rank
 from .state import SOURCES, Snapshot
+from .suggest import default_schedule_policy
 
 GIB = float(1 << 30)  # SGLang's "GB" is get_available_gpu_memory() / 2**30
 # Server args exported as gauges: the knobs the guide tunes plus the topology they depend on.
@@ -262,7 +263,9 @@ def build_families(snap: Snapshot, build: BuildInfo, evaluation: tuple[Family, .
     for arg in TUNING_ARGS:
         add("server_arg", (arg,), _numeric(snap.args.get(arg)))
     if snap.version or model:
-        add("server_info", (snap.version or "", model, str(snap.args.get("schedule_policy") or "")), 1.0)
+        # The effective policy: the server's own arg, else its version's default (what the advisor judges).
+        policy = snap.args.get("schedule_policy") or default_schedule_policy(snap.version) or ""
+        add("server_info", (snap.version or "", model, str(policy)), 1.0)
     if snap.server_info_endpoint:
         add("sglang_endpoint_info", (snap.server_info_endpoint,), 1.0)
     # --- self health
