@@ -113,6 +113,7 @@ class LiveState:
         self.max_ranks = max_ranks
         self.expire_after_s = expire_after_s
         self._ranks: dict[Rank, _RankData] = {}
+        self._rank_of: dict[tuple[tuple[str, int], ...], Rank] = {}  # event rank dict -> Rank (bounded below)
         # Counters outlive rank expiry so they stay monotonic for the life of the process.
         self._counters: dict[Rank, dict[tuple[str, str], float]] = {}
         self._sources = {s: SourceStatus(enabled=bool(enabled.get(s, False))) for s in SOURCES}
@@ -156,6 +157,8 @@ class LiveState:
     def expire(self, now: float) -> int:
         """Drop ranks not seen within `expire_after_s`; returns how many were dropped."""
         with self._lock:
+            if len(self._rank_of) > 4 * self.max_ranks:
+                self._rank_of.clear()
             stale = [r for r, d in self._ranks.items() if now - d.last_seen > self.expire_after_s]
             for r in stale:
                 del self._ranks[r]
@@ -169,12 +172,16 @@ class LiveState:
     # --- inputs -------------------------------------------------------------------------------
     def add_observations(self, observations: Iterable[Observation], now: float) -> None:
         """Latest gauges per rank; counter deltas from the metrics source."""
+        last_rank: Rank | None = None
+        data: _RankData | None = None
         with self._lock:
             for o in observations:
                 gauge = o.name in GAUGE_NAMES
                 if not gauge and (o.source == "log" or o.name not in _METRICS_COUNTED):
                     continue  # log counters come from events (add_events), not twice
-                data = self._touch(o.rank, now)
+                if o.rank is not last_rank or data is None:
+                    # One event's observations share their Rank object: touch it once.
+                    data, last_rank = self._touch(o.rank, now), o.rank
                 if gauge:
                     data.gauges[o.name] = o.value
                 if o.source == "log":
@@ -197,7 +204,10 @@ class LiveState:
             for e in events:
                 if e.kind not in _COUNTED_KINDS:
                     continue  # config and startup events are not per-rank activity
-                rank = Rank.from_dict(e.rank)
+                key = tuple(e.rank.items())
+                rank = self._rank_of.get(key)
+                if rank is None:
+                    rank = self._rank_of[key] = Rank.from_dict(e.rank)
                 data = self._touch(rank, now)
                 f = e.fields
                 if e.kind == "decode":
@@ -213,8 +223,8 @@ class LiveState:
                     n = f.get("num_retracted_reqs")
                     self._count(rank, "retracted_requests", "", float(n) if isinstance(n, (int, float)) else 0)
                 elif e.kind == "prefill":
-                    for key, label in (("num_new_tokens", "new"), ("num_cached_tokens", "cached")):
-                        v = f.get(key)
+                    for field_name, label in (("num_new_tokens", "new"), ("num_cached_tokens", "cached")):
+                        v = f.get(field_name)
                         if isinstance(v, (int, float)) and not isinstance(v, bool):
                             self._count(rank, "prefill_tokens", label, float(v))
                 elif e.kind == "oom":
