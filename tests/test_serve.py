@@ -278,3 +278,27 @@ def test_log_read_error_is_reported_and_scrape_goes_on(tmp_path: Path) -> None:
     snap = sc.state.snapshot(0.0)
     assert snap.sources["log"].up is False and "permission denied" in snap.sources["log"].detail
     assert snap.sources["metrics"].up is True and snap.ranks[0].gauges["num_queue_reqs"] == 5
+
+
+def test_source_health_changes_are_logged_once(caplog: pytest.LogCaptureFixture,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """SGLang going down is logged once (not every tick), and its recovery once."""
+    # serve.run() (run by other tests) stops propagation to the root logger caplog listens on.
+    monkeypatch.setattr(logging.getLogger("sglang_tuning_exporter"), "propagate", True)
+    answers = [HttpError("GET failed: refused")] * 3 + [b'sglang:num_queue_reqs{tp_rank="0"} 1\n']
+
+    def http(url: str, timeout: float) -> bytes:
+        if url.endswith("/metrics"):
+            a = answers.pop(0) if len(answers) > 1 else answers[0]
+            if isinstance(a, Exception):
+                raise a
+            return a
+        raise HttpError("HTTP 404", 404)
+
+    cfg = build_config(_args("--sglang.url", "http://s:1", "--sglang.scrape-interval", "1s"))
+    sc = build_sidecar(cfg, timer=lambda: 0.0, http_get=http, advisor=_fake_advisor(FakeWindow()))
+    with caplog.at_level(logging.INFO, logger="sglang_tuning_exporter"):
+        for t in range(5):
+            sc.tick(float(t))
+    metrics_msgs = [r.getMessage() for r in caplog.records if "source metrics" in r.getMessage()]
+    assert metrics_msgs == ["source metrics down: GET failed: refused", "source metrics recovered"]

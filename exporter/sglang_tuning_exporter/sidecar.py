@@ -162,6 +162,17 @@ class Sidecar:
             self._next_eval = now + self.evaluate_every_s
             self._evaluate(now)
 
+    def _record(self, source: str, *, ok: bool, duration_s: float | None, now: float, detail: str = "") -> None:
+        """Record a source attempt; log only when its health changes (not on every tick)."""
+        before = self.state.source_up(source)
+        self.state.record_source(source, ok=ok, duration_s=duration_s, now=now, detail=detail)
+        if before is None and ok:
+            log.info("source %s up%s", source, f" ({detail})" if detail else "")
+        elif before is not False and not ok:
+            log.warning("source %s down: %s", source, detail or "no data")
+        elif before is False and ok:
+            log.info("source %s recovered", source)
+
     # --- log ----------------------------------------------------------------------------------
     def _read_log(self, now: float) -> None:
         assert self.log_input is not None
@@ -170,7 +181,7 @@ class Sidecar:
         try:
             lines = src.follower.poll()
         except Exception as exc:  # unreadable file, permissions...: report it, keep scraping
-            self.state.record_source("log", ok=False, duration_s=self.timer() - start, now=now,
+            self._record("log", ok=False, duration_s=self.timer() - start, now=now,
                                      detail=f"read failed: {exc}")
             return
         events: list[Event] = []
@@ -204,7 +215,7 @@ class Sidecar:
                 for o in obs:
                     self.advisor.window.add(o)
         exists = src.exists()
-        self.state.record_source("log", ok=exists, duration_s=self.timer() - start, now=now,
+        self._record("log", ok=exists, duration_s=self.timer() - start, now=now,
                                  detail="" if exists else "log file not found (waiting for it)")
 
     def _apply_config_events(self, events: Iterable[Event]) -> None:
@@ -226,7 +237,7 @@ class Sidecar:
             body = m.get(m.base_url.rstrip("/") + "/metrics", m.timeout)
             text = body.decode("utf-8", errors="replace")
         except HttpError as exc:
-            self.state.record_source("metrics", ok=False, duration_s=self.timer() - start, now=now,
+            self._record("metrics", ok=False, duration_s=self.timer() - start, now=now,
                                      detail=str(exc))
             return
         result = self._interp.interpret(parse_exposition(text, keep=wanted), now)
@@ -243,7 +254,7 @@ class Sidecar:
         self.state.record_scrape(garbage_lines=result.garbage_lines, samples=result.samples,
                                  model_name=result.model_name, restarted=result.restarted)
         ok = result.samples > 0
-        self.state.record_source("metrics", ok=ok, duration_s=self.timer() - start, now=now,
+        self._record("metrics", ok=ok, duration_s=self.timer() - start, now=now,
                                  detail="" if ok else "no samples (is --enable-metrics set?)")
         if result.restarted:
             self._next_info = now  # re-read args and version of the new process at once
@@ -252,7 +263,7 @@ class Sidecar:
         assert self.metrics is not None and self._info is not None
         res = self._info.fetch()
         if res.info is None:
-            self.state.record_source("server_info", ok=False, duration_s=res.duration_s, now=now,
+            self._record("server_info", ok=False, duration_s=res.duration_s, now=now,
                                      detail=res.error or "")
             self._next_info = now + self.metrics.interval  # retry soon
             return
@@ -276,7 +287,7 @@ class Sidecar:
         if facts and self.advisor.window is not None:
             for o in facts:
                 self.advisor.window.add(o)
-        self.state.record_source("server_info", ok=True, duration_s=res.duration_s, now=now,
+        self._record("server_info", ok=True, duration_s=res.duration_s, now=now,
                                  detail=res.endpoint or "")
         self._next_info = now + self.metrics.server_info_interval
 

@@ -60,7 +60,10 @@ def _when(t: float | None, now: float) -> str:
 def findings_json(snap: Snapshot) -> dict[str, Any]:
     """The diagnose JSON: the advisor's document when it ran, else a minimal one from the findings."""
     if snap.document is not None:
-        return dict(snap.document())
+        try:
+            return dict(snap.document())
+        except Exception:  # the advisor's document failed: serve the findings we have
+            log.exception("findings document failed")
     return {"profile": None, "workload": None,
             "server": {"version": snap.version, "args": dict(snap.args)},
             "window": {"start": None, "end": None}, "signals": {},
