@@ -7,7 +7,7 @@ import json
 import logging
 import re
 import threading
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 import pytest
@@ -27,6 +27,15 @@ from sglang_tuning_exporter.serverinfo import HttpError
 from sglang_tuning_exporter.sidecar import Advisor, LogInput
 
 FIX = Path(__file__).parent / "fixtures"
+
+
+@pytest.fixture(autouse=True)
+def _restore_exporter_logger() -> Iterator[None]:
+    """`serve` configures its own logging; undo it so other tests' log capture is unaffected."""
+    logger = logging.getLogger("sglang_tuning_exporter")
+    saved = (list(logger.handlers), logger.propagate, logger.level)
+    yield
+    logger.handlers[:], logger.propagate, logger.level = saved[0], saved[1], saved[2]
 
 
 def _args(*argv: str) -> argparse.Namespace:
