@@ -121,6 +121,49 @@ def evaluate(table: CheckTable, signals: RankSignals, server: ServerState, *, pr
     return findings
 
 
+def quick_status(c: Check, sig: Mapping[str, float | None], levels: Mapping[str, float], min_samples: int) -> str:
+    """The status `_evaluate_one` would give, without building any text (before suppression)."""
+    count_name = SAMPLE_COUNT_OF.get(c.signal)
+    if count_name is not None and (sig.get(count_name) or 0) < min_samples:
+        return "unknown"
+    value = sig.get(c.signal)
+    if value is None:
+        return "unknown"
+    for g in c.guard:
+        gv = sig.get(g.signal)
+        if gv is None:
+            return "unknown"
+        if not compare(gv, g.comparison, g.value):
+            return "ok"
+    return _status(c, value, levels)[0]
+
+
+def statuses(table: CheckTable, signals: RankSignals, server: ServerState, *, profile: str | None = None,
+             workload: str | None = None, config: Config | None = None) -> dict[Rank, dict[str, str]]:
+    """Check id -> status per rank, like `evaluate` (suppression included) but without findings' text:
+    cheap enough to run on every window of a long log."""
+    cfg = config or Config()
+    prof = profile or cfg.guide_profile or table.default_profile()
+    wl = workload or cfg.workload or "throughput"
+    checks = [c for c in table.for_workload(wl) if cfg.override(c.id).enabled]
+    plans = []
+    for c in checks:
+        ov = cfg.override(c.id)
+        levels = c.thresholds_for(prof, wl)
+        levels.update(ov.thresholds)
+        plans.append((c, levels, ov.min_samples if ov.min_samples is not None else c.min_samples))
+    extra = server_signals(server)
+    out: dict[Rank, dict[str, str]] = {}
+    for rank in sorted(signals) or [Rank()]:
+        sig = {**extra, **{k: v for k, v in signals.get(rank, {}).items() if v is not None or k not in extra}}
+        st = {c.id: quick_status(c, sig, levels, ms) for c, levels, ms in plans}
+        for c in checks:
+            if st[c.id] in FIRING and any(st.get(x) in FIRING for x in c.suppressed_by):
+                st[c.id] = "ok"
+        out[rank] = st
+    return out
+
+
 def _evaluate_one(c: Check, sig: Mapping[str, float | None], rank: Rank, args: Mapping[str, Any],
                   version: str | None, profile: str, workload: str, cfg: Config,
                   band: tuple[float, float]) -> Finding:

@@ -23,11 +23,12 @@ from pathlib import Path
 from typing import IO, Any
 
 from . import diagnose_formats
-from .advisor import aggregate_signals, evaluate, findings_document, time_text, window_for
+from .advisor import aggregate_signals, evaluate, findings_document, statuses, time_text, window_for
 from .checks import CheckTable, TableError, load_table
 from .config import Config, ConfigError, load_config, parse_server_arg_overrides
 from .events import Event
 from .flags import add_flag, add_guide_flags
+from .logparse import parse_line
 from .logreader import EventReader
 from .model import Finding, Rank, ServerState
 from .observations import EventConverter
@@ -51,18 +52,24 @@ _WORSE = {"unknown": 0, "ok": 1, "warning": 2, "critical": 3}
 # regex pass over a whole chunk finds these lines and reads only what the signals need; every
 # other line (and any Decode line with an unusual field) goes through the full parser.  A test
 # proves both paths give the same signals on the corpus and on every scenario log.
-# The canonical Decode/Prefill bodies (0.3-0.5.x); each regex starts with a literal, so the engine
-# finds it with a fast scan.  Anything else (extra fields, other graph labels) takes the full parser.
-_DECODE_BODY = re.compile(
-    r"#running-req: (\d+), #token: \d+, token usage: (\d+\.\d+), (?:cuda graph: (True|False), )?"
-    r"gen throughput \(token/s\): (\d+\.\d+), #queue-req: (\d+)")
+# The canonical Decode line body (0.3-0.5.x), found with one `findall` over a bucket's lines at the
+# end of a chunk; the Prefill body per line.  Both start with a literal, so the engine finds them with
+# a fast scan.  Anything else (extra fields, other graph labels) takes the full parser.
+# Fields between usage and graph that the signals do not use: speculative decoding, PD decode queues.
+_DECODE_EXTRA = (r"(?:accept len: \d+\.\d+, (?:accept rate: \d+\.\d+, )?)?"
+                 r"(?:pre-allocated usage: \d+\.\d+, #prealloc-req: \d+, #transfer-req: \d+, "
+                 r"(?:#host-receive-req: \d+, )?#retracted-req: \d+, )?")
+_DECODE_TAIL = (r"#running-req: (\d+), #token: \d+, token usage: (\d+\.\d+), " + _DECODE_EXTRA
+                + r"(?:cuda graph: (True|False), )?gen throughput \(token/s\): (\d+\.\d+), #queue-req: (\d+)")
+_DECODE_ROW = re.compile(r"\] Decode batch(?: \[\d+\])?[.,] " + _DECODE_TAIL)
+
 _PREFILL_BODY = re.compile(
     r"#new-seq: \d+, #new-token: (\d+), #cached-token: (\d+), token usage: (\d+\.\d+), "
     r"#running-req: (\d+), #queue-req: (\d+)")
 _REST = re.compile(r"(\.\d+)?((?: [A-Z_]+\d+)*) ?$")
 _TAG = re.compile(r" ([A-Z_]+?)(\d+)")
 _CACHE_MAX = 4096
-_Columns = tuple[list[float], list[str], list[str], list[str | None], list[str], list[str]]
+_Pending = tuple[list[float], list[str]]  # times and lines of the fast Decode lines of one bucket
 _BucketKey = tuple[int | None, int | None, float]
 
 
@@ -113,8 +120,7 @@ class Scanner:
         self._minutes: dict[str, float | None] = {}
         self._tag_cache: dict[str, tuple[float, int | None, int | None] | None] = {}
         self._last_t: float | None = None  # last dated time seen (fast lines and dated events)
-        # per bucket: time, running, usage, graph, throughput, queue columns of the fast Decode lines
-        self._rows: dict[_BucketKey, _Columns] = {}
+        self._rows: dict[_BucketKey, _Pending] = {}
 
     def _seen(self, res: ChunkResult, t: float, dp: int | None, pp: int | None) -> None:
         span = res.rank_span.get((dp, pp))
@@ -191,15 +197,22 @@ class Scanner:
         return True
 
     def _flush_rows(self, res: ChunkResult) -> None:
-        """Turn the collected Decode columns of each bucket into statistics (C-level builtins)."""
-        for key, (t_col, r_col, u_col, g_col, tp_col, q_col) in self._rows.items():
+        """Read the Decode lines collected per bucket: one findall per bucket, C-level statistics."""
+        for key, (times, lines) in self._rows.items():
             b = res.buckets.get(key)
             if b is None:
                 b = res.buckets[key] = Bucket()
-            b.decode.add_text_columns(r_col, u_col, g_col, tp_col, q_col, self.usage_good, self.band)
-            if not res.graph_field and any(g_col):
-                res.graph_field = True
-            lo, hi = min(t_col), max(t_col)
+            text = "\n".join(lines)
+            rows = _DECODE_ROW.findall(text) if "\r" not in text and "\x1b" not in text else []
+            if len(rows) == len(lines):
+                r_col, u_col, g_col, tp_col, q_col = zip(*rows, strict=True)
+                b.decode.add_text_columns(r_col, u_col, g_col, tp_col, q_col, self.usage_good, self.band)
+                if not res.graph_field and any(g_col):
+                    res.graph_field = True
+            else:
+                for line in lines:  # some line is not canonical: read each with the full parser
+                    self._decode_sample(line, b, res)
+            lo, hi = min(times), max(times)
             span = res.rank_span.get(key[:2])
             if span is None:
                 res.rank_span[key[:2]] = [lo, hi]
@@ -211,6 +224,28 @@ class Scanner:
             if res.last_t is None or hi > res.last_t:
                 res.last_t = hi
         self._rows.clear()
+
+    def _decode_sample(self, line: str, b: Bucket, res: ChunkResult) -> None:
+        """One Decode line through the full parser, turned into a sample as observations.py does."""
+        e = parse_line(line, 0)
+        if e is None or e.kind != "decode":
+            return
+        f = e.fields
+        usages = [float(f[k]) for k in ("token_usage", "full_token_usage", "swa_token_usage", "mamba_usage")
+                  if isinstance(f.get(k), (int, float))]
+        usage = float(f["token_usage"]) if isinstance(f.get("token_usage"), (int, float)) else (
+            max(usages) if usages else None)
+        graph = f.get("cuda_graph")
+        if isinstance(graph, bool):
+            res.graph_field = True
+
+        def num(k: str) -> float | None:
+            v = f.get(k)
+            return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+
+        b.decode.add(num("num_queue_reqs"), num("num_running_reqs"), usage,
+                     None if not isinstance(graph, bool) else float(graph), num("gen_throughput"),
+                     self.usage_good, self.band)
 
     def scan_text(self, text: str) -> ChunkResult:
         """Scan a chunk of text made of whole lines (numbered from 1 within the chunk)."""
@@ -226,33 +261,38 @@ class Scanner:
         self._last_t = None
         columns = self._rows
         res_s = self.res
-        search = _DECODE_BODY.search
         stamp_of = self._stamp
         use_fast = self.use_fast
         fast = 0
         last_t: float | None = None
+        minutes = self._minutes
+        tag_cache = self._tag_cache
+        idle = True  # no multi-line record open in the reader
         for line in lines:
-            if use_fast and reader._block is None:
+            if use_fast and idle:
                 p = line.find("] Decode batch")
                 if p >= 0:
-                    m = search(line, p)
-                    # The body must follow the head directly (`. `, `, ` or ` [N], `).
-                    if m is not None and (m.start() == p + 16 or line.startswith(" [", p + 14)) \
-                            and "\r" not in line and "\x1b" not in line:
-                        st = stamp_of(line, p)
-                        if st is not None:
-                            t, dp, pp = st
+                    lb = 0 if line[0] == "[" else line.rfind("[", 0, p)
+                    if lb >= 0 and p - lb >= 20:
+                        base = minutes.get(line[lb + 1:lb + 17])
+                        tags = tag_cache.get(line[lb + 20:p])
+                        sec = line[lb + 18:lb + 20]
+                        if base is not None and tags is not None and line[lb + 17] == ":" and sec.isdigit():
+                            t = base + int(sec) + tags[0]
+                            dp, pp = tags[1], tags[2]
+                        else:
+                            st = stamp_of(line, p)  # fills the caches; None when not a stamp
+                            if st is None:
+                                t = -1.0
+                            else:
+                                t, dp, pp = st
+                        if t >= 0:
                             key = (dp, pp, (t // res_s) * res_s)
-                            cols = columns.get(key)
-                            if cols is None:
-                                cols = columns[key] = ([], [], [], [], [], [])
-                            r, u, g, tp, q = m.groups()
-                            cols[0].append(t)
-                            cols[1].append(r)
-                            cols[2].append(u)
-                            cols[3].append(g)
-                            cols[4].append(tp)
-                            cols[5].append(q)
+                            pend = columns.get(key)
+                            if pend is None:
+                                pend = columns[key] = ([], [])
+                            pend[0].append(t)
+                            pend[1].append(line)
                             last_t = t
                             reader._next += 1  # the reader numbers lines itself: keep its count
                             fast += 1
@@ -273,6 +313,7 @@ class Scanner:
             if out:
                 for e in out:
                     res.events.append(self._timed(e, res))
+            idle = reader._block is None
         for ev_ in reader.flush():
             res.events.append(self._timed(ev_, res))
         self._flush_rows(res)
@@ -402,7 +443,7 @@ class Diagnosis:
         if self.last_t is None or t > self.last_t:
             self.last_t = t
 
-    def _evaluate(self, now: float) -> None:
+    def _evaluate(self, now: float, *, final: bool = False) -> None:
         server = self.server
         if self.overrides:
             server = ServerState(server.version, {**server.args, **self.overrides}, server.model_name)
@@ -410,14 +451,25 @@ class Diagnosis:
         self.last_signals = sig
         self.evaluations += 1
         start = now - self.window.length_s
-        for f in evaluate(self.table, sig, server, profile=self.profile, workload=self.workload, config=self.cfg):
-            key = (f.check, tuple(sorted(f.rank.items())))
-            cur = self.worst.get(key)
-            if cur is None or _WORSE[f.status] >= _WORSE[cur[0].status]:
-                self.worst[key] = (f, start, now)
+        kw: dict[str, Any] = {"profile": self.profile, "workload": self.workload, "config": self.cfg}
+        # Full findings (with text) only for ranks where some check got worse, and at the end.
+        quick = statuses(self.table, sig, server, **kw)
+        for rank, st in quick.items():
+            key_r = tuple(sorted(rank.as_dict().items()))
+            worse = final or any(
+                (cur := self.worst.get((cid, key_r))) is None or _WORSE[s] > _WORSE[cur[0].status]
+                for cid, s in st.items())
+            if not worse:
+                continue
+            for f in evaluate(self.table, {rank: sig.get(rank, {})}, server, **kw):
+                key = (f.check, key_r)
+                cur = self.worst.get(key)
+                if cur is None or _WORSE[f.status] > _WORSE[cur[0].status] or (
+                        final and _WORSE[f.status] == _WORSE[cur[0].status] and f.status not in ("warning", "critical")):
+                    self.worst[key] = (f, start, now)
         agg = aggregate_signals(sig)
-        for name, s in self.series.items():
-            s.add(now, agg.get(name))
+        for name, ser in self.series.items():
+            ser.add(now, agg.get(name))
 
     def _advance(self, t: float) -> None:
         if self.next_eval is None:
@@ -467,7 +519,7 @@ class Diagnosis:
     def finish(self, source: str) -> FileDiagnosis:
         """Evaluate the last (partial) window and build the document."""
         end = self.last_t if self.last_t is not None else 0.0
-        self._evaluate(end + 1e-6)
+        self._evaluate(end + 1e-6, final=True)
         order = {c.id: i for i, c in enumerate(self.table.checks)}
         entries = sorted(self.worst.values(), key=lambda x: (tuple(sorted(x[0].rank.items())), order.get(x[0].check, 0)))
         findings = [f for f, _, _ in entries]

@@ -189,7 +189,7 @@ class SampleStats:
             under = list(itertools.compress(rk, map(operator.and_, low, waiting)))
             self.kv_under += len(under)
             _merge_counts(self.capped_cand, Counter(under))
-        ng = len(graph) - graph.count(None)
+        ng = len(graph) - graph.count(None) - graph.count("")  # "" = the field is absent (findall)
         if ng:
             self.graph_n += ng
             misses = list(itertools.compress(rs, map(operator.eq, graph, itertools.repeat("False"))))
@@ -487,9 +487,12 @@ class Window:
     def _rank_signals(self, st: _RankState, now: float) -> dict[str, float | None]:
         p = self.params
         start = now - self.length_s
-        total = Bucket()
-        for s, b in st.buckets:
-            if start <= s <= now:
+        inside = [b for s, b in st.buckets if start <= s <= now]
+        if len(inside) == 1:
+            total = inside[0]  # read only: no copy needed
+        else:
+            total = Bucket()
+            for b in inside:
                 total.merge(b)
         return compute_signals(total, st.facts, p, span_s=min(self.length_s, max(0.0, now - st.first_seen)),
                                from_log=st.from_log)
