@@ -79,7 +79,7 @@ def _sidecar(mode: str) -> Sidecar:
     log_input = None
     if mode in ("logs", "both"):
         log_input = log_input_for(ListFollower(LOG.read_text().splitlines(), 2), EventReader())
-    return build_sidecar(cfg, clock=lambda: T0, timer=lambda: 0.0, http_get=_http([METRICS, METRICS_LATER]),
+    return build_sidecar(cfg, timer=lambda: 0.0, http_get=_http([METRICS, METRICS_LATER]),
                          log_input=log_input)
 
 

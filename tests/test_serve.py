@@ -107,7 +107,7 @@ def _fake_advisor(window: FakeWindow, ticked: threading.Event | None = None) -> 
 def _log_sidecar(tmp_path: Path, window: FakeWindow, follower: FakeFollower):  # type: ignore[no-untyped-def]
     cfg = build_config(_args("--sglang.log-file", str(tmp_path / "x.log"), "--window", "60s"))
     log_input = LogInput(follower=follower, reader=FakeReader(), exists=lambda: True)
-    return build_sidecar(cfg, clock=lambda: 0.0, timer=lambda: 0.0, advisor=_fake_advisor(window),
+    return build_sidecar(cfg, timer=lambda: 0.0, advisor=_fake_advisor(window),
                          log_input=log_input)
 
 

@@ -191,7 +191,7 @@ def _plain_yaml_problems(path: Path) -> list[str]:
     return [] if doc is None or isinstance(doc, dict) else [f"--config {path}: top level must be a mapping"]
 
 
-def build_log_input(cfg: ServeConfig, clock: Callable[[], float]) -> LogInput | None:
+def build_log_input(cfg: ServeConfig) -> LogInput | None:
     """Follower + event reader for --sglang.log-file."""
     if cfg.log_file is None:
         return None
@@ -217,10 +217,9 @@ def log_input_for(follower: Any, reader: Any) -> LogInput:
                     unparsed=unparsed, oversized=oversized)
 
 
-def build_sidecar(cfg: ServeConfig, *, clock: Callable[[], float] = time.time,
-                  timer: Callable[[], float] = time.perf_counter, http_get: Any = urllib_get,
+def build_sidecar(cfg: ServeConfig, *, timer: Callable[[], float] = time.perf_counter, http_get: Any = urllib_get,
                   advisor: Advisor | None = None, log_input: LogInput | None = None) -> Sidecar:
-    """The sidecar for `cfg` (tests pass fakes for clock, timer, HTTP, advisor and log input)."""
+    """The sidecar for `cfg` (tests pass fakes for timer, HTTP, advisor and log input; time comes via tick)."""
     adv = advisor if advisor is not None else build_advisor(cfg)
     state = LiveState(window_s=adv.window_s or cfg.window_s, max_ranks=cfg.ranks_max,
                       expire_after_s=cfg.ranks_expire_after_s,
@@ -231,7 +230,7 @@ def build_sidecar(cfg: ServeConfig, *, clock: Callable[[], float] = time.time,
         metrics = MetricsInput(cfg.sglang_url, cfg.scrape_timeout_s, cfg.scrape_interval_s, http_get,
                                server_info_interval=max(60.0, 10 * cfg.scrape_interval_s))
     return Sidecar(state=state, advisor=adv,
-                   log_input=log_input if log_input is not None else build_log_input(cfg, clock),
+                   log_input=log_input if log_input is not None else build_log_input(cfg),
                    metrics=metrics, timer=timer, server_overrides=_server_arg_overrides(cfg.server_args))
 
 
