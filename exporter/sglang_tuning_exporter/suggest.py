@@ -135,7 +135,7 @@ def s_mem_fraction_headroom(check: Check, p: Mapping[str, Any], cur: Any, sig: S
                           + (f"; the guide's value {fallback}" if fallback is not None else ""))
     delta = (avail - target) / total
     how = (f"headroom {_f(avail)} GB -> {_f(target)} GB target on a ~{_f(total)} GB GPU "
-           f"(from `Load weight begin. avail mem`): change {delta:+.3f}")
+           f"(estimated from the `Load weight` lines): change {delta:+.3f}")
     if not isinstance(cur, (int, float)):
         return Suggestion(cur, None, how + "; current --mem-fraction-static unknown, apply the change to it")
     raw = float(cur) + delta
