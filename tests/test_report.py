@@ -319,6 +319,8 @@ def test_sparkline_scales_points_into_the_box() -> None:
     ys = [float(p.split(",")[1]) for p in coords.group(1).split()]
     assert xs == [4.0, 54.0, 104.0] and ys[0] == 36.0 and ys[2] == 18.0
     assert "q: 0 – 10" in svg
+    flat = report_formats.sparkline_svg([(0, 6.0), (10, 6.0)], "r", width=108, height=40)
+    assert 'points="4.0,27.0 104.0,27.0"' in flat
 
 
 def test_server_arg_overrides_reach_the_advice_not_the_drift() -> None:

@@ -393,7 +393,8 @@ def chart_queries(w: Window) -> list[tuple[str, str]]:
                      *[f"max by (instance) ({q})" for q in queue_sg])
     usage = _sources(f"max by (instance) ({series('sglang_tuning_token_usage_ratio', sel)})",
                      *[f"max by (instance) ({s})" for s in _sglang("token_usage", sel)])
-    retr = _sources(f"60 * sum by (instance) (rate({series('sglang_tuning_retractions_total', sel)}[{step}]))",
+    retr = _sources(f"60 * sum by (instance) ({series(RULE_RETRACTIONS, sel)})",
+                    f"60 * sum by (instance) (rate({series('sglang_tuning_retractions_total', sel)}[{step}]))",
                     *[f"60 * sum by (instance) (rate({s}[{step}]))"
                       for s in _sglang("num_retracted_requests_total", sel)])
     return [("queue", queue), ("token_usage", usage), ("retractions_per_minute", retr)]

@@ -209,8 +209,11 @@ def sparkline_svg(points: Sequence[tuple[float, float]], label: str, width: int 
     span_t = (t1 - t0) or 1.0
     span_v = (hi - lo) or 1.0
     top, bottom = 18.0, height - 4.0
-    coords = " ".join(f"{4 + (t - t0) / span_t * (width - 8):.1f},{bottom - (v - lo) / span_v * (bottom - top):.1f}"
-                      for t, v in points)
+    def y(v: float) -> float:
+        # A flat series sits mid-height rather than on the frame.
+        return (top + bottom) / 2 if hi == lo else bottom - (v - lo) / span_v * (bottom - top)
+
+    coords = " ".join(f"{4 + (t - t0) / span_t * (width - 8):.1f},{y(v):.1f}" for t, v in points)
     return (head + f'<polyline fill="none" stroke="#1565c0" stroke-width="1.5" points="{coords}"/>'
             f'<text x="6" y="13" font-size="11" fill="#333">{_e(label)}: {_e(fmt_value(round(lo, 3)))} – '
             f"{_e(fmt_value(round(hi, 3)))}</text></svg>")
