@@ -12,7 +12,7 @@ from integration.harness import ROOT
 from integration.scenario_log import SCENARIOS, startup_messages, tick_messages, with_prefix
 from integration.stack import AM_EXAMPLE, Timing, alertmanager_config, render_rules
 from integration.standin_sglang import METRICS_FILE, MetricsState, Selector, spell
-from integration.test_dashboards import concrete
+from integration.test_dashboards import concrete, older_release_fallback, or_branches, recorded_sglang_names
 
 
 class FakeClock:
@@ -120,3 +120,21 @@ def test_suite_rules_are_the_shipped_rules_with_short_durations(tmp_path: Path) 
         assert _durations_out(ours.read_text()) == _durations_out(theirs.read_text()), (
             f"{ours.name}: the test render differs from the shipped file beyond durations "
             "(run `sglang-tuning-exporter render` and commit, or fix the override)")
+
+
+def test_or_branches_split_only_at_top_level() -> None:
+    """`a or b` splits; `or` inside parentheses, label values or names does not."""
+    expr = 'max by (x) (sglang_tuning_queue{a="x or y"}) or max(rate(sglang:q[1m]) or vector(0)) or sortable'
+    assert or_branches(expr) == ['max by (x) (sglang_tuning_queue{a="x or y"})',
+                                 "max(rate(sglang:q[1m]) or vector(0))", "sortable"]
+    assert or_branches("up") == ["up"]
+
+
+def test_only_pre_0_5_23_sglang_branches_may_be_empty() -> None:
+    """A branch on a metric 0.5.23 dropped is a version fallback; ours and 0.5.23's are required."""
+    recorded = recorded_sglang_names()
+    assert "num_retracted_requests_total" in recorded
+    assert older_release_fallback('deriv({__name__=~"sglang[:_]total_retracted_reqs"}[1m])', recorded)
+    assert not older_release_fallback('rate({__name__=~"sglang[:_]num_retracted_requests_total"}[1m])', recorded)
+    assert not older_release_fallback("sglang_tuning_retractions_total", recorded)
+    assert not older_release_fallback("vector(0)", recorded)

@@ -23,12 +23,6 @@ EXPECTED_CHECK = {
     "cuda_graph_uncovered": "cuda_graph_uncovered",
     "prefill_oom": "prefill_oom",
 }
-# Known bug, found by this suite: the OOM alerts are `increase(sglang_tuning_oom_events_total[w]) >= 1`,
-# but the exporter creates that counter series only at the first OOM, with value 1, and increase() over
-# a series that starts at 1 is 0: the first OOM of each phase (usually the only one) never pages.
-# Fix: export the counter at 0 per rank and phase before any OOM, or alert on the exporter's
-# `sglang_tuning_signal{signal="oom_prefill_count"}`. Strict: this turns red once fixed; then drop it.
-_OOM_FIRST_SAMPLE = pytest.mark.xfail(strict=True, reason="OOM counter series born at 1: increase() = 0")
 # Known gap, found by this suite: a native alert is silenced `unless on (model_name, dp_rank)` an exporter
 # publishes the signal, across all instances. A server without the exporter that serves the same model
 # as any server with it (same model, dp_rank "") therefore never pages. Fix: match on something that
