@@ -314,11 +314,12 @@ class Window:
 
     def __init__(self, length_s: float = 600.0, max_ranks: int = 256, *,
                  params: SignalParams | None = None, expire_s: float | None = None,
-                 fold_tp: bool = True, resolution_s: float = 1.0) -> None:
-        if length_s <= 0 or resolution_s <= 0:
+                 fold_tp: bool = True, resolution_s: float | None = None) -> None:
+        if length_s <= 0 or (resolution_s is not None and resolution_s <= 0):
             raise ValueError("window length and resolution must be positive")
         self.length_s = float(length_s)
-        self.resolution_s = float(resolution_s)
+        # 60 buckets per window (10 s for 10 min): signals() merges at most ~60 buckets per rank.
+        self.resolution_s = float(resolution_s) if resolution_s is not None else self.length_s / 60.0
         self.max_ranks = max(1, int(max_ranks))
         self.params = params or SignalParams()
         self.expire_s = 3 * self.length_s if expire_s is None else expire_s
