@@ -112,6 +112,7 @@ def test_collect_folds_answers_per_instance_and_rank() -> None:
         "args": [s(0.8, instance="a:1", arg="mem_fraction_static"), s(4096, instance="a:1", arg="chunked_prefill_size")],
         "info": [s(1, instance="a:1", version="0.5.23", model_name="m", schedule_policy="lpm")],
         "models": [s(1, instance="b:1", model_name="m2")],
+        "native": [s(1, instance="b:1"), s(1, instance="d:1")],
     })
     a = data["a:1"]
     assert a.signals[Rank()]["queue_empty_ratio"] == 0.7  # the direct query wins over the sidecar's signal
@@ -121,6 +122,10 @@ def test_collect_folds_answers_per_instance_and_rank() -> None:
     assert (a.version, a.model_name) == ("0.5.23", "m")
     assert data["b:1"].signals[Rank(dp=1)]["queue_empty_ratio"] == 0.1 and data["b:1"].model_name == "m2"
     assert data["c:1"].signals[Rank()]["queue_empty_ratio"] is None
+    # SGLang's own metrics reach Prometheus: --enable-metrics is on, on every rank.
+    assert data["b:1"].signals[Rank(dp=1)]["metrics_enabled"] == 1.0
+    assert data["d:1"].signals == {Rank(): {"metrics_enabled": 1.0}}
+    assert "metrics_enabled" not in a.signals[Rank()]
 
 
 def inst(name: str, model: str | None, **args: float | str) -> fleet.InstanceData:

@@ -129,7 +129,7 @@ def test_both_sglang_spellings_are_read(report_json: dict[str, Any]) -> None:
     for name in ("10.0.0.9:30000", "10.0.0.19:30000"):  # sglang: and sglang_ spellings (fleet_history.fleet)
         statuses = {f["check"]: f["status"] for f in by[name]["findings"]}
         assert statuses["queue_empty"] == "ok" and statuses["retractions_frequent"] == "ok"
-        assert statuses["cuda_graph_uncovered"] == "ok"
+        assert statuses["cuda_graph_uncovered"] == "ok" and statuses["metrics_disabled"] == "ok"
 
 
 def test_recording_rules_are_used_where_raw_counters_are_gone(report_json: dict[str, Any]) -> None:
@@ -201,6 +201,14 @@ def test_cli_entry_point_runs_report(prometheus: str, tmp_path: Path) -> None:
     assert main(["report", "--prometheus.url", prometheus, "--range", "1d", "--end", str(fh.HISTORY_END),
                  "--format", "json", "--output", str(out)]) == 0
     assert json.loads(out.read_text())["summary"]["instances"] == N_INSTANCES
+
+
+def test_unwritable_output_is_one_line_exit_1(prometheus: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """An output path that cannot be written: exit 1 and one line."""
+    code = report_main(["--prometheus.url", prometheus, "--range", "1h", "--end", str(fh.HISTORY_END),
+                        "--format", "json", "--output", "/nonexistent-dir/report.json"])
+    err = capsys.readouterr().err
+    assert code == 1 and err.startswith("report: cannot write /nonexistent-dir/report.json") and err.count("\n") == 1
 
 
 def test_query_error_is_one_line_exit_1(prometheus: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -258,6 +258,9 @@ def identity_queries(w: Window) -> list[PlannedQuery]:
         PlannedQuery("info", f"group by (instance, version, model_name, schedule_policy) "
                              f"(last_over_time({series('sglang_tuning_server_info', sel)}[{r}]))"),
         PlannedQuery("models", _sources(*models)),
+        # Servers whose own SGLang metrics reach Prometheus have --enable-metrics on (metrics_enabled = 1).
+        PlannedQuery("native", _sources(*[f"group by (instance) (last_over_time({q}[{r}]))"
+                                          for q in _sglang("num_queue_reqs", sel)])),
     ]
 
 
@@ -301,7 +304,7 @@ def collect(results: Mapping[str, Sequence[Sample]]) -> dict[str, InstanceData]:
         return fleet.setdefault(name, InstanceData(instance=name))
 
     for key, samples in results.items():
-        if key in ("args", "info", "models"):
+        if key in ("args", "info", "models", "native"):
             continue
         for s in samples:
             name = s.labels.get("instance")
@@ -325,6 +328,14 @@ def collect(results: Mapping[str, Sequence[Sample]]) -> dict[str, InstanceData]:
         name = s.labels.get("instance")
         if name and s.labels.get("model_name"):
             inst(name).model_name = s.labels["model_name"]
+    for s in results.get("native", ()):
+        name = s.labels.get("instance")
+        if name:
+            d = inst(name)
+            if not d.signals:
+                d.signals[Rank()] = {}
+            for sig in d.signals.values():
+                sig["metrics_enabled"] = 1.0
     for s in results.get("info", ()):
         name = s.labels.get("instance")
         if not name:

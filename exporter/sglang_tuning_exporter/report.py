@@ -40,6 +40,10 @@ class UsageError(ValueError):
     """A flag value is invalid (exit 2)."""
 
 
+class OutputError(OSError):
+    """The report could not be written (exit 1)."""
+
+
 def parse_duration(text: str) -> float:
     """Prometheus-style duration (`7d`, `12h`, `1d12h`, `90m`) in seconds."""
     raw = text.strip()
@@ -405,7 +409,7 @@ def write_output(text: str, output: str) -> None:
     try:
         Path(output).write_text(text, encoding="utf-8")
     except OSError as exc:
-        raise PrometheusError(f"cannot write {output}: {exc.strerror or exc}") from None
+        raise OutputError(f"cannot write {output}: {exc.strerror or exc}") from None
 
 
 def run(args: argparse.Namespace) -> int:
@@ -425,7 +429,7 @@ def run(args: argparse.Namespace) -> int:
         report = build_report(client, window, guide, with_charts=args.format == "html",
                               concurrency=concurrency)
         write_output(report_formats.render(report, args.format), args.output)
-    except PrometheusError as exc:
+    except (PrometheusError, OutputError) as exc:
         print(f"report: {exc}", file=sys.stderr)
         return EXIT_RUNTIME
     return EXIT_OK
