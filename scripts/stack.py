@@ -149,7 +149,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     state = _read_state()
     if not state:
         print("stack: not running")
-        return 1
+        return 0
     pids = [int(p) for p in state.get("pids", [])]  # type: ignore[attr-defined]
     print("\n".join(state.get("summary", [])))  # type: ignore[arg-type]
     print(f"{sum(_alive(p) for p in pids)}/{len(pids)} processes alive")
