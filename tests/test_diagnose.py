@@ -160,7 +160,10 @@ def test_gzip_and_stdin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None
     gz.write_bytes(gzip.compress(plain.read_bytes()))
     code, out, _ = run([str(gz), "--format", "json"])
     assert code == 0 and json.loads(out)["status"] == "critical"
-    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(plain.read_bytes())))
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BufferedReader(io.BytesIO(plain.read_bytes()))))
+    code, out, _ = run(["-", "--format", "json"])
+    assert code == 0 and json.loads(out)["status"] == "critical"
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BufferedReader(io.BytesIO(gz.read_bytes()))))
     code, out, _ = run(["-", "--format", "json"])
     assert code == 0 and json.loads(out)["status"] == "critical"
 

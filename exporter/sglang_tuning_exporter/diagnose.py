@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import gzip
 import math
 import multiprocessing
 import os
@@ -20,7 +21,7 @@ from collections import Counter
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, cast
 
 from . import diagnose_formats
 from .advisor import aggregate_signals, evaluate, findings_document, statuses, time_text, window_for
@@ -33,7 +34,7 @@ from .logreader import EventReader
 from .model import Finding, Rank, ServerState
 from .observations import EventConverter
 from .signals import Bucket, Window
-from .tail import InputError, open_input
+from .tail import InputError, InputLines, open_input
 from .timeparse import event_seconds
 
 HELP = "diagnose whole SGLang logs offline (plain, .gz or -) and print the tuning guide's findings"
@@ -640,9 +641,17 @@ def _is_gzip(path: str) -> bool:
         return fh.read(2) == b"\x1f\x8b"
 
 
+def _stdin_input() -> InputLines:
+    """stdin, gunzipped when it starts with the gzip magic (`zcat` is not needed)."""
+    raw = sys.stdin.buffer
+    head = raw.peek(2)[:2] if hasattr(raw, "peek") else b""
+    stream = cast(IO[bytes], gzip.GzipFile(fileobj=raw, mode="rb")) if head == b"\x1f\x8b" else raw
+    return InputLines("-", stdin=stream)
+
+
 def _run_sequential(source: str, d: Diagnosis, progress: Progress) -> None:
     scanner = Scanner(d.res, d.cfg.usage_good, d.window.params.queue_band)
-    with open_input(source) as inp:
+    with (_stdin_input() if source == "-" else open_input(source)) as inp:
         done = 0
         for batch in _batches(inp, BATCH_LINES):
             d.add_chunk(scanner.scan(batch))
