@@ -262,16 +262,16 @@ class _Layout:
     A server prints the same few layouts millions of times. Matching the whole line at once in C
     and building the fields with one generated dict display (names from our key table or the
     unknown-key rule, so only `[a-z0-9_]`; values are never code) is several times cheaper than a
-    per-pair loop. `rx`/`fields` match the body after the head; `line_rx`/`line_fields` a whole
-    line with SGLang's own prefix (date, time and rank tags are its first three groups).
+    per-pair loop. `rx`/`fields` match the body after the head; `body` is the same pattern that
+    `LineBatches` joins with every other layout to read whole lines with SGLang's own prefix.
     """
 
-    __slots__ = ("derive_usage", "extra", "fields", "line_fields", "line_rx", "rx")
+    __slots__ = ("body", "derive_usage", "extra", "fields", "items", "rx", "text_values")
 
     def __init__(self, raw_keys: list[str], head: str) -> None:
         body = ", ".join(re.escape(k) + ": ([^,]*)" for k in raw_keys) + r",? *\n?"
+        self.body = body
         self.rx = re.compile(body)
-        self.line_rx = re.compile(_STD_PREFIX_GROUPS + re.escape(head) + r" batch[.,] " + body)
         items: list[tuple[str, str]] = []
         self.extra: dict[str, Any] = {}
         names: list[str] = []
@@ -293,8 +293,9 @@ class _Layout:
                 items.append((name, "A(g[{}])"))
             if k in _GRAPH_LABELS:
                 self.extra["graph_backend"] = _GRAPH_LABELS[k]
+        self.items = tuple(items)
+        self.text_values = any(expr.startswith("A(") for _, expr in items)  # free text: may hold anything
         self.fields = self._generate(items, 0)
-        self.line_fields = self._generate(items, 3)
         self.derive_usage = "token_usage" not in names and any(u in names for u in _POOL_USAGES)
 
     @staticmethod
@@ -381,6 +382,69 @@ def _batch(s: str, n: int) -> _Result:
     return _event(n, kind, s[:p], fields)
 
 
+class LineBatches:
+    """Every known layout of both heads as ONE anchored regex over a whole line.
+
+    `fullmatch` reads SGLang's own prefix (date, time, rank tags: groups 1-3), the head and every
+    value in C; `builders[m.lastindex]` names the layout that matched (each layout is one outer
+    group) and the generated function that reads its fields from `m.groups()`.
+    """
+
+    __slots__ = ("builders", "rx")
+
+    def __init__(self, decode: tuple[_Layout, ...], prefill: tuple[_Layout, ...]) -> None:
+        self.builders: dict[int, tuple[str, _Layout, Callable[[tuple[Any, ...]], dict[str, Any]]]] = {}
+        heads: list[str] = []
+        group = 4
+        for kind, head, layouts in ((ev.DECODE, "Decode", decode), (ev.PREFILL, "Prefill", prefill)):
+            alts: list[str] = []
+            for layout in layouts:
+                alts.append("(" + layout.body + ")")
+                # groups() index `group` is this layout's first value (group number group + 1).
+                self.builders[group] = (kind, layout, layout._generate(list(layout.items), group))
+                group += 1 + len(layout.items)
+            if alts:
+                heads.append(head + r" batch[.,] (?:" + "|".join(alts) + ")")
+        self.rx = re.compile(_STD_PREFIX_GROUPS + "(?:" + "|".join(heads) + ")")
+
+
+_LINE_BATCHES: dict[tuple[tuple[_Layout, ...], tuple[_Layout, ...]], LineBatches] = {}
+
+
+def line_batches() -> LineBatches | None:
+    """The one-regex matcher for every batch layout seen so far; None before the first."""
+    key = (tuple(_LAYOUTS[ev.DECODE]), tuple(_LAYOUTS[ev.PREFILL]))
+    hit = _LINE_BATCHES.get(key)
+    if hit is None:
+        if not key[0] and not key[1]:
+            return None
+        if len(_LINE_BATCHES) >= 64:
+            _LINE_BATCHES.clear()
+        hit = _LINE_BATCHES[key] = LineBatches(*key)
+    return hit
+
+
+# Events of shortcut lines are built without the dataclass __init__: five slot stores through the
+# descriptors cost about half of it; the result is an ordinary frozen Event, equal to any other.
+_new = object.__new__
+_set_line = Event.__dict__["line"].__set__
+_set_kind = Event.__dict__["kind"].__set__
+_set_time = Event.__dict__["time"].__set__
+_set_rank = Event.__dict__["rank"].__set__
+_set_fields = Event.__dict__["fields"].__set__
+
+
+def new_event(line: int, kind: str, time: str | None, rank: dict[str, int], fields: dict[str, Any]) -> Event:
+    """Event(line, kind, time, rank, fields), built the cheap way (same frozen, equal object)."""
+    e: Event = _new(Event)
+    _set_line(e, line)
+    _set_kind(e, kind)
+    _set_time(e, time)
+    _set_rank(e, rank)
+    _set_fields(e, fields)
+    return e
+
+
 def fast_batch(line: str, n: int) -> Event | None:
     """The reader's shortcut for a standard-prefix batch line of an already seen layout.
 
@@ -388,24 +452,34 @@ def fast_batch(line: str, n: int) -> Event | None:
     prefix, new layout, odd value); never raises for a str."""
     if line[:1] != "[":
         return None  # decorated prefix (docker, Ray, custom format): the general path reads it
-    kind = ev.DECODE if "Decode batch" in line else ev.PREFILL
-    for layout in _LAYOUTS[kind]:
-        m = layout.line_rx.fullmatch(line)
-        if m is not None:
-            g = m.groups()
-            try:
-                f = layout.line_fields(g)
-            except (ValueError, KeyError):
-                return None
-            if layout.extra:
-                f.update(layout.extra)
-            if layout.derive_usage:
-                _derive_usage(f)
-            rank = _RANK_CACHE.get(g[2])
-            if rank is None:
-                return None
-            return Event(n, kind, f"{g[0]}T{g[1]}", dict(rank), f)
-    return None
+    lb = line_batches()
+    if lb is None:
+        return None
+    m = lb.rx.fullmatch(line)
+    if m is None:
+        return None
+    kind, layout, fields_of = lb.builders[m.lastindex]  # type: ignore[index]
+    if layout.text_values and kind is ev.PREFILL and "Decode batch" in line:
+        return None  # free text holding another head: the general parser reads the first head
+    g = m.groups()
+    try:
+        f = fields_of(g)
+    except (ValueError, KeyError):
+        return None
+    if layout.extra:
+        f.update(layout.extra)
+    if layout.derive_usage:
+        _derive_usage(f)
+    rank = _RANK_CACHE.get(g[2])
+    if rank is None:
+        return None
+    e = _new(Event)
+    _set_line(e, n)
+    _set_kind(e, kind)
+    _set_time(e, f"{g[0]}T{g[1]}")
+    _set_rank(e, rank.copy())
+    _set_fields(e, f)
+    return e
 
 
 def _fill_batch_v01(s: str, n: int, p: int) -> _Result:

@@ -10,10 +10,15 @@ the message or, failing that, from the frames (`forward_extend` vs `forward_deco
 
 from __future__ import annotations
 
+import gzip
+import multiprocessing
+import os
 import re
+from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from multiprocessing.pool import AsyncResult
+from typing import IO, Any
 
 from . import events as ev
 from .events import Event
@@ -22,10 +27,12 @@ from .logparse import (
     ParseStats,
     capture_event,
     fast_batch,
+    new_event,
     oom_detail_fields,
     oom_phase_from_text,
     parse_any,
 )
+from .tail import MAX_LINE_BYTES, InputError, LineSplitter, open_input
 
 _MAX_BLOCK_LINES = 2000  # a runaway "traceback" stops being collected (the event is still emitted)
 _MAX_KEPT_LINES = 200
@@ -131,6 +138,9 @@ class EventReader:
         self._next = start_line
         self._block: _Block | None = None
         self._last_oom: tuple[int, str] | None = None
+        # Line of the first re-raised-OOM check made while no OOM was known yet: a reader that starts
+        # mid-file (parallel chunks) cannot know the lines before it, so its caller re-checks this.
+        self.first_blind_oom_check: int | None = None
 
     @property
     def stats(self) -> ParseStats:
@@ -149,6 +159,19 @@ class EventReader:
     def feed_lines(self, lines: list[str]) -> list[Event]:
         """Many lines at once: the fast path for files (same result as feeding them one by one)."""
         out: list[Event] = []
+        self._feed_into(lines, out)
+        return out
+
+    def feed_text(self, text: str) -> list[Event]:
+        """Whole lines of text at once (the last may lack its newline): feed_lines of its lines."""
+        if not text:
+            return []
+        lines = text.split("\n")
+        if text[-1] == "\n":
+            lines.pop()
+        return self.feed_lines(lines)
+
+    def _feed_into(self, lines: list[str], out: list[Event]) -> None:
         append = out.append
         n = self._next - 1
         self._next += len(lines)
@@ -172,7 +195,6 @@ class EventReader:
                         continue
             take(line, n, out)
             open_block = self._block is not None
-        return out
 
     def _take(self, line: str, n: int, out: list[Event]) -> None:
         block = self._block
@@ -258,6 +280,8 @@ class EventReader:
                 phase = frame_phase or "unknown"
             first = text.split("\n", 1)[0].strip()
             last = self._last_oom
+            if last is None and self.first_blind_oom_check is None:
+                self.first_blind_oom_check = head.line
             if last is not None and last[1] and last[1] == first and head.line - last[0] < _DEDUP_DISTANCE:
                 # The scheduler re-raises the OOM it has just logged: one incident, not two.
                 fields["phase"] = phase
@@ -293,3 +317,248 @@ def read_events(lines: Iterable[str], start_line: int = 1,
             if out:
                 yield from out
     yield from r.flush()
+
+
+# ---------------------------------------------------------------------------------------------
+# Whole files: blocks of text (sequential) and byte ranges in a process pool (parallel).
+# ---------------------------------------------------------------------------------------------
+BLOCK_BYTES = 4 << 20  # bytes read and decoded at once; memory stays flat in the file's size
+CHUNK_BYTES = 8 << 20  # bytes per parallel task
+_CUT = re.compile(rb"\n\[\d")  # a `[2025-...` record head: no open record continues past it
+_CUT_PROBE = 1 << 20
+
+
+def scan_text(text: str, first_line: int = 1) -> tuple[list[Event], ParseStats]:
+    """Every event of a text made of whole lines (numbered from `first_line`), and the statistics."""
+    reader = EventReader(first_line)
+    events = reader.feed_text(text)
+    events.extend(reader.flush())
+    return events, reader.stats
+
+
+def _may_hold_long_line(block: bytes, limit: int) -> bool:
+    """False only when no line of `block` is longer than `limit` bytes (checked in C).
+
+    A longer line covers a whole aligned window of limit/2 bytes, so it is enough that every such
+    window holds a newline; a True answer only sends the block to the exact (slower) splitter."""
+    if len(block) <= limit:
+        return False
+    half = limit // 2
+    if half < 1:
+        return True
+    find = block.find
+    return any(find(b"\n", a, a + half) < 0 for a in range(0, len(block), half))
+
+
+def _stream_events(read: Callable[[int], bytes], reader: EventReader, max_line_bytes: int,
+                   block_bytes: int = BLOCK_BYTES) -> Iterator[Event]:
+    """Events of a byte stream read in large blocks cut at their last newline; the same lines as
+    tail.LineSplitter gives (which takes over, exactly, as soon as a line may exceed the limit)."""
+    carry = b""
+    feed_text = reader.feed_text
+    while True:
+        data = read(block_bytes)
+        if not data:
+            break
+        buf = carry + data if carry else data
+        cut = buf.rfind(b"\n")
+        if cut < 0 or _may_hold_long_line(buf[:cut], max_line_bytes) or len(buf) - cut - 1 > max_line_bytes:
+            if cut < 0 and len(buf) <= max_line_bytes:
+                carry = buf
+                continue
+            yield from _split_rest(buf, read, reader, max_line_bytes, block_bytes)
+            return
+        carry = buf[cut + 1:]
+        out = feed_text(buf[:cut + 1].decode("utf-8", "replace"))
+        if out:
+            yield from out
+    if carry:
+        yield from feed_text(carry.decode("utf-8", "replace"))
+    yield from reader.flush()
+
+
+def _split_rest(buf: bytes, read: Callable[[int], bytes], reader: EventReader, max_line_bytes: int,
+                block_bytes: int) -> Iterator[Event]:
+    # Overlong lines: the rest of the stream goes through the exact splitter (cuts and counts them).
+    split = LineSplitter(max_line_bytes)
+    data = buf
+    while data:
+        lines = split.feed(data)
+        if lines:
+            yield from reader.feed_lines(lines)
+        data = read(block_bytes)
+    yield from reader.feed_lines(split.flush())
+    reader.stats.truncated += split.truncated
+    yield from reader.flush()
+
+
+def _reader_of(fh: IO[bytes], path: str) -> Callable[[int], bytes]:
+    def read(n: int) -> bytes:
+        try:
+            return fh.read(n)
+        except (OSError, EOFError, gzip.BadGzipFile) as exc:
+            raise InputError(f"{path}: read failed: {exc}") from None
+    return read
+
+
+def read_file_events(path: str, *, reader: EventReader | None = None, max_line_bytes: int = MAX_LINE_BYTES,
+                     block_bytes: int = BLOCK_BYTES) -> Iterator[Event]:
+    """Every event of a log (plain, gzip, or `-` for stdin), read in large blocks: the events and
+    statistics (`reader.stats`, truncated lines included) of read_events over open_input's lines.
+    Raises InputError for an input that cannot be read."""
+    r = reader or EventReader()
+    with open_input(path, max_line_bytes=max_line_bytes) as src:
+        yield from _stream_events(_reader_of(src.raw_stream(), path), r, max_line_bytes, block_bytes)
+
+
+def split_ranges(path: str, size: int, chunk_bytes: int = CHUNK_BYTES) -> list[tuple[int, int]]:
+    """Byte ranges of about `chunk_bytes` covering the file, each starting at a `[<digit>` record
+    head, where no multi-line record can be open; a range grows until such a line is found."""
+    ranges: list[tuple[int, int]] = []
+    start = 0
+    with open(path, "rb") as fh:
+        nominal = chunk_bytes
+        while nominal < size:
+            fh.seek(nominal - 1)
+            m = _CUT.search(fh.read(_CUT_PROBE))
+            if m is None:
+                nominal += _CUT_PROBE - 2
+                continue
+            cut = nominal - 1 + m.start() + 1
+            ranges.append((start, cut))
+            start = cut
+            nominal = cut + chunk_bytes
+    ranges.append((start, size))
+    return ranges
+
+
+def _count_newlines(job: tuple[str, int, int]) -> int:
+    """Worker: newlines in bytes [start, end) of a file."""
+    path, start, end = job
+    count = 0
+    with open(path, "rb") as fh:
+        fh.seek(start)
+        left = end - start
+        while left > 0:
+            data = fh.read(min(BLOCK_BYTES, left))
+            if not data:
+                break
+            left -= len(data)
+            count += data.count(b"\n")
+    return count
+
+
+_Row = tuple[int, str, str | None, dict[str, int], dict[str, Any]]
+
+
+@dataclass
+class _ChunkResult:
+    """What one parallel task sends back (plain tuples pickle several times faster than Events)."""
+
+    rows: list[_Row]
+    stats: ParseStats
+    last_oom: tuple[int, str] | None
+    blind_check: int | None
+
+
+def _range_reader(fh: IO[bytes], start: int, end: int) -> Callable[[int], bytes]:
+    """read(n) over bytes [start, end) of an open file."""
+    fh.seek(start)
+    left = end - start
+
+    def read(n: int) -> bytes:
+        nonlocal left
+        if left <= 0:
+            return b""
+        data = fh.read(min(n, left))
+        left -= len(data)
+        return data
+    return read
+
+
+def _parse_range(job: tuple[str, int, int, int, int]) -> _ChunkResult:
+    """Worker: the events of bytes [start, end) of a file whose first line is `first_line`."""
+    path, start, end, first_line, max_line_bytes = job
+    reader = EventReader(first_line)
+    with open(path, "rb") as fh:
+        rows = [(e.line, e.kind, e.time, e.rank, e.fields)
+                for e in _stream_events(_range_reader(fh, start, end), reader, max_line_bytes)]
+    return _ChunkResult(rows, reader.stats, reader._last_oom, reader.first_blind_oom_check)
+
+
+def merge_stats(into: ParseStats, part: ParseStats) -> None:
+    """Add the statistics of a later part of the same input to `into`."""
+    into.lines += part.lines
+    into.by_kind.update(part.by_kind)
+    into.unparsed += part.unparsed
+    into.partial += part.partial
+    into.truncated += part.truncated
+    room = into.max_examples - len(into.unparsed_examples)
+    if room > 0:
+        into.unparsed_examples.extend(part.unparsed_examples[:room])
+
+
+def _is_plain_file(path: str) -> bool:
+    if path == "-" or not os.path.isfile(path):
+        return False
+    with open(path, "rb") as fh:
+        return fh.read(2) != b"\x1f\x8b"
+
+
+def read_file_parallel(path: str, workers: int | None = None, *, stats: ParseStats | None = None,
+                       max_line_bytes: int = MAX_LINE_BYTES, chunk_bytes: int = CHUNK_BYTES) -> Iterator[Event]:
+    """read_file_events in a process pool (fork): the same events in the same order with the same
+    line numbers, and the same statistics added to `stats`. A plain file is cut into byte ranges at
+    record heads; workers count the newlines of every range first (so each knows its first line
+    number), then parse the ranges. gzip, stdin, small files and one worker read sequentially."""
+    workers = workers or os.cpu_count() or 1
+    total = stats if stats is not None else ParseStats()
+    size = os.path.getsize(path) if _is_plain_file(path) else 0
+    methods = multiprocessing.get_all_start_methods()
+    if workers < 2 or size < 2 * chunk_bytes or "fork" not in methods:
+        reader = EventReader()
+        reader.classifier.stats = total
+        yield from read_file_events(path, reader=reader, max_line_bytes=max_line_bytes)
+        return
+    ranges = split_ranges(path, size, chunk_bytes)
+    ctx = multiprocessing.get_context("fork")
+    with ctx.Pool(workers) as pool:
+        counts = pool.map(_count_newlines, [(path, a, b) for a, b in ranges])
+        first = 1
+        jobs: list[tuple[str, int, int, int, int]] = []
+        for (a, b), n in zip(ranges, counts, strict=True):
+            jobs.append((path, a, b, first, max_line_bytes))
+            first += n
+        pending: deque[AsyncResult[_ChunkResult]] = deque()
+        queue = iter(jobs)
+        for job in queue:
+            pending.append(pool.apply_async(_parse_range, (job,)))
+            if len(pending) >= 2 * workers:
+                break
+        last_oom: tuple[int, str] | None = None
+        index = 0
+        while pending:
+            part = pending.popleft().get()
+            job = jobs[index]
+            index += 1
+            for nxt in queue:
+                pending.append(pool.apply_async(_parse_range, (nxt,)))
+                break
+            blind = part.blind_check
+            if last_oom is not None and blind is not None and blind - last_oom[0] < _DEDUP_DISTANCE:
+                # A re-raised OOM near the end of the previous range: read this range again here,
+                # knowing that OOM, so the traceback is linked to it exactly as a sequential read does.
+                reader = EventReader(job[3])
+                reader._last_oom = last_oom
+                with open(path, "rb") as fh:
+                    events = list(_stream_events(_range_reader(fh, job[1], job[2]), reader, max_line_bytes))
+                merge_stats(total, reader.stats)
+                if reader._last_oom is not None:
+                    last_oom = reader._last_oom
+                yield from events
+                continue
+            merge_stats(total, part.stats)
+            if part.last_oom is not None:
+                last_oom = part.last_oom
+            for row in part.rows:
+                yield new_event(*row)

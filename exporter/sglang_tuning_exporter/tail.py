@@ -323,6 +323,10 @@ class InputLines:
         for chunk in self.chunks():
             yield from chunk
 
+    def raw_stream(self) -> IO[bytes]:
+        """The undecoded bytes (gzip already inflated), for readers that split lines themselves."""
+        return self._fh
+
     def chunks(self) -> Iterator[list[str]]:
         """The lines a block at a time (what fast readers consume)."""
         split = self._splitter
