@@ -1,6 +1,10 @@
 """Benchmark: `diagnose` of a large SGLang log versus naive one-regex-per-field extraction.
 
-Run on demand:  python bench/bench_diagnose.py [--lines 2000000] [--jobs N] [--keep]
+Run on demand:  python bench/bench_diagnose.py [--lines 2000000] [--jobs N] [--keep] [--log decode|mixed]
+
+--log decode: our generator (84 % Decode lines, the worst case for diagnose);
+--log mixed: the parser benchmark's generator (bench/bench_parse.py: 70 % access lines) and its
+two-field naive regex as an extra baseline.
 Prints seconds for each and the ratios (naive / diagnose); the target is >= 1.5 against the
 one-regex-per-line loop.
 """
@@ -115,11 +119,18 @@ def main() -> int:
     ap.add_argument("--lines", type=int, default=2_000_000)
     ap.add_argument("--jobs", type=int, default=None)
     ap.add_argument("--keep", action="store_true", help="keep the generated log")
+    ap.add_argument("--log", choices=("decode", "mixed"), default="decode")
     a = ap.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="bench-diagnose-"))
     log = tmp / "sglang.log"
     t0 = time.perf_counter()
-    generate(log, a.lines)
+    if a.log == "mixed":
+        sys.path.insert(0, str(Path(__file__).resolve().parent))
+        import bench_parse  # the parser benchmark's generator and its naive two-field regex
+
+        bench_parse.generate(log, a.lines)
+    else:
+        generate(log, a.lines)
     print(f"generated {a.lines} lines, {log.stat().st_size / 1e6:.0f} MB in {time.perf_counter() - t0:.1f} s")
     t0 = time.perf_counter()
     naive_one(log)
@@ -129,6 +140,18 @@ def main() -> int:
     naive(log)
     t_fields = time.perf_counter() - t0
     print(f"naive one-regex-per-field extraction: {t_fields:.2f} s ({t_fields / a.lines * 1e6:.2f} us/line)")
+    t_two = None
+    if a.log == "mixed":
+        t0 = time.perf_counter()
+        search = bench_parse.NAIVE.search
+        with log.open(encoding="utf-8", errors="replace") as fh:
+            for line in fh:
+                m = search(line)
+                if m:
+                    int(m.group(1))
+                    int(m.group(2))
+        t_two = time.perf_counter() - t0
+        print(f"naive two-field regex of bench_parse.py: {t_two:.2f} s ({t_two / a.lines * 1e6:.2f} us/line)")
     table = load_table()
     t0 = time.perf_counter()
     res = diagnose_source(str(log), table, Config(), table.default_profile(), "throughput", {}, jobs=a.jobs)
@@ -141,6 +164,8 @@ def main() -> int:
           f"{res.fast_lines} fast-path lines, {res.events} events, {res.evaluations} windows, max RSS {rss:.0f} MB")
     print(f"ratio naive-one-regex-per-line / diagnose: {t_naive / t_diag:.2f} (target >= 1.5)")
     print(f"ratio naive-one-regex-per-field / diagnose: {t_fields / t_diag:.2f}")
+    if t_two is not None:
+        print(f"ratio bench_parse two-field naive / diagnose: {t_two / t_diag:.2f}")
     firing = [f for f in res.findings if f.status in ("warning", "critical")]
     print(f"findings firing: {sorted({f.check for f in firing})}")
     if not a.keep:

@@ -368,7 +368,27 @@ def test_server_arg_override_changes_current_value(tmp_path: Path) -> None:
     assert f.current == 0.2 and f.suggested == 0.1
 
 
-ALL_LOGS = [healthy, queue_empty, queue_overloaded, kv_underused, retractions_old_wording, retractions_new_wording,
+def pd_decode_busy() -> str:
+    """0.5.23 PD decode node (pre-allocated/prealloc/transfer fields, `DPk TPk EPk`) behind a busy
+    HTTP front: mostly access lines, speculative and PD Decode lines, Prefill lines."""
+    w = LogWriter("0.5.23", tp_size=2)
+    for i in range(900):
+        for _ in range(3):
+            w.access()
+        dp = i % 2
+        w.add(f"Decode batch, #running-req: {100 + i % 50}, #token: 90000, token usage: 0.{50 + i % 40}, "
+              f"pre-allocated usage: 0.00, #prealloc-req: 0, #transfer-req: 0, #retracted-req: 0, "
+              f"cuda graph: {i % 3 != 0}, gen throughput (token/s): 1082.11, #queue-req: {i % 7}", dp=dp, tp=dp, ep=dp)
+        if i % 4 == 0:
+            w.add("Decode batch, #running-req: 24, #token: 233600, token usage: 0.66, accept len: 3.05, "
+                  "accept rate: 0.68, cuda graph: True, gen throughput (token/s): 239.06, #queue-req: 2",
+                  dp=dp, tp=dp, ep=dp)
+            w.prefill(3000, 900, 0.7, 120, 4, dp=dp, tp=dp, ep=dp)
+        w.tick(1)
+    return w.text()
+
+
+ALL_LOGS = [pd_decode_busy, healthy, queue_empty, queue_overloaded, kv_underused, retractions_old_wording, retractions_new_wording,
             headroom_high, headroom_low, headroom_zero_without_summary, startup_too_small, prefill_oom,
             prefill_oom_v02, decode_oom, oom_unknown, cuda_graph_uncovered, cuda_graph_uncovered_v04, ceiling_low,
             running_capped, latency_large_batch, lpm_no_reuse, fcfs_with_reuse, metrics_disabled, dp_one_bad_rank]
@@ -387,3 +407,10 @@ def test_fast_path_agrees_with_the_full_parser(make: Callable[[], str]) -> None:
     assert fast_doc["signals"] == full_doc["signals"]
     assert [(f["check"], f["status"], f["suggested"]) for f in fast_doc["findings"]] == \
         [(f["check"], f["status"], f["suggested"]) for f in full_doc["findings"]]
+
+
+def test_fast_path_takes_pd_and_speculative_decode_lines() -> None:
+    """PD and speculative Decode lines and Prefill lines are read by the fast path, access lines skipped."""
+    lines = pd_decode_busy().split("\n")[:-1]
+    res = Scanner(600.0, 0.9, (100.0, 2000.0)).scan(lines)
+    assert res.fast == 900 + 2 * 225 and res.lines == len(lines) and res.events == []

@@ -64,9 +64,9 @@ _DECODE_TAIL = (r"#running-req: (\d+), #token: \d+, token usage: (\d+\.\d+), " +
                 + r"(?:cuda graph: (True|False), )?gen throughput \(token/s\): (\d+\.\d+), #queue-req: (\d+)")
 _DECODE_ROW = re.compile(r"\] Decode batch(?: \[\d+\])?[.,] " + _DECODE_TAIL)
 
-_PREFILL_BODY = re.compile(
-    r"#new-seq: \d+, #new-token: (\d+), #cached-token: (\d+), token usage: (\d+\.\d+), "
-    r"#running-req: (\d+), #queue-req: (\d+)")
+_PREFILL_ROW = re.compile(
+    r"\] Prefill batch(?: \[\d+\])?[.,] #new-seq: \d+, #new-token: (\d+), #cached-token: (\d+), "
+    r"token usage: (\d+\.\d+), #running-req: (\d+), #queue-req: (\d+)")
 _REST = re.compile(r"(\.\d+)?((?: [A-Z_]+\d+)*) ?$")
 _TAG = re.compile(r" ([A-Z_]+?)(\d+)")
 _CACHE_MAX = 4096
@@ -122,21 +122,7 @@ class Scanner:
         self._tag_cache: dict[str, tuple[float, int | None, int | None] | None] = {}
         self._last_t: float | None = None  # last dated time seen (fast lines and dated events)
         self._rows: dict[_BucketKey, _Pending] = {}
-
-    def _seen(self, res: ChunkResult, t: float, dp: int | None, pp: int | None) -> None:
-        span = res.rank_span.get((dp, pp))
-        if span is None:
-            res.rank_span[(dp, pp)] = [t, t]
-        else:
-            if t < span[0]:
-                span[0] = t
-            if t > span[1]:
-                span[1] = t
-        if res.first_t is None or t < res.first_t:
-            res.first_t = t
-        if res.last_t is None or t > res.last_t:
-            res.last_t = t
-        self._last_t = t
+        self._prows: dict[_BucketKey, _Pending] = {}  # the same for fast Prefill lines
 
     def _stamp(self, line: str, p: int) -> tuple[float, int | None, int | None] | None:
         """(time, dp, pp) of `[YYYY-MM-DD HH:MM:SS(.fff)? TAGS]` ending at `p`, or None."""
@@ -166,36 +152,62 @@ class Scanner:
         frac, dp, pp = tags  # type: ignore[misc]
         return base + int(sec) + frac, dp, pp
 
-    def _prefill(self, line: str, p: int, res: ChunkResult) -> bool:
-        m = _PREFILL_BODY.search(line, p)
-        if m is None or not (m.start() == p + 17 or line.startswith(" [", p + 15)) or "\r" in line \
-                or "\x1b" in line:
-            return False
-        st = self._stamp(line, p)
-        if st is None:
-            return False
-        t, dp, pp = st
-        new, cached, usage, running, queue = m.groups()
-        key = (dp, pp, (t // self.res) * self.res)
-        b = res.buckets.get(key)
-        if b is None:
-            b = res.buckets[key] = Bucket()
-        b.prefill.add(int(queue), int(running), float(usage), None, None, self.usage_good, self.band)
-        b.prefill_new += int(new)
-        b.prefill_n += 1
-        b.prefill_cached += int(cached)
-        span = res.rank_span.get((dp, pp))
+    def _flush_prefill(self, res: ChunkResult) -> None:
+        """Read the Prefill lines collected per bucket: one findall per bucket, C-level statistics."""
+        for key, (times, lines) in self._prows.items():
+            b = res.buckets.get(key)
+            if b is None:
+                b = res.buckets[key] = Bucket()
+            text = "\n".join(lines)
+            rows = _PREFILL_ROW.findall(text) if "\r" not in text and "\x1b" not in text else []
+            if len(rows) == len(lines):
+                new_col, cached_col, u_col, r_col, q_col = zip(*rows, strict=True)
+                n = len(rows)
+                b.prefill.add_text_columns(r_col, u_col, ("",) * n, (None,) * n, q_col, self.usage_good, self.band)
+                b.prefill_new += sum(map(int, new_col))
+                b.prefill_cached += sum(map(int, cached_col))
+                b.prefill_n += n
+            else:
+                for line in lines:  # some line is not canonical: read each with the full parser
+                    self._prefill_sample(line, b)
+            self._span(res, key, times)
+        self._prows.clear()
+
+    def _prefill_sample(self, line: str, b: Bucket) -> None:
+        """One Prefill line through the full parser, turned into observations as observations.py does."""
+        e = parse_line(line, 0)
+        if e is None or e.kind != "prefill":
+            return
+        f = e.fields
+
+        def num(k: str) -> float | None:
+            v = f.get(k)
+            return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+
+        usages = [u for u in (num(k) for k in ("token_usage", "full_token_usage", "swa_token_usage", "mamba_usage"))
+                  if u is not None]
+        usage = num("token_usage") if "token_usage" in f else (max(usages) if usages else None)
+        b.prefill.add(num("num_queue_reqs"), num("num_running_reqs"), usage, None, None, self.usage_good, self.band)
+        new, cached = num("num_new_tokens"), num("num_cached_tokens")
+        if new is not None:
+            b.prefill_new += new
+            b.prefill_n += 1
+        if cached is not None:
+            b.prefill_cached += cached
+
+    @staticmethod
+    def _span(res: ChunkResult, key: _BucketKey, times: list[float]) -> None:
+        lo, hi = min(times), max(times)
+        span = res.rank_span.get(key[:2])
         if span is None:
-            res.rank_span[(dp, pp)] = [t, t]
+            res.rank_span[key[:2]] = [lo, hi]
         else:
-            span[0] = min(span[0], t)
-            span[1] = max(span[1], t)
-        if res.first_t is None or t < res.first_t:
-            res.first_t = t
-        if res.last_t is None or t > res.last_t:
-            res.last_t = t
-        self._last_t = t
-        return True
+            span[0] = min(span[0], lo)
+            span[1] = max(span[1], hi)
+        if res.first_t is None or lo < res.first_t:
+            res.first_t = lo
+        if res.last_t is None or hi > res.last_t:
+            res.last_t = hi
 
     def _flush_rows(self, res: ChunkResult) -> None:
         """Read the Decode lines collected per bucket: one findall per bucket, C-level statistics."""
@@ -213,17 +225,7 @@ class Scanner:
             else:
                 for line in lines:  # some line is not canonical: read each with the full parser
                     self._decode_sample(line, b, res)
-            lo, hi = min(times), max(times)
-            span = res.rank_span.get(key[:2])
-            if span is None:
-                res.rank_span[key[:2]] = [lo, hi]
-            else:
-                span[0] = min(span[0], lo)
-                span[1] = max(span[1], hi)
-            if res.first_t is None or lo < res.first_t:
-                res.first_t = lo
-            if res.last_t is None or hi > res.last_t:
-                res.last_t = hi
+            self._span(res, key, times)
         self._rows.clear()
 
     def _decode_sample(self, line: str, b: Bucket, res: ChunkResult) -> None:
@@ -269,9 +271,19 @@ class Scanner:
         minutes = self._minutes
         tag_cache = self._tag_cache
         idle = True  # no multi-line record open in the reader
+        prows = self._prows
         for line in lines:
             if use_fast and idle:
+                if "HTTP/1." in line and "\r" not in line:
+                    # An access line (most lines of a busy server): never an event for the reader.
+                    reader._next += 1
+                    continue
                 p = line.find("] Decode batch")
+                if p >= 0:
+                    pending = columns
+                else:
+                    p = line.find("] Prefill batch")
+                    pending = prows
                 if p >= 0:
                     lb = 0 if line[0] == "[" else line.rfind("[", 0, p)
                     if lb >= 0 and p - lb >= 20:
@@ -289,22 +301,15 @@ class Scanner:
                                 t, dp, pp = st
                         if t >= 0:
                             key = (dp, pp, (t // res_s) * res_s)
-                            pend = columns.get(key)
+                            pend = pending.get(key)
                             if pend is None:
-                                pend = columns[key] = ([], [])
+                                pend = pending[key] = ([], [])
                             pend[0].append(t)
                             pend[1].append(line)
                             last_t = t
                             reader._next += 1  # the reader numbers lines itself: keep its count
                             fast += 1
                             continue
-                elif "] Prefill batch" in line:
-                    p = line.find("] Prefill batch")
-                    if self._prefill(line, p, res):
-                        reader._next += 1
-                        fast += 1
-                        last_t = None
-                        continue
             if last_t is not None:
                 self._last_t = last_t
                 last_t = None
@@ -318,6 +323,7 @@ class Scanner:
         for ev_ in reader.flush():
             res.events.append(self._timed(ev_, res))
         self._flush_rows(res)
+        self._flush_prefill(res)
         res.fast += fast
         res.lines = reader._next - 1
         res.by_kind = Counter(reader.stats.by_kind)
