@@ -264,3 +264,12 @@ def test_every_corpus_log_diagnoses(shared_dir: Path) -> None:
         code, out, err = run([str(log), "--format", "json"])
         assert code == 0, (log.name, err)
         assert json.loads(out)["findings"], log.name
+
+
+def test_output_file(tmp_path: Path) -> None:
+    """--output writes the report to a file and nothing to stdout; an unwritable path is exit 1."""
+    target = tmp_path / "report.md"
+    code, out, _ = run([str(retracting_log(tmp_path)), "--format", "markdown", "--output", str(target)])
+    assert code == 0 and out == "" and "retractions_frequent" in target.read_text(encoding="utf-8")
+    code, _, err = run([str(retracting_log(tmp_path)), "--output", str(tmp_path / "no" / "such" / "dir.txt")])
+    assert code == 1 and "cannot write" in err
