@@ -50,9 +50,13 @@ class RunningStack:
         return max(1.0, self.started + seconds - time.monotonic())
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def running_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningStack]:
-    """Webhook, Alertmanager, Prometheus, and one stand-in SGLang + exporter per target."""
+    """Webhook, Alertmanager, Prometheus, and one stand-in SGLang (+ exporter) per target.
+
+    Package scope: started once for all integration tests, stopped when the run leaves this folder,
+    so ~30 idle processes do not slow the rest of the test run.
+    """
     missing = missing_binaries()
     if missing:
         pytest.skip(f"Debian binaries not installed: {', '.join(missing)} (apt-get install prometheus "
