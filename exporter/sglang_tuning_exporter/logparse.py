@@ -379,6 +379,7 @@ def _batch(s: str, n: int) -> _Result:
             layouts = _LAYOUTS[kind]
             layouts.insert(0, layout)
             del layouts[_MAX_LAYOUTS:]
+            _CURRENT[0] = None  # the one-regex matcher is rebuilt for the new set
     return _event(n, kind, s[:p], fields)
 
 
@@ -411,16 +412,23 @@ class LineBatches:
 _LINE_BATCHES: dict[tuple[tuple[_Layout, ...], tuple[_Layout, ...]], LineBatches] = {}
 
 
+_CURRENT: list[LineBatches | None] = [None]
+
+
 def line_batches() -> LineBatches | None:
     """The one-regex matcher for every batch layout seen so far; None before the first."""
-    key = (tuple(_LAYOUTS[ev.DECODE]), tuple(_LAYOUTS[ev.PREFILL]))
-    hit = _LINE_BATCHES.get(key)
+    hit = _CURRENT[0]
     if hit is None:
+        key = (tuple(_LAYOUTS[ev.DECODE]), tuple(_LAYOUTS[ev.PREFILL]))
         if not key[0] and not key[1]:
             return None
-        if len(_LINE_BATCHES) >= 64:
-            _LINE_BATCHES.clear()
-        hit = _LINE_BATCHES[key] = LineBatches(*key)
+        hit = _LINE_BATCHES.get(key)
+        if hit is None:
+            # Compiled sets are kept: a server alternating between a few layouts compiles each once.
+            if len(_LINE_BATCHES) >= 64:
+                _LINE_BATCHES.clear()
+            hit = _LINE_BATCHES[key] = LineBatches(*key)
+        _CURRENT[0] = hit
     return hit
 
 

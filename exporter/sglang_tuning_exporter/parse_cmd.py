@@ -9,8 +9,8 @@ import sys
 from typing import Any, TextIO
 
 from .logparse import ParseStats
-from .logreader import EventReader, read_events
-from .tail import MAX_LINE_BYTES, InputError, open_input
+from .logreader import EventReader, read_file_events
+from .tail import MAX_LINE_BYTES, InputError
 
 HELP = "print every recognised event of an SGLang log (plain, .gz or - for stdin) as JSON lines"
 _PROG = "sglang-tuning-exporter parse"
@@ -61,11 +61,9 @@ def write_events(path: str, out: TextIO, *, kinds: set[str] | None = None,
     """Parse `path` and write its events to `out`; returns the statistics. Raises InputError."""
     reader = EventReader()
     write = out.write
-    with open_input(path, max_line_bytes=max_line_bytes) as lines:
-        for e in read_events(lines, reader=reader):
-            if kinds is None or e.kind in kinds:
-                write(event_json(e.to_json_dict()) + "\n")
-        reader.stats.truncated = lines.truncated
+    for e in read_file_events(path, reader=reader, max_line_bytes=max_line_bytes):
+        if kinds is None or e.kind in kinds:
+            write(event_json(e.to_json_dict()) + "\n")
     return reader.stats
 
 
