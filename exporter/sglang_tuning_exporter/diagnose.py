@@ -49,14 +49,14 @@ PROGRESS_MIN_BYTES = 64 << 20
 _WORSE = {"unknown": 0, "ok": 1, "warning": 2, "critical": 3}
 
 # --- fast path ---------------------------------------------------------------------------------
-# `[2025-01-12 10:11:12(.123)? DP0 TP0] Decode batch...`: the commonest line of a busy log.  One
-# regex pass over a whole chunk finds these lines and reads only what the signals need; every
-# other line (and any Decode line with an unusual field) goes through the full parser.  A test
-# proves both paths give the same signals on the corpus and on every scenario log.
-# The canonical Decode line body (0.3-0.5.x), found with one `findall` over a bucket's lines at the
-# end of a chunk; the Prefill body per line.  Both start with a literal, so the engine finds them with
-# a fast scan.  Anything else (extra fields, other graph labels) takes the full parser.
-# Fields between usage and graph that the signals do not use: speculative decoding, PD decode queues.
+# `[2025-01-12 10:11:12(.123)? DP0 TP0] Decode batch...` and `... Prefill batch...` are the commonest
+# SGLang lines of a busy log (access lines are commoner, and are skipped).  The scan keeps such lines
+# per (rank, time bucket) after reading only the stamp; at the end of the chunk one `findall` per
+# bucket reads the canonical bodies (0.3-0.5.x; the patterns start with a literal, so the engine
+# finds them with a fast scan).  A bucket with any other shape is read line by line with the full
+# parser.  Every other line goes through the multi-line event reader.  A test proves both paths give
+# the same signals and findings on the corpus and on every scenario log.
+# Decode fields between usage and graph that the signals do not use: speculative decoding, PD queues.
 _DECODE_EXTRA = (r"(?:accept len: \d+\.\d+, (?:accept rate: \d+\.\d+, )?)?"
                  r"(?:pre-allocated usage: \d+\.\d+, #prealloc-req: \d+, #transfer-req: \d+, "
                  r"(?:#host-receive-req: \d+, )?#retracted-req: \d+, )?")
@@ -70,7 +70,7 @@ _PREFILL_ROW = re.compile(
 _REST = re.compile(r"(\.\d+)?((?: [A-Z_]+\d+)*) ?$")
 _TAG = re.compile(r" ([A-Z_]+?)(\d+)")
 _CACHE_MAX = 4096
-_Pending = tuple[list[float], list[str]]  # times and lines of the fast Decode lines of one bucket
+_Pending = tuple[list[float], list[str]]  # times and lines of the fast Decode (or Prefill) lines of a bucket
 _BucketKey = tuple[int | None, int | None, float]
 
 
