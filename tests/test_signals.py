@@ -1,10 +1,13 @@
-"""Signals over the sliding window: ratios, unknown when thin, ranks, expiry, buckets."""
+"""Signals over the sliding window (ratios, unknown when thin, ranks, expiry, buckets) and the
+observations they are built from."""
 
 from __future__ import annotations
 
 import pytest
 
-from sglang_tuning_exporter.model import Observation, Rank
+from sglang_tuning_exporter.events import Event
+from sglang_tuning_exporter.model import Observation, Rank, ServerState
+from sglang_tuning_exporter.observations import EventConverter, events_to_observations
 from sglang_tuning_exporter.signals import Bucket, SampleStats, SignalParams, Window, hist_quantile, quantile
 
 NO_RANK = Rank()
@@ -205,3 +208,70 @@ def test_invalid_window_rejected() -> None:
     """A zero-length window is a programming error."""
     with pytest.raises(ValueError, match="positive"):
         Window(0)
+
+
+# --- events -> observations (observations.py) ---------------------------------------------------
+
+
+def names(obs: list[Observation]) -> dict[str, float]:
+    """name -> value of a list of observations."""
+    return {o.name: o.value for o in obs}
+
+
+def test_decode_event_observations_and_hybrid_usage() -> None:
+    """A Decode event gives the sample names; hybrid pools give their max usage."""
+    conv = EventConverter()
+    obs = conv.convert(Event(1, "decode", "2025-01-01T00:00:00", {"dp": 1},
+                             {"num_running_reqs": 5, "num_queue_reqs": 2, "full_token_usage": 0.4,
+                              "swa_token_usage": 0.9, "cuda_graph": False, "gen_throughput": 10.0}))
+    got = names(obs)
+    assert got["token_usage"] == 0.9 and got["cuda_graph"] == 0.0 and got["num_queue_reqs"] == 2
+    assert {o.rank for o in obs} == {Rank(dp=1)}
+
+
+def test_time_inheritance_rollover_and_line_order() -> None:
+    """Untimed events inherit; time-only stamps roll over midnight; no stamps at all: line order."""
+    conv = EventConverter()
+    a = conv.convert(Event(1, "retract", "23:59:59", {}, {"num_retracted_reqs": 1}))
+    b = conv.convert(Event(2, "retract", None, {}, {"num_retracted_reqs": 1}))
+    c = conv.convert(Event(3, "retract", "00:00:01", {}, {"num_retracted_reqs": 1}))
+    assert a[0].time == b[0].time == 86399.0 and c[0].time == 86401.0 and not conv.synthetic_time
+    bare = EventConverter()
+    assert bare.convert(Event(7, "retract", None, {}, {}))[0].time == 7.0 and bare.synthetic_time
+
+
+def test_oom_phases_and_startup_kinds() -> None:
+    """OOM phases map to names; a startup sizing failure and a capture failure are told apart."""
+    conv = EventConverter()
+
+    def oom(phase: str, **fields: str) -> str:
+        return conv.convert(Event(1, "oom", "2025-01-01T00:00:00", {}, {"phase": phase, **fields}))[0].name
+
+    assert oom("prefill") == "oom_prefill" and oom("decode") == "oom_decode" and oom("weird") == "oom_unknown"
+    assert oom("startup", message="RuntimeError: Not enough memory. Please try to increase") == "oom_startup"
+    assert oom("startup", reason="cuda_graph_capture", message="Capture cuda graph failed") == "oom_capture"
+
+
+def test_startup_facts_and_server_state() -> None:
+    """Startup lines give memory facts; server_args update the state and give facts; version floors."""
+    server = ServerState()
+    evs = [Event(1, "server_args", "2025-01-01T00:00:00", {}, {"max_running_requests": 256,
+                                                                "enable_metrics": False, "model_path": "m"}),
+           Event(2, "startup_memory", "2025-01-01T00:00:01", {}, {"stage": "load_weight_begin", "avail_mem_gb": 80.0}),
+           Event(3, "startup_memory", "2025-01-01T00:00:02", {}, {"stage": "load_weight_end", "avail_mem_gb": 64.7,
+                                                                  "mem_usage_gb": 15.3}),
+           Event(4, "startup_memory", "2025-01-01T00:00:03", {}, {"stage": "cuda_graph_end", "avail_mem_gb": 0.07,
+                                                                  "graph": "target decode",
+                                                                  "batch_sizes": [1, 2, 4, 8]}),
+           Event(5, "max_running_reduced", "2025-01-01T00:00:04", {}, {"requested": 4096, "reduced_to": 2048})]
+    got = names(list(events_to_observations(evs, server=server)))
+    assert got["gpu_mem_total_gb"] == 80.0 and got["weights_gb"] == 15.3 and got["avail_mem_after_pool_gb"] == 0.07
+    assert got["cuda_graph_max_bs_captured"] == 8 and got["max_running_requests"] == 2048
+    assert got["metrics_enabled"] == 0.0
+    assert server.args["max_running_requests"] == 256 and server.model_name == "m" and server.version == ">=0.5.14"
+
+
+def test_live_clock_times_observations() -> None:
+    """With a clock (the sidecar), observations are timed by arrival."""
+    obs = list(events_to_observations([Event(1, "retract", "2020-01-01T00:00:00", {}, {})], clock=lambda: 42.0))
+    assert obs[0].time == 42.0
