@@ -1,0 +1,276 @@
+"""Differential tests: the block reader, the batch shortcut and the parallel reader against the
+general path (every line through parse_any, one at a time), on real logs and generated ones."""
+
+from __future__ import annotations
+
+import itertools
+import tempfile
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from sglang_tuning_exporter.events import Event
+from sglang_tuning_exporter.logparse import ParseStats, new_event, parse_line
+from sglang_tuning_exporter.logreader import (
+    EventReader,
+    _may_hold_long_line,
+    read_events,
+    read_file_events,
+    read_file_parallel,
+    scan_text,
+    split_ranges,
+)
+from sglang_tuning_exporter.tail import LineSplitter, open_input
+
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
+
+
+def reference(data: bytes, max_line_bytes: int = 1 << 20) -> tuple[list[Event], ParseStats]:
+    """The general path: lines cut by LineSplitter, each offered to the reader's `_take` (parse_any),
+    access lines skipped outside multi-line records exactly as the reader does; no shortcut."""
+    split = LineSplitter(max_line_bytes)
+    lines = split.feed(data) + split.flush()
+    r = EventReader()
+    out: list[Event] = []
+    for n, line in enumerate(lines, 1):
+        if r._block is None and "HTTP/1." in line:
+            continue
+        r._take(line, n, out)
+    out.extend(r.flush())
+    r.stats.lines = len(lines)
+    r.stats.truncated = split.truncated
+    return out, r.stats
+
+
+def _same(got: list[Event], want: list[Event]) -> None:
+    assert [e.to_json_dict() for e in got] == [e.to_json_dict() for e in want]
+    assert got == want
+
+
+def _check_file(path: Path, *, max_line_bytes: int = 1 << 20, chunk_bytes: int = 256) -> None:
+    want, want_stats = reference(path.read_bytes(), max_line_bytes)
+    r = EventReader()
+    _same(list(read_file_events(str(path), reader=r, max_line_bytes=max_line_bytes, block_bytes=4096)), want)
+    assert r.stats.as_dict() == want_stats.as_dict()
+    stats = ParseStats()
+    _same(list(read_file_parallel(str(path), 2, stats=stats, max_line_bytes=max_line_bytes,
+                                  chunk_bytes=chunk_bytes)), want)
+    assert stats.as_dict() == want_stats.as_dict()
+
+
+def test_project_fixture_logs_read_identically() -> None:
+    """Every carried corpus excerpt: block reader and parallel reader equal the general path."""
+    logs = sorted((FIXTURES / "logs").glob("*.log"))
+    assert len(logs) >= 15
+    for path in logs:
+        _check_file(path, chunk_bytes=1024)
+
+
+def test_shared_corpus_and_rendered_release_lines_read_identically(shared_dir: Path) -> None:
+    """The whole shared corpus and the 45 releases' rendered lines, through every reader."""
+    paths = sorted((shared_dir / "corpus" / "logs").glob("*.log"))
+    paths.append(shared_dir / "reference" / "sglang-fixtures" / "log-lines-rendered.txt")
+    for path in paths:
+        _check_file(path, chunk_bytes=2048)
+
+
+def test_old_chunked_reader_agrees_with_the_block_reader() -> None:
+    """read_events over open_input (the reader's other entry) gives the same events."""
+    path = FIXTURES / "logs" / "039-gb200-scripts-pd-decode-4dp-cr-progress-noise.log"
+    with open_input(str(path)) as lines:
+        old = list(read_events(lines))
+    _same(list(read_file_events(str(path))), old)
+
+
+# --- generated logs ----------------------------------------------------------------------------
+TS = "[2025-11-22 23:24:43 DP{r} TP{r} EP{r}] "
+POOL = [
+    TS + "Decode batch, #running-req: 1024, #token: 1922048, token usage: 0.62, pre-allocated usage: 0.00, "
+    "#prealloc-req: 0, #transfer-req: 0, #retracted-req: 0, cuda graph: True, gen throughput (token/s): 0.89, "
+    "#queue-req: 853, ",
+    TS + "Decode batch, #running-req: 3, #token: 1442, token usage: 0.18, cuda graph: False, "
+    "gen throughput (token/s): 12.5, #queue-req: 0",
+    TS + "Prefill batch, #new-seq: 2, #new-token: 8192, #cached-token: 0, token usage: 0.92, #running-req: 4, "
+    "#queue-req: 105, #pending-token: 0, cuda graph: False, input throughput (token/s): 968.08",
+    TS + "Prefill batch. #new-seq: 1, #new-token: 4, #cached-token: 0, cache hit rate: 12.89%, token usage: 0.00, "
+    "#running-req: 0, #queue-req: 0",
+    TS + "Decode batch, #running-req: 5, #full token: 10, full token usage: 0.50, #swa token: 3, "
+    "swa token usage: 0.70, npu graph: True, gen throughput (token/s): 1.0, #queue-req: 1",
+    TS + "Prefill batch, #new-seq: 1, note: Decode batch, #queue-req: 2",  # free text holding the other head
+    TS + "Prefill batch, #new-seq: 1, note: has text, #queue-req: 2",
+    TS + "Decode batch, #running-req: x, #token: 1442, token usage: 0.18, cuda graph: False, "
+    "gen throughput (token/s): 12.5, #queue-req: 0",  # a value that does not convert
+    TS + "Decode batch [123457], #running-req: 3, #token: 1442, token usage: 0.18, cuda graph: False, "
+    "gen throughput (token/s): 12.5, #queue-req: 0",
+    "sglang  | " + TS + "Decode batch, #running-req: 3, #token: 1442, token usage: 0.18, cuda graph: False, "
+    "gen throughput (token/s): 12.5, #queue-req: 0",
+    "\x1b[32m" + TS + "Decode batch, #running-req: 3, #token: 1442, token usage: 0.18, cuda graph: False, "
+    "gen throughput (token/s): 12.5, #queue-req: 0\x1b[0m",
+    "50%|#####   | 5/10 [00:01<00:01, 4.9it/s]\r" + TS + "Decode batch, #running-req: 3, #token: 1442, "
+    "token usage: 0.18, cuda graph: False, gen throughput (token/s): 12.5, #queue-req: 0",
+    '[2025-11-22 23:24:43] INFO:     10.0.0.1:4000 - "POST /v1/chat/completions HTTP/1.1" 200 OK',
+    '[2025-11-22 23:24:43] INFO:     10.0.0.1:4000 - "GET /v1/batches HTTP/1.1" 200 OK',
+    TS + "KV cache pool is full. Retract requests. #retracted_reqs: 1, #new_token_ratio: 0.3811 -> 0.5127",
+    TS + "Prefill out of memory. Try to lower your batch size.",
+    "Try to allocate 8192 tokens.",
+    "Avaliable tokens: 100",
+    TS + "Scheduler hit an exception: Traceback (most recent call last):",
+    '  File "/sglang/srt/managers/schedule_batch.py", line 99, in prepare_for_extend',
+    "    out_cache_loc = self.alloc_token_slots(extend_num_tokens)",
+    "RuntimeError: Prefill out of memory. Try to lower your batch size.",
+    "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.50 GiB.",
+    "[rank1]: Traceback (most recent call last):",
+    "",
+    "    more context",
+    TS + "max_total_num_tokens=903439, chunked_prefill_size=8192, max_prefill_tokens=16384, "
+    "max_running_requests=3529, context_len=131072, available_gpu_mem=10.26 GB",
+    TS + "Capture cuda graph begin. This can take up to several minutes. avail mem=2.04 GB",
+    TS + "Capture cuda graph bs [1, 8, 64]",
+    "server_args={'model_path': 'dummy', 'tp_size': 1, 'mem_fraction_static': 0.85}",
+    TS + "Scheduler.run_batch sleep 180.0s",
+    "The server is fired up and ready to roll!",
+    "new fill batch. #seq: 1. #cached_token: 478. #new_token: 254. #remaining_req: 0. #running_req: 4. "
+    "tree_cache_hit_rate: 80.81%.",
+]
+
+
+@st.composite
+def mixed_log(draw: st.DrawFn, min_lines: int = 0) -> bytes:
+    """A log of real-looking lines, junk, tracebacks cut anywhere, odd bytes, with or without a last newline."""
+    pieces = draw(st.lists(st.one_of(st.sampled_from(POOL), st.text(max_size=40)), min_size=min_lines,
+                           max_size=60))
+    lines = [p.replace("{r}", str(draw(st.integers(0, 3)))) for p in pieces]
+    text = "\n".join(lines)
+    last_newline = draw(st.booleans())
+    if lines and last_newline:
+        text += "\n"
+    data = text.encode("utf-8", "surrogatepass")
+    if draw(st.booleans()) and data:
+        at = draw(st.integers(0, len(data)))
+        data = data[:at] + draw(st.binary(max_size=6)) + data[at:]
+    return data
+
+
+def _write(data: bytes) -> tuple[tempfile.TemporaryDirectory[str], Path]:
+    tmp = tempfile.TemporaryDirectory()
+    path = Path(tmp.name, "x.log")
+    path.write_bytes(data)
+    return tmp, path
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(mixed_log(), st.sampled_from([64, 300, 1 << 20]), st.sampled_from([7, 128, 4096]))
+def test_block_reader_equals_general_path_on_generated_logs(data: bytes, max_line: int, block: int) -> None:
+    """read_file_events (any block size, any line limit) = the general path, events and statistics."""
+    want, want_stats = reference(data, max_line)
+    tmp, path = _write(data)
+    with tmp:
+        r = EventReader()
+        got = list(read_file_events(str(path), reader=r, max_line_bytes=max_line, block_bytes=block))
+    _same(got, want)
+    assert r.stats.as_dict() == want_stats.as_dict()
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(mixed_log(min_lines=20))
+def test_parallel_reader_equals_general_path_on_generated_logs(data: bytes) -> None:
+    """read_file_parallel with tiny ranges: same events, order, line numbers and statistics."""
+    want, want_stats = reference(data)
+    tmp, path = _write(data)
+    with tmp:
+        assert len(split_ranges(str(path), len(data), 64)) > 1 or data.find(b"\n[2", 63) < 0
+        stats = ParseStats()
+        got = list(read_file_parallel(str(path), 2, stats=stats, chunk_bytes=64))
+    _same(got, want)
+    assert stats.as_dict() == want_stats.as_dict()
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.sampled_from(POOL), max_size=40))
+def test_scan_text_equals_line_by_line_parse(lines: list[str]) -> None:
+    """scan_text over whole lines = the general path; single batch lines equal parse_line."""
+    text = "\n".join(p.replace("{r}", "1") for p in lines)
+    events, stats = scan_text(text)
+    want, want_stats = reference(text.encode("utf-8", "surrogatepass"))
+    _same(events, want)
+    assert stats.as_dict() == want_stats.as_dict()
+    for e in events:
+        if e.kind in ("decode", "prefill") and e.fields.get("num_queue_reqs") is not None:
+            line = text.split("\n")[e.line - 1]
+            if "\r" not in line and "\x1b" not in line:
+                assert e == parse_line(line, e.line)
+
+
+def test_reraised_oom_in_the_next_range_is_linked_like_a_sequential_read() -> None:
+    """An OOM logged at the end of one range and re-raised at the start of the next: one incident."""
+    head = "[2025-06-27 19:02:10 TP0] Decode batch, #running-req: 1, #token: 2, token usage: 0.00, " \
+           "cuda graph: True, gen throughput (token/s): 1.00, #queue-req: 0\n"
+    oom = ("[2025-06-27 19:02:11 TP0] Prefill out of memory. Try to lower your batch size.\n"
+           "Try to allocate 8192 tokens.\n")
+    reraise = ("[2025-06-27 19:02:11 TP0] Scheduler hit an exception: Traceback (most recent call last):\n"
+               '  File "/s/schedule_batch.py", line 99, in prepare_for_extend\n'
+               "RuntimeError: Prefill out of memory. Try to lower your batch size.\n")
+    data = (head * 40 + oom + reraise + head * 40).encode()
+    cut = data.index(b"[2025-06-27 19:02:11 TP0] Scheduler")
+    chunk = cut - 5  # the first range ends inside the OOM record, so the next starts at the re-raise
+    tmp, path = _write(data)
+    with tmp:
+        assert [a for a, _ in split_ranges(str(path), len(data), chunk)][:2] == [0, cut]
+        stats = ParseStats()
+        got = list(read_file_parallel(str(path), 2, stats=stats, chunk_bytes=chunk))
+    want, want_stats = reference(data)
+    _same(got, want)
+    linked = [e for e in got if e.kind == "error"]
+    assert len(linked) == 1 and linked[0].fields["same_as_line"] == 41
+    assert stats.as_dict() == want_stats.as_dict()
+
+
+def test_split_ranges_cut_only_before_record_heads() -> None:
+    """Ranges cover the file without gaps and each starts at a `[<digit>` line (or the file start)."""
+    data = b"".join(b"[2025-01-01 00:00:00] line %d\n  continuation\n" % i for i in range(500))
+    tmp, path = _write(data)
+    with tmp:
+        ranges = split_ranges(str(path), len(data), 1000)
+    assert ranges[0][0] == 0 and ranges[-1][1] == len(data) and len(ranges) > 5
+    for (_, b), (a, _) in itertools.pairwise(ranges):
+        assert a == b and data[a:a + 2] == b"[2" and data[a - 1:a] == b"\n"
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.integers(0, 40), min_size=1, max_size=30), st.integers(1, 30))
+def test_long_line_check_never_misses(lengths: list[int], limit: int) -> None:
+    """The C-level check says True whenever a line is longer than the limit."""
+    block = b"".join(b"x" * n + b"\n" for n in lengths)
+    if max(lengths) > limit:
+        assert _may_hold_long_line(block, limit)
+
+
+def test_new_event_is_an_ordinary_frozen_event() -> None:
+    """The cheap constructor gives an Event equal to the dataclass one, still frozen."""
+    e = new_event(3, "decode", "2025-01-01T00:00:00", {"tp": 0}, {"num_running_reqs": 1})
+    assert e == Event(3, "decode", "2025-01-01T00:00:00", {"tp": 0}, {"num_running_reqs": 1})
+    with pytest.raises(AttributeError):
+        e.line = 4  # type: ignore[misc]
+
+
+def test_unreadable_input_is_a_clear_error(tmp_path: Path) -> None:
+    """A missing file raises InputError with the path, from both file readers."""
+    from sglang_tuning_exporter.tail import InputError
+    with pytest.raises(InputError, match="no such file"):
+        list(read_file_events(str(tmp_path / "missing.log")))
+    with pytest.raises(InputError, match="no such file"):
+        list(read_file_parallel(str(tmp_path / "missing.log"), 2))
+
+
+def test_generated_bench_log_reads_identically(tmp_path: Path) -> None:
+    """The benchmark's generated mixed log (20k lines), sequential and parallel, = the general path."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("bench_parse", FIXTURES.parent.parent / "bench" / "bench_parse.py")
+    assert spec is not None and spec.loader is not None
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    path = tmp_path / "bench.log"
+    bench.generate(path, 20_000)
+    _check_file(path, chunk_bytes=256 << 10)
