@@ -61,6 +61,34 @@ def _flags(check: Check) -> set[str]:
     return {f for f in (check.flag, *(v.flag for v in check.flags_by_version)) if f}
 
 
+def assert_advice_is_the_exporters(stack: Stack, instance: str, check: Check) -> None:
+    """The alert's `flag` and `suggested_value` are the exporter's computed ones, not the guide fallback.
+
+    Annotations are templated from `sglang_tuning_suggested_value{instance, dp_rank, check}`; if the
+    exporter's labels and the template drift apart, every page silently carries the fallback.
+    The first notification may predate the exporter's suggestion (Alertmanager does not re-notify on
+    an annotation change), so this reads the alert as Prometheus templates it now.
+    """
+    query = f'sglang_tuning_suggested_value{{instance="{instance}",check="{check.id}"}}'
+
+    def settled() -> list[tuple[dict[str, str], dict[str, Any]]]:
+        sugg = stack.query(query)
+        alerts = [a for a in stack.firing() if a["labels"].get("instance") == instance
+                  and a["labels"].get("alertname") == check.alert]
+        if not sugg or not alerts:
+            return []
+        value, flag = float(sugg[0]["value"][1]), sugg[0]["metric"].get("flag")
+        good = [a for a in alerts if a["annotations"].get("flag") == flag
+                and math.isclose(float(a["annotations"].get("suggested_value", "nan")), value, rel_tol=1e-6)]
+        return [] if len(good) != len(alerts) else [(sugg[0]["metric"], a) for a in good]
+
+    if not stack.query(query):
+        return  # the exporter suggests nothing for this check (client-side remedy)
+    assert wait_for(settled, 30), (
+        f"{check.alert} on {instance}: annotations never matched the exporter's suggestion "
+        f"{stack.query(query)}; alert annotations: {[a['annotations'] for a in stack.firing() if a['labels'].get('instance') == instance]}")
+
+
 @pytest.mark.parametrize("key", PAGING_KEYS)
 def test_scenario_pages_with_advice(running_stack: RunningStack, key: str) -> None:
     """The scenario's alert reaches the webhook once, with flag, action, suggested value and runbook."""
@@ -94,6 +122,7 @@ def test_scenario_pages_with_advice(running_stack: RunningStack, key: str) -> No
         # the example routing: critical pages, warning/info become tickets
         assert path == ("/page" if labels["severity"] == "critical" else "/ticket"), (path, labels)
     if target.spec.exporter:
+        assert_advice_is_the_exporters(stack, instance, check)
         # one problem, one page: the native twin stays silent where the exporter covers the server
         native = [a["labels"] for a in stack.firing() if a["labels"].get("instance") == target.sglang_instance]
         assert not native, f"native alerts fired for {key} although its exporter covers it: {native}"
