@@ -16,7 +16,7 @@ import subprocess
 import tempfile
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
 
@@ -380,11 +380,6 @@ def running_prometheus(data_dir: Path, *, lookback: str = "5m", ready_timeout_s:
             proc.wait(timeout=10)
         log.close()
         shutil.rmtree(cfg_dir, ignore_errors=True)
-
-
-def with_overrides(spec: InstanceSpec, **kw: object) -> InstanceSpec:
-    """A copy of `spec` with some fields changed (handy in tests)."""
-    return replace(spec, **kw)  # type: ignore[arg-type]
 
 
 def main() -> None:
