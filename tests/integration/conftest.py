@@ -23,6 +23,7 @@ WITH_EXPORTER = (
     TargetSpec("healthy-underscore", "healthy", "underscore"),
     TargetSpec("killed", "healthy", "colon"),  # its SGLang is killed by a test
     TargetSpec("restart", "retraction_storm", "colon"),  # its exporter is restarted by a test
+    TargetSpec("switch", "healthy", "underscore"),  # a test switches it into a storm and back
 )
 # SGLang alone, another model name (the native rules are for servers without the exporter, and they
 # stay silent for a model the exporter already covers):

@@ -7,6 +7,7 @@ import time
 from typing import Any
 
 import pytest
+import requests
 
 from integration.conftest import TARGETS, RunningStack
 from integration.stack import EXPORTER_JOB, SGLANG_JOB, Stack, wait_for
@@ -59,6 +60,25 @@ def webhook_alerts(rs: RunningStack, key: str, alertname: str | None = None) -> 
 
 def _flags(check: Check) -> set[str]:
     return {f for f in (check.flag, *(v.flag for v in check.flags_by_version)) if f}
+
+
+def test_alert_resolves_when_the_problem_stops(running_stack: RunningStack) -> None:
+    """A healthy server switched into a retraction storm pages; switched back, the page resolves."""
+    stack, hook = running_stack.stack, running_stack.webhook
+    t = stack.target("switch")
+    alert = _checks()["retractions_frequent"].alert
+
+    def mine(pairs: list[tuple[str, dict[str, Any]]]) -> list[dict[str, Any]]:
+        return [a for _, a in pairs if a["labels"].get("instance") == t.exporter_instance
+                and a["labels"].get("alertname") == alert]
+
+    assert not mine(hook.firing()), "the switch target paged before it was switched"
+    requests.post(f"http://{t.sglang_instance}/_standin/scenario", data="retraction_storm", timeout=5).raise_for_status()
+    assert wait_for(lambda: mine(hook.firing()), 60), f"no {alert} after the switch\n{stack.describe('switch')}"
+    requests.post(f"http://{t.sglang_instance}/_standin/scenario", data="healthy", timeout=5).raise_for_status()
+    assert wait_for(lambda: mine(hook.resolved()), 90), (
+        f"{alert} never resolved after the storm stopped; firing: "
+        f"{[a['labels'] for a in stack.firing() if a['labels'].get('instance') == t.exporter_instance]}")
 
 
 def assert_advice_is_the_exporters(stack: Stack, instance: str, check: Check) -> None:
@@ -128,7 +148,7 @@ def test_scenario_pages_with_advice(running_stack: RunningStack, key: str) -> No
         assert not native, f"native alerts fired for {key} although its exporter covers it: {native}"
 
 
-@pytest.mark.parametrize("key", [t.key for t in TARGETS if t.scenario == "healthy" and t.key != "killed"])
+@pytest.mark.parametrize("key", [t.key for t in TARGETS if t.scenario == "healthy" and t.key not in ("killed", "switch")])
 def test_healthy_pages_nobody(running_stack: RunningStack, key: str) -> None:
     """A healthy server fires no alert at all, in Prometheus or at the webhook, once paging has had time."""
     stack = running_stack.stack

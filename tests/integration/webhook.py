@@ -84,6 +84,10 @@ class WebhookReceiver:
         """(path, alert) for every firing alert received so far."""
         return [(n.path, a) for n in self.notifications() for a in n.alerts() if a.get("status") == "firing"]
 
+    def resolved(self) -> list[tuple[str, dict[str, Any]]]:
+        """(path, alert) for every resolved alert received so far."""
+        return [(n.path, a) for n in self.notifications() for a in n.alerts() if a.get("status") == "resolved"]
+
     def serve_in_thread(self) -> WebhookReceiver:
         """Serve from a daemon thread."""
         self._thread = threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.2},
