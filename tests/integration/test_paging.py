@@ -30,10 +30,8 @@ EXPECTED_CHECK = {
 # ties a sidecar to its own SGLang (e.g. a shared pod/host label) instead of the model alone.
 _NATIVE_DEDUP_ACROSS_SERVERS = pytest.mark.xfail(
     strict=True, reason="native alert silenced by another server's exporter for the same model")
-_KNOWN: dict[str, pytest.MarkDecorator] = {}  # prefill_oom fixed: OOM counters now start at 0 per rank
 PAGING_KEYS = [pytest.param(t.key, marks=_NATIVE_DEDUP_ACROSS_SERVERS) if t.key == "native-same-model-storm"
-               else pytest.param(t.key, marks=_KNOWN[t.scenario]) if t.scenario in _KNOWN else t.key
-               for t in TARGETS if t.scenario in EXPECTED_CHECK and t.key != "restart"]
+               else t.key for t in TARGETS if t.scenario in EXPECTED_CHECK and t.key != "restart"]
 ALERT_DEADLINE_S = 120.0  # from stack start; windows are 20 s and `for:` 3 s in the test render
 ADVICE_ANNOTATIONS = ("flag", "action", "suggested_value", "runbook_url")
 SCRAPE_DOWN_ALERTS = ("SGLangTuningScrapeFailing",)
