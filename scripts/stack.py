@@ -82,10 +82,10 @@ def cmd_up(args: argparse.Namespace) -> int:
     workdir = STATE_DIR / time.strftime("run-%Y%m%d-%H%M%S")
     webhook = harness.ManagedProcess("webhook", harness.python_module(
         "integration.webhook", "--port", str(args.webhook_port), "--out", str(workdir / "webhook.jsonl")),
-        workdir / "logs", env=harness.python_env()).start()
+        workdir / "logs", env=harness.python_env(), die_with_parent=not args.detach).start()
     webhook_url = f"http://{harness.LOOPBACK}:{args.webhook_port}"
     timing = Timing(window_s=args.window, for_s=args.for_, exporter_window_s=args.window, exporter_poll_s=1.0)
-    stack = Stack(workdir, specs, webhook_url, timing=timing, ports=ports)
+    stack = Stack(workdir, specs, webhook_url, timing=timing, ports=ports, detached=args.detach)
     try:
         stack.start()
     except Exception as exc:

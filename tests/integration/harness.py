@@ -1,13 +1,14 @@
 """Process harness for the end-to-end suite: loopback ports, start/stop with timeouts, readiness, cleanup.
 
-Every process started here is registered; `stop_all()` runs at interpreter exit as a last resort, so a
-crashed test run leaves nothing listening. Output goes to a log file per process, quoted on failure.
+Every process started here is registered; `stop_all()` runs at interpreter exit, and each child asks
+the kernel for SIGTERM when its parent dies, so even a killed test run leaves nothing listening. Output goes to a log file per process, quoted on failure.
 """
 
 from __future__ import annotations
 
 import atexit
 import contextlib
+import ctypes
 import os
 import signal
 import socket
@@ -46,16 +47,26 @@ class ProcessError(RuntimeError):
     """A managed process failed to start, become ready, or exited early."""
 
 
+def _die_with_parent() -> None:
+    """In the child before exec: get SIGTERM when the parent dies (Linux), even if it is SIGKILLed."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass  # not Linux: atexit and the fixtures still stop everything on a normal exit
+
+
 class ManagedProcess:
     """One child process with its output captured to `log_path`."""
 
     def __init__(self, name: str, argv: Sequence[str], log_dir: Path, *, cwd: Path | None = None,
-                 env: dict[str, str] | None = None) -> None:
+                 env: dict[str, str] | None = None, die_with_parent: bool = True) -> None:
         self.name = name
         self.argv = list(argv)
         self.log_path = log_dir / f"{name}.log"
         self.cwd = cwd
         self.env = env
+        self.die_with_parent = die_with_parent  # False only for `make stack`, which outlives its script
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self) -> ManagedProcess:
@@ -66,7 +77,8 @@ class ManagedProcess:
         out.flush()
         try:
             self.proc = subprocess.Popen(self.argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                         cwd=self.cwd, env=self.env, start_new_session=True)
+                                         cwd=self.cwd, env=self.env, start_new_session=True,
+                                         preexec_fn=_die_with_parent if self.die_with_parent else None)
         except OSError as exc:
             raise ProcessError(f"{self.name}: cannot start {self.argv[0]}: {exc}") from exc
         finally:

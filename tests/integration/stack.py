@@ -150,6 +150,7 @@ class Stack:
     prometheus: ManagedProcess | None = None
     alertmanager: ManagedProcess | None = None
     rule_files: list[Path] = field(default_factory=list)
+    detached: bool = False  # `make stack`: the processes outlive the script that starts them
 
     @property
     def prom_url(self) -> str:
@@ -181,7 +182,7 @@ class Stack:
     def start_exporter(self, t: Target, *, wait: bool = True) -> None:
         """Start (or restart) the exporter of `t`; by default wait until it answers."""
         t.exporter = ManagedProcess(f"exporter-{t.spec.key}", self.exporter_argv(t), self.workdir / "logs",
-                                    cwd=self.workdir, env=python_env()).start()
+                                    cwd=self.workdir, env=python_env(), die_with_parent=not self.detached).start()
         if wait:
             self.wait_exporter(t)
 
@@ -197,7 +198,8 @@ class Stack:
                              "--log-file", str(t.log_file), "--hold-log")
         if t.spec.model_name:
             argv += ["--model-name", t.spec.model_name]
-        t.standin = ManagedProcess(f"sglang-{t.spec.key}", argv, self.workdir / "logs", env=python_env()).start()
+        t.standin = ManagedProcess(f"sglang-{t.spec.key}", argv, self.workdir / "logs", env=python_env(),
+                                   die_with_parent=not self.detached).start()
 
     def start_log(self, t: Target) -> None:
         """Wait for the stand-in of `t`, then let it start its log."""
@@ -253,7 +255,7 @@ class Stack:
             ALERTMANAGER, f"--config.file={am_dir / 'alertmanager.yml'}", f"--storage.path={am_dir / 'data'}",
             f"--web.listen-address={LOOPBACK}:{self.ports['alertmanager']}",
             "--cluster.listen-address=",  # no gossip port: loopback only, one instance
-        ], self.workdir / "logs").start()
+        ], self.workdir / "logs", die_with_parent=not self.detached).start()
         self.alertmanager.wait_http(f"{self.am_url}/-/ready", timeout_s=30)
 
     def _start_prometheus(self) -> None:
@@ -265,7 +267,7 @@ class Stack:
             "--web.enable-lifecycle",
             # an alert sent before the notifier has discovered Alertmanager is dropped; resend soon, not after 1m
             "--rules.alert.resend-delay=2s",
-        ], self.workdir / "logs").start()
+        ], self.workdir / "logs", die_with_parent=not self.detached).start()
         self.prometheus.wait_http(f"{self.prom_url}/-/ready", timeout_s=30)
 
     def processes(self) -> list[ManagedProcess]:

@@ -138,3 +138,47 @@ def test_only_pre_0_5_23_sglang_branches_may_be_empty() -> None:
     assert not older_release_fallback('rate({__name__=~"sglang[:_]num_retracted_requests_total"}[1m])', recorded)
     assert not older_release_fallback("sglang_tuning_retractions_total", recorded)
     assert not older_release_fallback("vector(0)", recorded)
+
+
+def test_children_die_with_a_killed_parent(tmp_path: Path) -> None:
+    """A child started by the harness is terminated when its parent is SIGKILLed (no leaked servers)."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from integration.harness import python_env
+
+    parent_code = (
+        "import sys, time\n"
+        "from pathlib import Path\n"
+        "from integration.harness import ManagedProcess\n"
+        f"p = ManagedProcess('sleeper', [sys.executable, '-c', 'import time; time.sleep(60)'], Path({str(tmp_path)!r}))\n"
+        "print(p.start().pid, flush=True)\n"
+        "time.sleep(60)\n")
+    parent = subprocess.Popen([sys.executable, "-c", parent_code], stdout=subprocess.PIPE, text=True,
+                              env=python_env())
+    try:
+        assert parent.stdout is not None
+        child = int(parent.stdout.readline())
+        os.kill(child, 0)  # running
+        parent.kill()
+        parent.wait(timeout=10)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            try:
+                os.kill(child, 0)
+            except ProcessLookupError:
+                break
+            # a zombie until reaped by init still answers kill(0): check its state
+            stat = Path(f"/proc/{child}/stat")
+            if stat.exists() and stat.read_text().split(") ", 1)[1].startswith("Z"):
+                break
+            time.sleep(0.1)
+        else:
+            os.kill(child, signal.SIGKILL)
+            raise AssertionError("the child outlived its SIGKILLed parent")
+    finally:
+        if parent.poll() is None:
+            parent.kill()
