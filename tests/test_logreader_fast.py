@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -16,6 +17,7 @@ from sglang_tuning_exporter.logparse import ParseStats, new_event, parse_line
 from sglang_tuning_exporter.logreader import (
     EventReader,
     _may_hold_long_line,
+    map_file_parallel,
     read_events,
     read_file_events,
     read_file_parallel,
@@ -274,3 +276,20 @@ def test_generated_bench_log_reads_identically(tmp_path: Path) -> None:
     path = tmp_path / "bench.log"
     bench.generate(path, 20_000)
     _check_file(path, chunk_bytes=256 << 10)
+
+
+def kinds_and_lines(events: Iterator[Event]) -> list[tuple[int, str]]:
+    """A reducer run in the workers (module level, so it is sent by name)."""
+    return [(e.line, e.kind) for e in events]
+
+
+def test_map_file_parallel_reduces_in_workers_in_file_order(tmp_path: Path) -> None:
+    """Results come one per range, in file order; together they cover exactly the sequential events."""
+    path = tmp_path / "x.log"
+    path.write_bytes((FIXTURES / "logs" / "039-gb200-scripts-pd-decode-4dp-cr-progress-noise.log").read_bytes() * 3)
+    want = [(e.line, e.kind) for e in read_file_events(str(path))]
+    stats = ParseStats()
+    parts = list(map_file_parallel(str(path), kinds_and_lines, 2, stats=stats, chunk_bytes=4096))
+    assert len(parts) > 3
+    assert [x for part in parts for x in part] == want
+    assert stats.lines == path.read_bytes().count(b"\n")

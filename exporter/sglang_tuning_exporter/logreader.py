@@ -10,7 +10,9 @@ the message or, failing that, from the frames (`forward_extend` vs `forward_deco
 
 from __future__ import annotations
 
+import functools
 import gzip
+import itertools
 import multiprocessing
 import os
 import re
@@ -18,7 +20,7 @@ from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from multiprocessing.pool import AsyncResult
-from typing import IO, Any
+from typing import IO, Any, Generic, TypeVar
 
 from . import events as ev
 from .events import Event
@@ -448,14 +450,16 @@ def _count_newlines(job: tuple[str, int, int]) -> int:
     return count
 
 
+T = TypeVar("T")
 _Row = tuple[int, str, str | None, dict[str, int], dict[str, Any]]
+_Job = tuple[str, int, int, int, int, tuple[int, str] | None]  # path, start, end, first line, limit, known OOM
 
 
 @dataclass
-class _ChunkResult:
-    """What one parallel task sends back (plain tuples pickle several times faster than Events)."""
+class _RangeResult(Generic[T]):
+    """What one parallel task sends back: the reduction of its events and the reader's state."""
 
-    rows: list[_Row]
+    value: T
     stats: ParseStats
     last_oom: tuple[int, str] | None
     blind_check: int | None
@@ -476,14 +480,14 @@ def _range_reader(fh: IO[bytes], start: int, end: int) -> Callable[[int], bytes]
     return read
 
 
-def _parse_range(job: tuple[str, int, int, int, int]) -> _ChunkResult:
-    """Worker: the events of bytes [start, end) of a file whose first line is `first_line`."""
-    path, start, end, first_line, max_line_bytes = job
+def _reduce_range(fn: Callable[[Iterator[Event]], T], job: _Job) -> _RangeResult[T]:
+    """Worker (or parent, for a re-read): fn over the events of one byte range of a file."""
+    path, start, end, first_line, max_line_bytes, known_oom = job
     reader = EventReader(first_line)
+    reader._last_oom = known_oom
     with open(path, "rb") as fh:
-        rows = [(e.line, e.kind, e.time, e.rank, e.fields)
-                for e in _stream_events(_range_reader(fh, start, end), reader, max_line_bytes)]
-    return _ChunkResult(rows, reader.stats, reader._last_oom, reader.first_blind_oom_check)
+        value = fn(_stream_events(_range_reader(fh, start, end), reader, max_line_bytes))
+    return _RangeResult(value, reader.stats, reader._last_oom, reader.first_blind_oom_check)
 
 
 def merge_stats(into: ParseStats, part: ParseStats) -> None:
@@ -505,60 +509,68 @@ def _is_plain_file(path: str) -> bool:
         return fh.read(2) != b"\x1f\x8b"
 
 
-def read_file_parallel(path: str, workers: int | None = None, *, stats: ParseStats | None = None,
-                       max_line_bytes: int = MAX_LINE_BYTES, chunk_bytes: int = CHUNK_BYTES) -> Iterator[Event]:
-    """read_file_events in a process pool (fork): the same events in the same order with the same
-    line numbers, and the same statistics added to `stats`. A plain file is cut into byte ranges at
-    record heads; workers count the newlines of every range first (so each knows its first line
-    number), then parse the ranges. gzip, stdin, small files and one worker read sequentially."""
+def map_file_parallel(path: str, fn: Callable[[Iterator[Event]], T], workers: int | None = None, *,
+                      stats: ParseStats | None = None, max_line_bytes: int = MAX_LINE_BYTES,
+                      chunk_bytes: int = CHUNK_BYTES) -> Iterator[T]:
+    """`fn(events)` for each byte range of a log, run in a process pool (fork), results in file order.
+
+    The events fn sees are exactly read_file_events' (same line numbers, same multi-line records, a
+    re-raised OOM linked to an OOM of the previous range), and the statistics are added to `stats`.
+    fn must be a module-level function (it is sent to the workers by name) whose result pickles;
+    reducing in the workers is what makes this fast, since building Python objects in the parent
+    costs about as much as parsing. A plain file is cut at `[<digit>` record heads into ranges of
+    about `chunk_bytes`; workers first count each range's newlines so every range knows its first
+    line number. gzip, stdin, small files and one worker: one range read here."""
     workers = workers or os.cpu_count() or 1
     total = stats if stats is not None else ParseStats()
     size = os.path.getsize(path) if _is_plain_file(path) else 0
-    methods = multiprocessing.get_all_start_methods()
-    if workers < 2 or size < 2 * chunk_bytes or "fork" not in methods:
+    if workers < 2 or size < 2 * chunk_bytes or "fork" not in multiprocessing.get_all_start_methods():
         reader = EventReader()
         reader.classifier.stats = total
-        yield from read_file_events(path, reader=reader, max_line_bytes=max_line_bytes)
+        yield fn(read_file_events(path, reader=reader, max_line_bytes=max_line_bytes))
         return
     ranges = split_ranges(path, size, chunk_bytes)
     ctx = multiprocessing.get_context("fork")
     with ctx.Pool(workers) as pool:
         counts = pool.map(_count_newlines, [(path, a, b) for a, b in ranges])
+        jobs: list[_Job] = []
         first = 1
-        jobs: list[tuple[str, int, int, int, int]] = []
         for (a, b), n in zip(ranges, counts, strict=True):
-            jobs.append((path, a, b, first, max_line_bytes))
+            jobs.append((path, a, b, first, max_line_bytes, None))
             first += n
-        pending: deque[AsyncResult[_ChunkResult]] = deque()
+        task = functools.partial(_reduce_range, fn)
+        pending: deque[AsyncResult[_RangeResult[T]]] = deque()
         queue = iter(jobs)
-        for job in queue:
-            pending.append(pool.apply_async(_parse_range, (job,)))
-            if len(pending) >= 2 * workers:
-                break
+        # At most two ranges per worker in flight: results wait in memory only that long.
+        for job in itertools.islice(queue, 2 * workers):
+            pending.append(pool.apply_async(task, (job,)))
         last_oom: tuple[int, str] | None = None
-        index = 0
-        while pending:
+        for job in jobs:
             part = pending.popleft().get()
-            job = jobs[index]
-            index += 1
-            for nxt in queue:
-                pending.append(pool.apply_async(_parse_range, (nxt,)))
-                break
+            for nxt in itertools.islice(queue, 1):
+                pending.append(pool.apply_async(task, (nxt,)))
             blind = part.blind_check
             if last_oom is not None and blind is not None and blind - last_oom[0] < _DEDUP_DISTANCE:
-                # A re-raised OOM near the end of the previous range: read this range again here,
-                # knowing that OOM, so the traceback is linked to it exactly as a sequential read does.
-                reader = EventReader(job[3])
-                reader._last_oom = last_oom
-                with open(path, "rb") as fh:
-                    events = list(_stream_events(_range_reader(fh, job[1], job[2]), reader, max_line_bytes))
-                merge_stats(total, reader.stats)
-                if reader._last_oom is not None:
-                    last_oom = reader._last_oom
-                yield from events
-                continue
+                # A traceback re-raising an OOM of the previous range: read this range again here,
+                # knowing that OOM, so it is linked to it exactly as a sequential read does.
+                part = _reduce_range(fn, (*job[:5], last_oom))
             merge_stats(total, part.stats)
             if part.last_oom is not None:
                 last_oom = part.last_oom
-            for row in part.rows:
-                yield new_event(*row)
+            yield part.value
+
+
+def _rows(events: Iterator[Event]) -> list[_Row]:
+    """Plain tuples: they cross the process boundary faster than Events."""
+    return [(e.line, e.kind, e.time, e.rank, e.fields) for e in events]
+
+
+def read_file_parallel(path: str, workers: int | None = None, *, stats: ParseStats | None = None,
+                       max_line_bytes: int = MAX_LINE_BYTES, chunk_bytes: int = CHUNK_BYTES) -> Iterator[Event]:
+    """read_file_events with the parsing done in a process pool (see map_file_parallel): the same
+    events in the same order, delivered to this process. Rebuilding them here costs about as much
+    as parsing, so this pays only with more than two cores; reduce in the workers when you can."""
+    for rows in map_file_parallel(path, _rows, workers, stats=stats, max_line_bytes=max_line_bytes,
+                                  chunk_bytes=chunk_bytes):
+        for row in rows:
+            yield new_event(*row)
