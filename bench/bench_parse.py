@@ -28,6 +28,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -101,19 +102,41 @@ def _maxrss_mb(who: int = resource.RUSAGE_SELF) -> float:
     return resource.getrusage(who).ru_maxrss / 1024.0  # Linux reports KiB
 
 
+def _cpu_seconds() -> float:
+    """User + system time of this process and its finished children (the pool's workers)."""
+    return sum(getattr(resource.getrusage(w), f) for w in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)
+               for f in ("ru_utime", "ru_stime"))
+
+
+def count_events(events: Iterator[Any]) -> int:
+    """ours-map's reduction, run in the workers: every event is built there, only a count comes back."""
+    return sum(1 for _e in events)
+
+
 def worker(kind: str, path: str) -> dict[str, Any]:
     """Run one variant in this process and report lines, events, seconds and peak RSS."""
     lines = events = 0
     if kind.startswith("ours"):
         # Imported before the clock starts: the figure is the reading, not the interpreter's start-up.
         from sglang_tuning_exporter.logparse import ParseStats
-        from sglang_tuning_exporter.logreader import EventReader, read_file_events, read_file_parallel
+        from sglang_tuning_exporter.logreader import (
+            EventReader,
+            map_file_parallel,
+            read_file_events,
+            read_file_parallel,
+        )
+    cpu0 = _cpu_seconds()
     t0 = time.perf_counter()
     if kind == "ours":
         reader = EventReader()
         for _e in read_file_events(path, reader=reader):
             events += 1
         lines = reader.stats.lines
+    elif kind.startswith("ours-map"):
+        stats = ParseStats()
+        for n in map_file_parallel(path, count_events, int(kind.partition(":")[2]), stats=stats):
+            events += n
+        lines = stats.lines
     elif kind.startswith("ours-par"):
         stats = ParseStats()
         for _e in read_file_parallel(path, int(kind.partition(":")[2]), stats=stats):
@@ -131,8 +154,9 @@ def worker(kind: str, path: str) -> dict[str, Any]:
                     events += 1
     seconds = time.perf_counter() - t0
     rss = max(_maxrss_mb(), _maxrss_mb(resource.RUSAGE_CHILDREN))
+    cpu = _cpu_seconds() - cpu0
     return {"variant": kind.partition(":")[0], "lines": lines, "events": events, "seconds": seconds,
-            "maxrss_mb": rss}
+            "maxrss_mb": rss, "cpu": cpu}
 
 
 def run_worker(kind: str, path: Path) -> dict[str, Any]:
@@ -149,15 +173,18 @@ def run_mtail(path: Path, n: int) -> dict[str, Any] | None:
     with tempfile.TemporaryDirectory() as progs:
         Path(progs, "sglang.mtail").write_text(MTAIL_PROG)
         before = _maxrss_mb(resource.RUSAGE_CHILDREN)
+        ru0 = resource.getrusage(resource.RUSAGE_CHILDREN)
         t0 = time.perf_counter()
         proc = subprocess.run([MTAIL, "--one_shot", "--one_shot_format", "prometheus", "--progs", progs,
                                "--logs", str(path), "--logtostderr"], capture_output=True, text=True)
         seconds = time.perf_counter() - t0
         rss = _maxrss_mb(resource.RUSAGE_CHILDREN)
+        ru1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+        cpu = ru1.ru_utime + ru1.ru_stime - ru0.ru_utime - ru0.ru_stime
     if proc.returncode != 0 or "queue_req" not in proc.stdout:
         print(f"mtail failed (exit {proc.returncode}): {proc.stderr[-500:]}", file=sys.stderr)
         return None
-    return {"variant": "mtail", "lines": n, "events": None, "seconds": seconds,
+    return {"variant": "mtail", "lines": n, "events": None, "seconds": seconds, "cpu": cpu,
             "maxrss_mb": rss if rss > before else None}
 
 
@@ -203,7 +230,8 @@ def main() -> int:
         load = os.getloadavg()[0]
         print(f"log: {args.lines:,} lines, {size_mb:.0f} MB; mix " +
               ", ".join(f"{k} {w:.1%}" for k, w in MIX))
-        results = [run_worker("ours", big), run_worker(f"ours-par:{args.workers}", big), run_worker("naive", big)]
+        results = [run_worker("ours", big), run_worker(f"ours-par:{args.workers}", big),
+                   run_worker(f"ours-map:{args.workers}", big), run_worker("naive", big)]
         m = run_mtail(big, args.lines)
         if m is not None:
             results.append(m)
@@ -212,16 +240,16 @@ def main() -> int:
     par = results[1]
     print(f"load average before the runs: {load:.1f}, after: {os.getloadavg()[0]:.1f}; "
           f"ours-par workers: {args.workers}")
-    print(f"{'variant':8} {'lines/s':>12} {'seconds':>8} {'events':>10} {'peak RSS MB':>12} {'ours / this':>11} "
-          f"{'ours-par / this':>15}")
+    mapped = results[2]
+    print(f"{'variant':8} {'lines/s':>12} {'seconds':>8} {'cpu s':>6} {'events':>10} {'peak RSS MB':>12} "
+          f"{'ours / this':>11} {'ours-par / this':>15} {'ours-map / this':>15}")
     for r in results:
         rate = r["lines"] / r["seconds"]
-        ratio = (ours["lines"] / ours["seconds"]) / rate
-        pratio = (par["lines"] / par["seconds"]) / rate
+        ratios = " ".join(f"{(x['lines'] / x['seconds']) / rate:14.2f}x" for x in (ours, par, mapped))
         events = "-" if r["events"] is None else f"{r['events']:,}"
         rss = "-" if r["maxrss_mb"] is None else f"{r['maxrss_mb']:.0f}"
-        print(f"{r['variant']:8} {rate:12,.0f} {r['seconds']:8.2f} {events:>10} {rss:>12} {ratio:10.2f}x "
-              f"{pratio:14.2f}x")
+        cpu = "-" if r.get("cpu") is None else f"{r['cpu']:.2f}"
+        print(f"{r['variant']:8} {rate:12,.0f} {r['seconds']:8.2f} {cpu:>6} {events:>10} {rss:>12} {ratios}")
     print(f"ours peak RSS: {small_ours['maxrss_mb']:.0f} MB at {small_ours['lines']:,} lines, "
           f"{ours['maxrss_mb']:.0f} MB at {ours['lines']:,} lines")
     if m is None:
