@@ -104,8 +104,11 @@ def _maxrss_mb(who: int = resource.RUSAGE_SELF) -> float:
 
 def _cpu_seconds() -> float:
     """User + system time of this process and its finished children (the pool's workers)."""
-    return sum(getattr(resource.getrusage(w), f) for w in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)
-               for f in ("ru_utime", "ru_stime"))
+    total = 0.0
+    for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN):
+        ru = resource.getrusage(who)
+        total += ru.ru_utime + ru.ru_stime
+    return total
 
 
 def count_events(events: Iterator[Any]) -> int:
