@@ -14,6 +14,7 @@ from typing import Any
 from .checks import version_tuple
 from .events import Event
 from .model import Observation, Rank, ServerState
+from .signals import Sample
 from .timeparse import event_seconds, has_date
 
 SECONDS_PER_LINE = 1.0  # the stand-in clock of a log without timestamps
@@ -30,6 +31,11 @@ _ARG_FACTS = {"max_running_requests": "max_running_requests", "chunked_prefill_s
 
 
 def _num(v: Any) -> float | None:
+    c = v.__class__
+    if c is float:
+        return v  # type: ignore[no-any-return]
+    if c is int:
+        return float(v)
     if isinstance(v, bool):
         return 1.0 if v else 0.0
     if isinstance(v, (int, float)):
@@ -72,6 +78,7 @@ class EventConverter:
         self.first_time: float | None = None
         self.last_time: float | None = None
         self.time_has_date: bool | None = None
+        self._ranks: dict[tuple[tuple[str, int], ...], Rank] = {}  # event rank dict -> Rank (bounded)
 
     def _time(self, e: Event) -> float:
         if self.clock is not None:
@@ -226,6 +233,63 @@ class EventConverter:
         decode_graph = stage.startswith("cuda_graph_") and "draft" not in graph and "verify" not in graph
         if decode_graph and isinstance(sizes, list) and sizes:
             add("cuda_graph_max_bs_captured", max(s for s in sizes if isinstance(s, (int, float))))
+
+    def _rank(self, d: dict[str, int]) -> Rank:
+        key = tuple(d.items())
+        rank = self._ranks.get(key)
+        if rank is None:
+            if len(self._ranks) >= 4096:
+                self._ranks.clear()  # bounded: ranks come and go
+            rank = self._ranks[key] = Rank.from_dict(d)
+        return rank
+
+    def convert_batch(self, events: Iterable[Event]) -> list[Observation | Sample]:
+        """`convert` of many events, except that each Decode/Prefill line's batch values come as one
+        `Sample` (what `Window.add_sample` takes) instead of one observation per field."""
+        out: list[Observation | Sample] = []
+        server = self.server
+        for e in events:
+            kind = e.kind
+            if kind != "decode" and kind != "prefill":
+                out.extend(self.convert(e))
+                continue
+            # What `convert` does for these kinds (apply_to_server only reads args/version events).
+            t = self._time(e)
+            rank = self._rank(e.rank)
+            f = e.fields
+            usage = self._usage(f)
+            if kind == "decode":
+                if server is not None and "cuda_graph" in f:
+                    self.note_version_floor("0.4.7")
+                s = Sample(t, rank, False, _num(f.get("num_queue_reqs")), _num(f.get("num_running_reqs")), usage,
+                           _num(f.get("gen_throughput")), _num(f.get("num_used_tokens", f.get("num_full_tokens"))),
+                           _num(f["cuda_graph"]) if "cuda_graph" in f else None)
+                if (s.queue is not None or s.running is not None or usage is not None or s.throughput is not None
+                        or s.used is not None or s.graph is not None):
+                    out.append(s)
+                continue
+            new = _num(f.get("num_new_tokens"))
+            if new is not None:
+                out.append(Observation(t, "prefill_new_tokens", new, rank, "log"))
+            cached = _num(f.get("num_cached_tokens"))
+            if cached is not None:
+                out.append(Observation(t, "prefill_cached_tokens", cached, rank, "log"))
+            s = Sample(t, rank, True, _num(f.get("num_queue_reqs")), _num(f.get("num_running_reqs")), usage)
+            if s.queue is not None or s.running is not None or usage is not None:
+                out.append(s)
+        return out
+
+    @staticmethod
+    def _usage(f: dict[str, Any]) -> float | None:
+        """The token_usage `_batch_sample` emits (None when it emits none)."""
+        if "token_usage" in f:
+            u = _num(f["token_usage"])
+            if u is not None:
+                return u
+        usages = [u for u in (_num(f.get(k)) for k in _USAGE_KEYS) if u is not None]
+        if not usages:
+            return None
+        return _num(f["token_usage"]) if "token_usage" in f else max(usages)
 
     def convert_all(self, events: Iterable[Event]) -> Iterator[Observation]:
         """Observations for many events, in order."""

@@ -137,9 +137,10 @@ def build_advisor(cfg: ServeConfig) -> Advisor:
     if problems:
         raise StartupError(problems)
     to_obs = _converter(observations)
+    to_samples = getattr(to_obs, "batch", None)  # the same converter, a Sample per Decode/Prefill line
     if advisor_mod is None or table is None or config is None:
         log.warning("checks unavailable in this build: serving raw signals without findings")
-        return Advisor(window=None, evaluate=None, document=None, to_observations=to_obs)
+        return Advisor(window=None, evaluate=None, document=None, to_observations=to_obs, to_samples=to_samples)
     defaults = type(config)()
     changes: dict[str, Any] = {}
     if config.window_s == defaults.window_s:
@@ -165,7 +166,7 @@ def build_advisor(cfg: ServeConfig) -> Advisor:
 
     exported = frozenset({c.signal for c in table.checks} | set(EXTRA_SIGNALS))
     return Advisor(window=window, evaluate=evaluate, document=document, to_observations=to_obs,
-                   window_s=window_s, exported_signals=exported)
+                   window_s=window_s, exported_signals=exported, to_samples=to_samples)
 
 
 def _converter(observations: ModuleType | None) -> Callable[[list[Event], float], list[Observation]] | None:
@@ -179,6 +180,11 @@ def _converter(observations: ModuleType | None) -> Callable[[list[Event], float]
         clock_now[0] = now
         return list(converter.convert_all(events))
 
+    def batch(events: list[Event], now: float) -> list[Any]:
+        clock_now[0] = now
+        return list(converter.convert_batch(events))
+
+    to_obs.batch = batch  # type: ignore[attr-defined]
     return to_obs
 
 

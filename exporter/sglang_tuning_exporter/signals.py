@@ -16,6 +16,7 @@ import operator
 from collections import Counter, deque
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from .model import Observation, Rank
 
@@ -63,6 +64,43 @@ SIGNAL_NAMES = (
     "mem_fraction_static_estimate",
     "decode_samples", "queue_samples", "kv_samples", "graph_samples", "prefill_samples",
 )
+
+
+class Sample(NamedTuple):
+    """One Decode (or Prefill) line's batch sample: the values its per-field observations would carry
+    (None = the line lacks that field). `Window.add_sample` takes it in one step."""
+
+    time: float
+    rank: Rank
+    prefill: bool  # a Prefill line: only queue, running and usage count (judged as prefill samples)
+    queue: float | None
+    running: float | None
+    usage: float | None
+    throughput: float | None = None
+    used: float | None = None  # num_used_tokens: not aggregated, but part of the sample
+    graph: float | None = None
+    source: str = "log"
+
+
+def _sample_pairs(s: Sample) -> tuple[tuple[str, float | None], ...]:
+    """(observation name, value) of a sample, in the order EventConverter emits a line's observations."""
+    if s.prefill:
+        return (("num_queue_reqs", s.queue), ("num_running_reqs", s.running), ("token_usage", s.usage))
+    return (("num_queue_reqs", s.queue), ("num_running_reqs", s.running), ("token_usage", s.usage),
+            ("gen_throughput", s.throughput), ("num_used_tokens", s.used), ("cuda_graph", s.graph))
+
+
+_PREFILL_PREFIXED = {v: k for k, v in PREFILL_SAMPLE_NAMES.items()}
+
+
+def sample_observations(s: Sample) -> list[Observation]:
+    """The per-field observations a sample stands for (for windows without `add_sample`)."""
+    return [Observation(s.time, _PREFILL_PREFIXED[name] if s.prefill else name, v, s.rank, s.source)
+            for name, v in _sample_pairs(s) if v is not None]
+
+
+def _finite(v: float | None) -> float | None:
+    return v if v is None or math.isfinite(v) else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -326,6 +364,7 @@ class Window:
         self.fold_tp = fold_tp
         self.expired = 0  # ranks dropped for staleness or the cap
         self._ranks: dict[Rank, _RankState] = {}
+        self._folded: dict[Rank, Rank] = {}  # rank -> its folded rank (bounded in _fold)
 
     # ---------------------------------------------------------------- input
     def ranks(self) -> list[Rank]:
@@ -347,6 +386,16 @@ class Window:
             if t < st.first_seen:
                 st.first_seen = t
         return st
+
+    def _fold(self, rank: Rank) -> Rank:
+        if not self.fold_tp:
+            return rank
+        folded = self._folded.get(rank)
+        if folded is None:
+            if len(self._folded) >= 4 * self.max_ranks:
+                self._folded.clear()  # bounded: ranks come and go
+            folded = self._folded[rank] = fold_rank(rank)
+        return folded
 
     def _bucket(self, st: _RankState, t: float) -> Bucket:
         start = math.floor(t / self.resolution_s) * self.resolution_s
@@ -371,31 +420,14 @@ class Window:
         """Add one observation (any order of names; a sample's values share a time)."""
         if not math.isfinite(obs.value) or not math.isfinite(obs.time):
             return
-        rank = fold_rank(obs.rank) if self.fold_tp else obs.rank
+        rank = self._fold(obs.rank)
         st = self._state(rank, obs.time)
         if obs.source == "log":
             st.from_log = True
         name = obs.name
         prefill = name in PREFILL_SAMPLE_NAMES
         if prefill or name in SAMPLE_NAMES:
-            key = PREFILL_SAMPLE_NAMES.get(name, name)
-            p = st.pending
-            if p is not None and (p.time != obs.time or key in p.names or p.prefill != prefill):
-                self._commit(st)
-                p = None
-            if p is None:
-                p = st.pending = _Pending(obs.time, prefill)
-            p.names.add(key)
-            if key == "num_queue_reqs":
-                p.queue = obs.value
-            elif key == "num_running_reqs":
-                p.running = obs.value
-            elif key == "token_usage":
-                p.usage = obs.value
-            elif key == "cuda_graph":
-                p.graph = obs.value
-            elif key == "gen_throughput":
-                p.throughput = obs.value
+            self._sample_value(st, PREFILL_SAMPLE_NAMES.get(name, name), obs.value, obs.time, prefill)
         elif name in EVENT_NAMES:
             if self.fold_tp and (name == "retraction" or name.startswith("oom_")) and obs.rank.tp is not None:
                 # The same event printed by every TP rank of the replica counts once.
@@ -422,6 +454,126 @@ class Window:
         elif name in FACT_NAMES:
             self.set_fact(rank, name, obs.value, tp=obs.rank.tp, time=obs.time)
 
+    def _sample_value(self, st: _RankState, key: str, value: float, t: float, prefill: bool) -> None:
+        # Values of one line share a time; a repeated name (or a new time) starts the next sample.
+        p = st.pending
+        if p is not None and (p.time != t or key in p.names or p.prefill != prefill):
+            self._commit(st)
+            p = None
+        if p is None:
+            p = st.pending = _Pending(t, prefill)
+        p.names.add(key)
+        if key == "num_queue_reqs":
+            p.queue = value
+        elif key == "num_running_reqs":
+            p.running = value
+        elif key == "token_usage":
+            p.usage = value
+        elif key == "cuda_graph":
+            p.graph = value
+        elif key == "gen_throughput":
+            p.throughput = value
+
+    def add_sample(self, s: Sample) -> None:
+        """Add one line's sample: the same result as `add` of each of its observations, in one step."""
+        t = s.time
+        if not math.isfinite(t):
+            return
+        q, r, u = s.queue, s.running, s.usage
+        # The common line: every field present and finite (the sum is finite only when each value is).
+        if (q is not None and r is not None and u is not None
+                and (s.prefill or (s.throughput is not None and s.used is not None and s.graph is not None))
+                and math.isfinite(q + r + u + (0.0 if s.prefill else s.throughput + s.used + s.graph))  # type: ignore[operator]
+                and self._add_complete(s, t)):
+            return
+        # Non-finite values are dropped, as `add` drops such observations.
+        pairs = tuple((name, _finite(v)) for name, v in _sample_pairs(s))
+        names = [name for name, v in pairs if v is not None]
+        if not names:
+            return
+        st = self._state(self._fold(s.rank), t)
+        if s.source == "log":
+            st.from_log = True
+        prefill = s.prefill
+        p = st.pending
+        if p is not None and p.time == t and p.prefill == prefill and names[0] not in p.names:
+            for name, v in pairs:  # rare: the line completes a partial sample
+                if v is not None:
+                    self._sample_value(st, name, v, t, prefill)
+            return
+        if p is not None:
+            self._commit(st)
+        q, r, u = pairs[0][1], pairs[1][1], pairs[2][1]
+        tp, g = (None, None) if prefill else (pairs[3][1], pairs[5][1])
+        if len(names) == len(pairs):
+            # Every field present: any later value of this rank starts a new sample, so commit now.
+            b = self._bucket(st, t)
+            (b.prefill if prefill else b.decode).add(q, r, u, g, tp, self.params.usage_good,
+                                                     self.params.queue_band)
+        else:
+            st.pending = _Pending(t, prefill, set(names), q, r, u, g, tp)
+
+    def _add_complete(self, s: Sample, t: float) -> bool:
+        # Every field present: any later value of this rank starts a new sample, so commit now.
+        # False (nothing done) when the line's first value would still join a partial pending sample.
+        rank = s.rank
+        folded = self._folded.get(rank) if self.fold_tp else rank
+        st = self._state(folded if folded is not None else self._fold(rank), t)
+        p = st.pending
+        if p is not None:
+            if p.time == t and p.prefill == s.prefill and "num_queue_reqs" not in p.names:
+                return False
+            self._commit(st)
+        if s.source == "log":
+            st.from_log = True
+        b = self._bucket(st, t)
+        if s.prefill:
+            b.prefill.add(s.queue, s.running, s.usage, None, None, self.params.usage_good, self.params.queue_band)
+        else:
+            b.decode.add(s.queue, s.running, s.usage, s.graph, s.throughput, self.params.usage_good,
+                         self.params.queue_band)
+        return True
+
+    def add_items(self, items: Iterable[Observation | Sample]) -> None:
+        """Add observations and samples, in order: the same result as `add`/`add_sample` one by one.
+
+        A poll's lines share a time, so each rank's state and bucket are looked up once per call
+        (by Rank object: the converter hands out one object per rank)."""
+        seen: dict[int, tuple[Rank, float, _RankState, Bucket]] = {}  # id(rank) -> rank (kept alive), t, ...
+        shape = (len(self._ranks), self.expired)
+        good, band = self.params.usage_good, self.params.queue_band
+        finite = math.isfinite
+        for o in items:
+            if not isinstance(o, Sample):
+                self.add(o)
+                if (len(self._ranks), self.expired) != shape:
+                    seen.clear()  # a rank was created or evicted: cached states may be gone
+                    shape = (len(self._ranks), self.expired)
+                continue
+            q, r, u = o.queue, o.running, o.usage
+            hit = seen.get(id(o.rank))
+            if (hit is not None and hit[1] == o.time and q is not None and r is not None and u is not None
+                    and o.source == "log" and hit[2].pending is None):
+                if o.prefill:
+                    if finite(q + r + u):
+                        hit[3].prefill.add(q, r, u, None, None, good, band)
+                        continue
+                elif (o.throughput is not None and o.used is not None and o.graph is not None
+                      and finite(q + r + u + o.throughput + o.used + o.graph)):
+                    hit[3].decode.add(q, r, u, o.graph, o.throughput, good, band)
+                    continue
+            self.add_sample(o)
+            now_shape = (len(self._ranks), self.expired)
+            if now_shape != shape:
+                seen.clear()  # a rank was created or evicted: cached states may be gone
+                shape = now_shape
+            if o.source == "log" and math.isfinite(o.time):
+                st = self._ranks.get(self._fold(o.rank))
+                if st is not None and st.pending is None and st.from_log and st.buckets:
+                    start, bucket = st.buckets[-1]
+                    if start == math.floor(o.time / self.resolution_s) * self.resolution_s:
+                        seen[id(o.rank)] = (o.rank, o.time, st, bucket)
+
     def set_fact(self, rank: Rank, name: str, value: float, *, tp: int | None = None,
                  time: float | None = None) -> None:
         """Record a startup fact for an (already folded) rank."""
@@ -444,7 +596,7 @@ class Window:
     def add_bucket(self, rank: Rank, start: float, bucket: Bucket, *, from_log: bool = True,
                    first: float | None = None, last: float | None = None) -> None:
         """Merge a pre-aggregated bucket (built elsewhere, e.g. in a worker) for `rank`."""
-        rank = fold_rank(rank) if self.fold_tp else rank
+        rank = self._fold(rank)
         st = self._state(rank, start if first is None else first)
         if last is not None and last > st.last_seen:
             st.last_seen = last

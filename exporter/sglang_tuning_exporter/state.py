@@ -15,6 +15,7 @@ from typing import Any
 
 from .events import Event
 from .model import Finding, Observation, Rank, ServerState
+from .signals import Sample
 
 SOURCES = ("log", "metrics", "server_info")
 # Observation names kept as "latest value" gauges per rank.
@@ -170,18 +171,49 @@ class LiveState:
             return len(stale)
 
     # --- inputs -------------------------------------------------------------------------------
-    def add_observations(self, observations: Iterable[Observation], now: float) -> None:
-        """Latest gauges per rank; counter deltas from the metrics source."""
+    def add_observations(self, observations: Iterable[Observation | Sample], now: float) -> None:
+        """Latest gauges per rank; counter deltas from the metrics source (a Sample: a Decode line's gauges)."""
         last_rank: Rank | None = None
         data: _RankData | None = None
+        touched: dict[int, tuple[Rank, _RankData]] = {}  # id(rank) -> (rank kept alive, its data)
+        expired = self._expired
         with self._lock:
             for o in observations:
+                if isinstance(o, Sample):
+                    if o.prefill:
+                        continue  # prefill_* sample names are not gauges
+                    q, r, u, tp = o.queue, o.running, o.usage, o.throughput
+                    if q is None and r is None and u is None and tp is None:
+                        continue
+                    hit = touched.get(id(o.rank))
+                    if hit is None:
+                        sd = self._touch(o.rank, now)
+                        if self._expired != expired:
+                            touched.clear()  # a rank was evicted to make room: cached entries may be gone
+                            expired = self._expired
+                        touched[id(o.rank)] = (o.rank, sd)
+                    else:
+                        sd = hit[1]
+                    gauges = sd.gauges
+                    if q is not None:
+                        gauges["num_queue_reqs"] = q
+                    if r is not None:
+                        gauges["num_running_reqs"] = r
+                    if u is not None:
+                        gauges["token_usage"] = u
+                    if tp is not None:
+                        gauges["gen_throughput"] = tp
+                    last_rank = None  # the observation path below re-touches its rank
+                    continue
                 gauge = o.name in GAUGE_NAMES
                 if not gauge and (o.source == "log" or o.name not in _METRICS_COUNTED):
                     continue  # log counters come from events (add_events), not twice
                 if o.rank is not last_rank or data is None:
                     # One event's observations share their Rank object: touch it once.
                     data, last_rank = self._touch(o.rank, now), o.rank
+                    if self._expired != expired:
+                        touched.clear()
+                        expired = self._expired
                 if gauge:
                     data.gauges[o.name] = o.value
                 if o.source == "log":
@@ -201,35 +233,54 @@ class LiveState:
     def add_events(self, events: Iterable[Event], now: float) -> None:
         """Counters from log events: decode samples, retractions, prefill tokens, OOMs."""
         with self._lock:
+            # A poll's events share `now`: each rank is looked up and touched once per call.
+            seen: dict[tuple[tuple[str, int], ...], tuple[Rank, _RankData]] = {}
+            decoded: dict[int, _RankData] = {}  # ranks with Decode lines: prune their no-graph samples once
+            expired = self._expired
             for e in events:
-                if e.kind not in _COUNTED_KINDS:
+                kind = e.kind
+                if kind not in _COUNTED_KINDS:
                     continue  # config and startup events are not per-rank activity
                 key = tuple(e.rank.items())
-                rank = self._rank_of.get(key)
-                if rank is None:
-                    rank = self._rank_of[key] = Rank.from_dict(e.rank)
-                data = self._touch(rank, now)
+                hit = seen.get(key)
+                if hit is None:
+                    rank = self._rank_of.get(key)
+                    if rank is None:
+                        rank = self._rank_of[key] = Rank.from_dict(e.rank)
+                    data = self._touch(rank, now)
+                    if self._expired != expired:
+                        seen.clear()  # a rank was evicted to make room: cached entries may be gone
+                        expired = self._expired
+                    seen[key] = (rank, data)
+                else:
+                    rank, data = hit
                 f = e.fields
-                if e.kind == "decode":
+                if kind == "decode":
                     cg = f.get("cuda_graph")
                     label = "unknown" if not isinstance(cg, bool) else ("true" if cg else "false")
-                    self._count(rank, "decode_samples", label, 1)
+                    per_rank = self._counters.get(rank)
+                    if per_rank is None:
+                        per_rank = self._counters[rank] = {}
+                    k = ("decode_samples", label)
+                    per_rank[k] = per_rank.get(k, 0.0) + 1
                     bs = f.get("num_running_reqs")
                     if cg is False and isinstance(bs, (int, float)):
                         data.no_graph.append((now, float(bs)))
-                    self._prune_no_graph(data, now)
-                elif e.kind == "retract":
+                    decoded[id(data)] = data
+                elif kind == "retract":
                     self._count(rank, "retractions", "", 1)
                     n = f.get("num_retracted_reqs")
                     self._count(rank, "retracted_requests", "", float(n) if isinstance(n, (int, float)) else 0)
-                elif e.kind == "prefill":
+                elif kind == "prefill":
                     for field_name, label in (("num_new_tokens", "new"), ("num_cached_tokens", "cached")):
                         v = f.get(field_name)
                         if isinstance(v, (int, float)) and not isinstance(v, bool):
                             self._count(rank, "prefill_tokens", label, float(v))
-                elif e.kind == "oom":
+                elif kind == "oom":
                     phase = f.get("phase") if f.get("phase") in ("prefill", "decode", "startup") else "unknown"
                     self._count(rank, "oom_events", str(phase), 1)
+            for data in decoded.values():
+                self._prune_no_graph(data, now)
 
     def _prune_no_graph(self, data: _RankData, now: float) -> None:
         while data.no_graph and now - data.no_graph[0][0] > self.window_s:

@@ -1,0 +1,218 @@
+"""The sidecar's batched log intake (one Sample per Decode/Prefill line, one parser call per poll)
+gives exactly what the per-observation path gives: same signals, same live state, same exposition."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import random
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sglang_tuning_exporter import logreader
+from sglang_tuning_exporter.events import Event
+from sglang_tuning_exporter.model import Observation, Rank
+from sglang_tuning_exporter.observations import EventConverter
+from sglang_tuning_exporter.serve import build_advisor, build_sidecar, log_input_for, make_web
+from sglang_tuning_exporter.serveconfig import ServeConfig
+from sglang_tuning_exporter.signals import Sample, Window, sample_observations
+from sglang_tuning_exporter.state import LiveState
+
+VALUES: list[Any] = [0, 1, 7, 150, 2500, 0.42, 0.95, float("nan"), float("inf"), True, False, "0.5", "x", None]
+
+
+def _value(rng: random.Random) -> Any:
+    return rng.choice(VALUES) if rng.random() < 0.25 else rng.choice([0, 3, 40, 120, 300, 900, 3000])
+
+
+def _fields(rng: random.Random, names: tuple[str, ...]) -> dict[str, Any]:
+    """Random subset of `names`, mostly complete, sometimes odd values."""
+    out: dict[str, Any] = {}
+    for name in names:
+        if rng.random() < 0.85:
+            v = _value(rng)
+            if v is not None:
+                out[name] = v
+    return out
+
+
+def random_events(seed: int, n: int, ranks: int) -> list[Event]:
+    """A mix of Decode/Prefill lines (complete, partial, odd), retractions, OOMs and startup facts."""
+    rng = random.Random(seed)
+    events = []
+    for i in range(n):
+        dp = rng.randrange(ranks)
+        rank = {"dp": dp} if rng.random() < 0.7 else {"dp": dp, "tp": rng.randrange(2)}
+        r = rng.random()
+        if r < 0.6:
+            f = _fields(rng, ("num_running_reqs", "num_queue_reqs", "gen_throughput", "num_used_tokens"))
+            f.update(_fields(rng, ("token_usage",)) if rng.random() < 0.9 else {"full_token_usage": 0.7,
+                                                                                  "swa_token_usage": 0.8})
+            if rng.random() < 0.8:
+                f["cuda_graph"] = rng.random() < 0.6
+            events.append(Event(i, "decode", None, rank, f))
+        elif r < 0.85:
+            f = _fields(rng, ("num_new_tokens", "num_cached_tokens", "num_running_reqs", "num_queue_reqs",
+                              "token_usage"))
+            events.append(Event(i, "prefill", None, rank, f))
+        elif r < 0.92:
+            events.append(Event(i, "retract", None, rank, {"num_retracted_reqs": rng.choice([1, 2, 5])}))
+        elif r < 0.95:
+            events.append(Event(i, "oom", None, rank, {"phase": rng.choice(["decode", "prefill", "x"])}))
+        else:
+            events.append(Event(i, "startup_memory", None, rank,
+                                {"stage": "summary", "available_gpu_mem_gb": 5.5, "max_running_requests": 256,
+                                 "max_total_num_tokens": 100000}))
+    return events
+
+
+def _polls(events: list[Event], size: int) -> list[list[Event]]:
+    return [events[i:i + size] for i in range(0, len(events), size)]
+
+
+def _same(a: dict[Rank, dict[str, float | None]], b: dict[Rank, dict[str, float | None]]) -> bool:
+    def norm(v: float | None) -> Any:
+        return "nan" if isinstance(v, float) and math.isnan(v) else v
+    return {r: {k: norm(v) for k, v in s.items()} for r, s in a.items()} == \
+        {r: {k: norm(v) for k, v in s.items()} for r, s in b.items()}
+
+
+@pytest.mark.parametrize(("seed", "ranks", "max_ranks", "poll"), [(1, 8, 256, 50), (2, 64, 256, 400),
+                                                                  (3, 12, 5, 30), (4, 3, 256, 1)])
+def test_window_batch_intake_equals_per_observation(seed: int, ranks: int, max_ranks: int, poll: int) -> None:
+    """add_items(convert_batch) and add_sample one by one give the signals of add(convert_all), poll by poll."""
+    events = random_events(seed, 3000, ranks)
+    now = [1000.0]
+    per_obs, batched, one_by_one = (Window(60.0, max_ranks) for _ in range(3))
+    conv_a, conv_b = EventConverter(clock=lambda: now[0]), EventConverter(clock=lambda: now[0])
+    samples = 0
+    for k, poll_events in enumerate(_polls(events, poll)):
+        now[0] = 1000.0 + 0.7 * k
+        for o in conv_a.convert_all(poll_events):
+            per_obs.add(o)
+        items = conv_b.convert_batch(poll_events)
+        samples += sum(isinstance(i, Sample) for i in items)
+        batched.add_items(items)
+        for i in items:
+            if isinstance(i, Sample):
+                one_by_one.add_sample(i)
+            else:
+                one_by_one.add(i)
+        if k % 7 == 3:
+            expected = per_obs.signals(now[0])
+            assert _same(batched.signals(now[0]), expected)
+            assert _same(one_by_one.signals(now[0]), expected)
+    end = now[0] + 1
+    assert samples > 1000 and per_obs.signals(end) and _same(batched.signals(end), per_obs.signals(end))
+    assert per_obs.expired == batched.expired
+
+
+def test_convert_batch_samples_stand_for_the_same_observations() -> None:
+    """Expanding each Sample gives convert_all's observations (same names, values, order per event)."""
+    events = random_events(5, 500, 4)
+    a = list(EventConverter(clock=lambda: 5.0).convert_all(events))
+    b: list[Observation] = []
+    for i in EventConverter(clock=lambda: 5.0).convert_batch(events):
+        b.extend(sample_observations(i) if isinstance(i, Sample) else [i])
+    def key(o: Observation) -> Any:
+        return o.time, o.name, "nan" if math.isnan(o.value) else o.value, o.rank, o.source
+
+    assert [key(o) for o in a] == [key(o) for o in b]
+
+
+def test_live_state_batch_intake_equals_per_observation() -> None:
+    """LiveState fed Samples keeps the gauges, counters and ranks it keeps from per-field observations."""
+    events = random_events(6, 2000, 10)
+    states = [LiveState(window_s=60, max_ranks=6, expire_after_s=600, enabled={"log": True}) for _ in range(2)]
+    clock = [100.0]
+    conv = EventConverter(clock=lambda: clock[0])
+    for k, poll_events in enumerate(_polls(events, 37)):
+        clock[0] = now = 100.0 + k
+        per_obs: list[Observation | Sample] = list(conv.convert_all(poll_events))
+        for st, items in ((states[0], per_obs), (states[1], conv.convert_batch(poll_events))):
+            st.add_events(poll_events, now)
+            st.add_observations(items, now)
+    a, b = (dataclasses.replace(s.snapshot(clock[0]), document=None) for s in states)
+    assert a.ranks and str(a) == str(b)  # str: NaN gauges compare equal as text
+
+
+class _Lines:
+    rotations = 0
+    truncations = 0
+    exists = True
+
+    def __init__(self) -> None:
+        self.queue: list[str] = []
+
+    def poll(self) -> list[str]:
+        out, self.queue = self.queue, []
+        return out
+
+
+class _LineByLine:
+    """An EventReader without feed_lines: the sidecar feeds it one line at a time."""
+
+    def __init__(self) -> None:
+        self.reader = logreader.EventReader()
+        self.stats = self.reader.stats
+
+    def feed(self, line: str) -> list[Event]:
+        return self.reader.feed(line)
+
+    def flush(self) -> list[Event]:
+        return self.reader.flush()
+
+
+def _log_lines(n: int) -> list[str]:
+    out = []
+    for i in range(n):
+        dp, run, queue = i % 16, 100 + (i * 7) % 200, (i * 13) % 900
+        usage = 0.6 + ((i * 11) % 39) / 100
+        prefix = f"[2026-01-01 00:00:{i % 60:02d} DP{dp} TP0]"
+        if i % 97 == 0:
+            out.append(f"{prefix} KV cache pool is full. Retract requests. #retracted_reqs: 2, "
+                       f"#new_tokens_gained: 3000, #new_token_ratio: 0.4000 -> 0.5000")
+        elif i % 5 == 0:
+            out.append(f"{prefix} Prefill batch, #new-seq: 3, #new-token: 2400, #cached-token: 800, "
+                       f"token usage: {usage:.2f}, #running-req: {run}, #queue-req: {queue}")
+        elif i % 41 == 0:
+            out.append(f"{prefix} Decode batch, #running-req: {run}, #token: 1000, token usage: {usage:.2f}, "
+                       f"gen throughput (token/s): 100.00, #queue-req: {queue}")  # no cuda graph field
+        else:
+            out.append(f"{prefix} Decode batch, #running-req: {run}, #token: {int(usage * 4e5)}, "
+                       f"token usage: {usage:.2f}, cuda graph: {run <= 256}, "
+                       f"gen throughput (token/s): {run * 21.5:.2f}, #queue-req: {queue}")
+        if i % 300 == 7:
+            out.append("some other line")
+    return out
+
+
+def test_sidecar_batched_intake_exposes_the_same_metrics(tmp_path: Path) -> None:
+    """The sidecar with Samples and feed_lines serves the /metrics of the per-line, per-observation path."""
+    cfg = ServeConfig(listen_host="127.0.0.1", listen_port=0, telemetry_path="/metrics", sglang_url=None,
+                      log_file=tmp_path / "x.log", from_start=False, scrape_timeout_s=5, scrape_interval_s=1,
+                      window_s=120, ranks_max=256, ranks_expire_after_s=1800, log_level="info",
+                      log_format="logfmt", guide_profile=None, workload="auto", config_file=None, server_args=())
+    fast_adv = build_advisor(cfg)
+    slow_adv = dataclasses.replace(build_advisor(cfg), to_samples=None)
+    assert fast_adv.to_samples is not None
+    followers = [_Lines(), _Lines()]
+    sidecars = [build_sidecar(cfg, timer=lambda: 0.0, advisor=fast_adv,
+                              log_input=log_input_for(followers[0], logreader.EventReader())),
+                build_sidecar(cfg, timer=lambda: 0.0, advisor=slow_adv,
+                              log_input=log_input_for(followers[1], _LineByLine()))]
+    clock = [1000.0]
+    webs = [make_web(cfg, sc, lambda: clock[0]) for sc in sidecars]
+    lines = _log_lines(6000)
+    for k in range(30):
+        for f in followers:
+            f.queue = lines[k * 200:(k + 1) * 200]
+        for sc in sidecars:
+            sc.tick(clock[0])
+        clock[0] += 1.0
+    bodies = [w.handle("GET", "/metrics").body for w in webs]
+    for needle in (b"sglang_tuning_signal{", b"sglang_tuning_decode_samples_total{", b'dp_rank="15"'):
+        assert needle in bodies[0]
+    assert bodies[0] == bodies[1]
