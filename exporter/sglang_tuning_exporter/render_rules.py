@@ -3,10 +3,11 @@
 Four groups, one file each under `alerts/`:
 - `sglang-tuning-exporter.recording` - per-rank rates of the exporter's counters (numerators and
   denominators recorded separately, for dashboards and ad-hoc ratios);
-- `sglang-tuning.health` - guards: exporter down/absent, SGLang scrape failing, log not advancing;
+- `sglang-tuning.health` - guards: exporter down/absent, SGLang scrape failing or never up, log not advancing;
 - `sglang-tuning.checks` - one alert per check and level, on the exporter's guide signals;
 - `sglang-tuning.native` - the same checks on SGLang's own `/metrics` (both spellings), for servers
-  without the sidecar; silenced where the exporter already evaluates that model and DP rank.
+  without the sidecar; silenced where the sidecar beside that SGLang (same host) already evaluates that
+  model and DP rank.
 `rule_groups(table, options)` returns plain dicts (also used for Kubernetes PrometheusRule objects);
 `generate(table, options)` returns `{relative path: YAML text}` with explanatory comments.
 """
@@ -31,6 +32,13 @@ PRIORITY_TOTAL_METRICS = frozenset({"num_queue_reqs", "num_running_reqs"})
 # Labels that identify one rank of one server on the exporter's per-rank series.
 EXPORTER_RANK_JOIN = ("instance", "model_name", "dp_rank")
 NATIVE_RANK_JOIN = ("instance", "model_name", "dp_rank")
+# A derived join label: the host part of `instance`. A sidecar runs beside its SGLang (same pod IP or
+# host), so its instance and SGLang's share the host and differ only in the port.
+HOST_LABEL = "instance_host"
+HOST_REGEX = "(.+?)(?::[0-9]+)?"  # label_replace anchors it: "gpu-a:30000" -> "gpu-a", "[::1]:9470" -> "[::1]"
+# How long "SGLang had been up" is remembered: since the exporter started (scrape_samples is set by the
+# first successful scrape and kept through failures); an SGLang that never came up gets its own alert.
+NEVER_UP_FOR_S = 1800.0
 
 _OURS = re.compile(r"(?<![\w:])(sglang_tuning_[a-z0-9_]+)(\{[^}]*\})?")
 _NATIVE = re.compile(r"(?<![\w:])sglang:([a-z0-9_]+)(\{[^}]*\})?")
@@ -56,7 +64,8 @@ class RenderOptions:
     override_for_s: float | None = None  # test override: every `for:` (e.g. 15s for end-to-end tests)
     override_window_s: float | None = None  # test override: every PromQL range window
     min_for_s: float = 60.0  # floor on `for:` so one evaluation never pages
-    dedup_on: tuple[str, ...] = ("model_name", "dp_rank")  # native alert silenced if exporter covers these
+    # native alert silenced where the exporter covers these labels; `instance_host` is derived from instance
+    dedup_on: tuple[str, ...] = (HOST_LABEL, "model_name", "dp_rank")
     log_stale_s: float = 300.0  # log considered stalled after this long without a line
     native: bool = True  # render the SGLang-native group
     extra: Mapping[str, Any] = field(default_factory=dict)  # keys for other renderers (kubernetes, ...)
@@ -388,6 +397,11 @@ def _cmp(expr: str, comparison: str, threshold: float) -> str:
     return f"{expr} {comparison} {_num(threshold)}"
 
 
+def with_host(expr: str) -> str:
+    """Add the derived `instance_host` label (the host part of `instance`) to an expression's series."""
+    return f'label_replace({expr}, "{HOST_LABEL}", "$1", "instance", "{HOST_REGEX}")'
+
+
 def _suppressions(check: Check, by_id: dict[str, Check], table: CheckTable, opts: RenderOptions,
                   *, native_side: bool) -> list[str]:
     out = []
@@ -457,11 +471,16 @@ def native_group(table: CheckTable, opts: RenderOptions) -> Group:
                           f"{c.signal} from SGLang's own metrics; `or` keeps one series when a server "
                           "exposes sglang:x or sglang_x"))
     dedup = ", ".join(opts.dedup_on)
+    by_host = HOST_LABEL in opts.dedup_on
     for c in natives:
         sig = native_record_name(c, opts)
-        covered = _paren(exporter_signal_expr(c, table, opts))
+        covered = exporter_signal_expr(c, table, opts)
+        # By host: only the sidecar beside this SGLang silences it, not any exporter of the same model.
+        covered = with_host(covered) if by_host else _paren(covered)
         for level, th in levels(c, table, opts):
             expr = _cmp(sig, c.comparison, th)
+            if by_host:
+                expr = with_host(expr)
             for s in _suppressions(c, by_id, table, opts, native_side=True):
                 expr += "\n" + s
             expr += f"\nunless on ({dedup})\n  {covered}"
@@ -474,7 +493,9 @@ def native_group(table: CheckTable, opts: RenderOptions) -> Group:
     return Group("sglang-tuning.native", "native.rules.yaml",
                  "The guide checks on SGLang's own /metrics (--enable-metrics), for servers without the "
                  "exporter.\nEvery sglang: name is read in both spellings (sglang:x and sglang_x). An alert "
-                 f"here is silenced when the exporter publishes the same signal for the same {dedup}.",
+                 f"here is silenced when the exporter publishes the same signal for the same {dedup}"
+                 + (f"\n({HOST_LABEL} = the host part of instance: a sidecar and its SGLang share it)."
+                    if by_host else "."),
                  tuple(rules))
 
 
@@ -522,7 +543,7 @@ def _guard(alert: str, gid: str, expr: str, for_s: float, summary: str, desc: st
 
 
 GUARDS = ("SGLangTuningExporterDown", "SGLangTuningExporterAbsent", "SGLangTuningScrapeFailing",
-          "SGLangTuningLogStale")
+          "SGLangTuningSGLangNeverUp", "SGLangTuningLogStale")
 
 
 def health_group(opts: RenderOptions) -> Group:
@@ -549,13 +570,27 @@ def health_group(opts: RenderOptions) -> Group:
     up = ours("sglang_tuning_up", opts)
     enabled = ours('sglang_tuning_source_enabled{source="metrics"}', opts)
     disabled = ours('sglang_tuning_server_arg{arg="enable_metrics"}', opts)
+    # Present from the exporter's first successful scrape on, kept through failures: "SGLang had been up".
+    seen = ours("sglang_tuning_scrape_samples", opts)
+    failing = f"{up} == 0\nand {on} {enabled} == 1"
+    # Only an SGLang that had been up pages: a large model loads for 10-20 minutes after a deploy.
     rules.append(_guard(
         "SGLangTuningScrapeFailing", "sglang_scrape_failing",
-        f"{up} == 0\nand {on} {enabled} == 1\nunless {on} {disabled} == 0", 300,
+        f"{failing}\nand {on} {seen}\nunless {on} {disabled} == 0", 300,
         "The exporter cannot scrape SGLang's /metrics",
-        "The exporter at {{ $labels.instance }} failed to scrape SGLang's /metrics for {for} "
-        "(sglang_tuning_up = {{ $value }}); metric-based signals are missing or stale.",
+        "The exporter at {{ $labels.instance }} failed to scrape SGLang's /metrics for {for} after it had "
+        "worked (sglang_tuning_up = {{ $value }}); metric-based signals are missing or stale.",
         "--sglang.url", "set", "the SGLang HTTP address serving /metrics (e.g. http://127.0.0.1:30000)",
+        "Monitor metrics: enable metrics collection to make data-driven tuning decisions.", opts))
+    rules.append(_guard(
+        "SGLangTuningSGLangNeverUp", "sglang_never_up",
+        f"{failing}\nunless {on} {seen}\nunless {on} {disabled} == 0", NEVER_UP_FOR_S,
+        "SGLang's /metrics never answered since the exporter started",
+        "The exporter at {{ $labels.instance }} has not reached SGLang's /metrics once in {for} "
+        "(sglang_tuning_up = {{ $value }}): SGLang is still loading, failed to start, or --sglang.url is "
+        "wrong.",
+        "--sglang.url", "set", "the SGLang HTTP address serving /metrics (e.g. http://127.0.0.1:30000), "
+        "once SGLang has finished loading",
         "Monitor metrics: enable metrics collection to make data-driven tuning decisions.", opts))
     last = ours("sglang_tuning_log_last_line_timestamp_seconds", opts)
     running = ours("sglang_tuning_running_requests", opts)

@@ -56,14 +56,27 @@ GUARD_DOCS = (
              "`render --exporter-job <name>` so they use your job name."),
     GuardDoc("SGLangTuningScrapeFailing", "sglang_scrape_failing",
              "The exporter is up but cannot read SGLang's `/metrics` (`sglang_tuning_up == 0` while the "
-             "metrics source is enabled). Silent when server info says `enable_metrics` is false: "
-             "SGLangMetricsDisabled covers that case.",
+             "metrics source is enabled) although it had read it before (`sglang_tuning_scrape_samples` "
+             "exists from the exporter's first successful scrape on): SGLang went down, hangs, or moved. "
+             "Silent while SGLang is still loading after a start (SGLangTuningSGLangNeverUp covers that) and "
+             "when server info says `enable_metrics` is false (SGLangMetricsDisabled covers that).",
              "Metric-based signals (exact retraction, CUDA-graph and cache counters) are missing; checks of "
              "this instance are inhibited in Alertmanager.",
              "Exporter status page (`/`) shows the metrics source error; `sglang_tuning_source_up{source=\"metrics\"}`; "
              "`curl <sglang>/metrics` from the exporter's host.",
-             "Point `--sglang.url` at SGLang's HTTP port (default 30000); check `--api-key` auth; wait for "
-             "SGLang to finish starting."),
+             "Find out why SGLang stopped answering (crash, OOM kill, restart: its own log and the "
+             "supervisor's); a restart of SGLang alone under a running exporter also lands here when the "
+             "reload takes longer than 5 minutes. Check `--api-key` auth if it changed."),
+    GuardDoc("SGLangTuningSGLangNeverUp", "sglang_never_up",
+             "Since the exporter started, not one scrape of SGLang's `/metrics` succeeded for 30 minutes "
+             "(`sglang_tuning_up == 0` and no `sglang_tuning_scrape_samples`). A large model loads for "
+             "10-20 minutes, so a normal start stays below this; a warning, not a page.",
+             "No metric-based signal exists for this server yet; if SGLang failed to start, nothing serves.",
+             "SGLang's log: is it still loading weights or capturing CUDA graphs, or did it exit? "
+             "`curl <sglang>/metrics` from the exporter's host; the exporter's status page (`/`) shows the "
+             "metrics source error.",
+             "If SGLang is up, point `--sglang.url` at its HTTP port (default 30000) and check `--api-key`; "
+             "if it is still loading, wait; if it exited, fix its start (the log's last error)."),
     GuardDoc("SGLangTuningLogStale", "log_stale",
              "SGLang has running requests but no new log line reached the exporter for more than the stale "
              "time (default 5 minutes).",
