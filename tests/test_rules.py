@@ -171,6 +171,96 @@ def test_rules_only_use_metrics_from_the_catalog() -> None:
     assert not unknown, f"rules query metrics the catalog does not define: {sorted(unknown)}"
 
 
+def _native_alerts(opts: render_rules.RenderOptions) -> list[dict[str, Any]]:
+    groups = render_rules.rule_groups(load_table(), opts)
+    return [r for g in groups if g["name"] == "sglang-tuning.native" for r in g["rules"] if "alert" in r]
+
+
+def test_native_dedup_ties_a_sidecar_to_its_own_host() -> None:
+    """By default a native alert is silenced only by an exporter on the same host (instance without port)."""
+    natives = _native_alerts(render_rules.RenderOptions())
+    assert natives
+    for a in natives:
+        assert a["expr"].startswith("label_replace(rank:sglang_"), a["expr"]
+        tail = a["expr"].split("unless on (instance_host, model_name, dp_rank)\n", 1)[1]
+        assert tail.strip().startswith("label_replace(sglang_tuning_"), tail
+        assert '"instance_host", "$1", "instance", "(.+?)(?::[0-9]+)?"' in tail
+    # an explicit label both scrapes share (e.g. Kubernetes `pod`) needs no host derivation
+    by_pod = _native_alerts(render_rules.RenderOptions(dedup_on=("pod", "model_name", "dp_rank")))
+    assert all("label_replace" not in a["expr"] and "unless on (pod, model_name, dp_rank)" in a["expr"]
+               for a in by_pod)
+
+
+_DEDUP_TEST = """
+rule_files: [native.rules.yaml]
+evaluation_interval: 1m
+tests:
+  - interval: 1m
+    input_series:
+%s
+    promql_expr_test:
+      - expr: count by (instance) (ALERTS{alertname="SGLangGPUMemHeadroomHigh",alertstate="firing"})
+        eval_time: 2m
+        exp_samples:
+%s
+"""
+
+
+def _headroom_series(instance: str, extra: str = "") -> str:
+    return (f"      - series: 'sglang:startup_available_gpu_memory_gb{{job=\"sglang\",instance=\"{instance}\","
+            f"model_name=\"qwen\"{extra}}}'\n        values: '13.5x5'")
+
+
+def _exporter_series(instance: str, extra: str = "") -> str:
+    return (f"      - series: 'sglang_tuning_available_gpu_memory_bytes{{job=\"sglang-tuning-exporter\","
+            f"instance=\"{instance}\",model_name=\"qwen\"{extra}}}'\n        values: '14495514624x5'")
+
+
+def _promtool_native(tmp_path: Path, opts: render_rules.RenderOptions, series: list[str],
+                     firing: list[str]) -> subprocess.CompletedProcess[str]:
+    """promtool over the native group rendered with `opts`: exactly the `firing` instances page."""
+    for rel, text in render_rules.generate(load_table(), opts).items():
+        (tmp_path / Path(rel).name).write_text(text, encoding="utf-8")
+    samples = "\n".join(f"          - labels: '{{instance=\"{i}\"}}'\n            value: 1" for i in firing)
+    (tmp_path / "dedup.test.yaml").write_text(_DEDUP_TEST % ("\n".join(series), samples), encoding="utf-8")
+    return _run([str(PROMTOOL), "test", "rules", "dedup.test.yaml"], cwd=tmp_path)
+
+
+@needs_promtool
+def test_native_dedup_host_key_reads_ipv6_and_portless_instances(tmp_path: Path) -> None:
+    """`[fd00::1]:30000` pairs with `[fd00::1]:9470`, a port-less `gpu-c` with `gpu-c:9470`; gpu-d pages."""
+    series = [_headroom_series("[fd00::1]:30000"), _exporter_series("[fd00::1]:9470"),
+              _headroom_series("gpu-c"), _exporter_series("gpu-c:9470"),
+              _headroom_series("gpu-d:30000"), _exporter_series("gpu-dd:9470")]
+    res = _promtool_native(tmp_path, render_rules.RenderOptions(), series,
+                           ["gpu-d:30000"])
+    assert res.returncode == 0, res.stdout + res.stderr
+
+
+@needs_promtool
+def test_native_dedup_on_a_shared_target_label(tmp_path: Path) -> None:
+    """With `dedup_on: [pod, ...]` the pod label pairs a sidecar with its SGLang whatever the addresses."""
+    series = [_headroom_series("10.0.0.5:30000", ',pod="a"'), _exporter_series("10.0.0.9:9470", ',pod="a"'),
+              _headroom_series("10.0.0.6:30000", ',pod="b"')]
+    opts = render_rules.RenderOptions(dedup_on=("pod", "model_name", "dp_rank"))
+    res = _promtool_native(tmp_path, opts, series, ["10.0.0.6:30000"])
+    assert res.returncode == 0, res.stdout + res.stderr
+
+
+def test_scrape_guards_split_an_outage_from_a_slow_start() -> None:
+    """ScrapeFailing needs an earlier successful scrape; SGLangNeverUp (30m) covers a start that never ends."""
+    health = {r["alert"]: r for g in render_rules.rule_groups(load_table()) if g["name"] == "sglang-tuning.health"
+              for r in g["rules"]}
+    seen = 'sglang_tuning_scrape_samples{job="sglang-tuning-exporter"}'
+    assert f"\nand on (job, instance) {seen}\n" in health["SGLangTuningScrapeFailing"]["expr"]
+    assert health["SGLangTuningScrapeFailing"]["for"] == "5m"
+    assert f"\nunless on (job, instance) {seen}\n" in health["SGLangTuningSGLangNeverUp"]["expr"]
+    assert health["SGLangTuningSGLangNeverUp"]["for"] == "30m"
+    assert health["SGLangTuningSGLangNeverUp"]["labels"]["severity"] == "warning"
+    short = render_rules.rule_groups(load_table(), render_rules.RenderOptions(override_for_s=3))
+    assert {r["for"] for g in short if g["name"] == "sglang-tuning.health" for r in g["rules"]} == {"3s"}
+
+
 @needs_promtool
 def test_short_window_copy_for_end_to_end_tests(tmp_path: Path) -> None:
     """Overrides give a valid rule set with `for: 15s` and 1m windows; the committed files are untouched."""
