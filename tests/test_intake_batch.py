@@ -17,8 +17,8 @@ from sglang_tuning_exporter.model import Observation, Rank
 from sglang_tuning_exporter.observations import EventConverter
 from sglang_tuning_exporter.serve import build_advisor, build_sidecar, log_input_for, make_web
 from sglang_tuning_exporter.serveconfig import ServeConfig
-from sglang_tuning_exporter.signals import Sample, Window, sample_observations
-from sglang_tuning_exporter.state import LiveState
+from sglang_tuning_exporter.signals import Bucket, Sample, Window, sample_observations
+from sglang_tuning_exporter.state import LiveState, p90
 
 VALUES: list[Any] = [0, 1, 7, 150, 2500, 0.42, 0.95, float("nan"), float("inf"), True, False, "0.5", "x", None]
 
@@ -216,3 +216,59 @@ def test_sidecar_batched_intake_exposes_the_same_metrics(tmp_path: Path) -> None
     for needle in (b"sglang_tuning_signal{", b"sglang_tuning_decode_samples_total{", b'dp_rank="15"'):
         assert needle in bodies[0]
     assert bodies[0] == bodies[1]
+
+
+def _fresh_sum(st: Any, sealed: list[Bucket]) -> Bucket:
+    total = Bucket()
+    for b in sealed:
+        total.merge(b)
+    return total
+
+
+@pytest.mark.parametrize("seed", [11, 12, 13])
+def test_window_reuses_its_sums_without_changing_signals(seed: int) -> None:
+    """Signals from the sums kept between evaluations equal a fresh merge of the window's buckets, with
+    buckets leaving the window, late observations and merged-in buckets."""
+    rng = random.Random(seed)
+    kept, fresh = Window(60.0, 64), Window(60.0, 64)
+    fresh._sum_of = _fresh_sum  # type: ignore[method-assign]
+    conv = EventConverter(clock=None)
+    t = 0.0
+    checked = 0
+    for k, poll_events in enumerate(_polls(random_events(seed, 12000, 3), 40)):
+        t += rng.choice([0.3, 0.9, 2.5, 7.0])
+        items = conv.convert_batch(poll_events)
+        late = rng.random() < 0.1  # late data lands in an older (already summed) bucket
+        when = t - rng.choice([5.0, 20.0]) if late else t
+        items = [i._replace(time=when) if isinstance(i, Sample) else
+                 Observation(when, i.name, i.value, i.rank, i.source) for i in items]
+        for w in (kept, fresh):
+            w.add_items(items)
+        if rng.random() < 0.05:
+            extra = Bucket()
+            extra.decode.add(5.0, 77.0, 0.5, 0.0, 10.0, 0.9, (100.0, 2000.0))
+            extra.retractions, extra.retracted = 1, 3.0
+            for w in (kept, fresh):
+                w.add_bucket(Rank(dp=1), math.floor((t - 10) / w.resolution_s) * w.resolution_s, extra.copy())
+        if k % 3 == 0:
+            a, b = kept.signals(t), fresh.signals(t)
+            assert _same(a, b)
+            checked += sum(1 for s in a.values() if (s["decode_samples"] or 0) > 100)
+    assert checked > 100
+
+
+def test_no_graph_batch_p90_follows_the_window() -> None:
+    """The per-rank p90 of eager batch sizes (kept as counts) equals the sorted-list p90 of the window's samples."""
+    rng = random.Random(21)
+    state = LiveState(window_s=30, max_ranks=8, expire_after_s=600, enabled={"log": True})
+    kept: list[tuple[float, float]] = []
+    for k in range(200):
+        now = float(k)
+        sizes = [rng.choice([8, 64, 130, 257, 300, 301]) for _ in range(rng.randrange(0, 6))]
+        state.add_events([Event(1, "decode", None, {"dp": 0}, {"num_running_reqs": bs, "cuda_graph": False})
+                          for bs in sizes] + [Event(1, "decode", None, {"dp": 0}, {"num_running_reqs": 1,
+                                                                                  "cuda_graph": True})], now)
+        kept = [(t, v) for t, v in kept + [(now, float(bs)) for bs in sizes] if now - t <= 30]
+        snap = state.snapshot(now)
+        assert snap.ranks[0].no_graph_batch_p90 == p90(v for _, v in kept)
+    assert kept

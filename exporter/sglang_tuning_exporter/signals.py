@@ -239,14 +239,29 @@ class SampleStats:
 
     def merge(self, o: SampleStats) -> None:
         """Add another aggregate into this one."""
-        self.queue_n += o.queue_n
-        self.queue_zero += o.queue_zero
-        self.queue_over += o.queue_over
-        self.queue_under += o.queue_under
         _merge_counts(self.queue, o.queue)
         _merge_counts(self.running, o.running)
         _merge_counts(self.missed, o.missed)
         _merge_counts(self.capped_cand, o.capped_cand)
+        self.merge_scalars(o)
+
+    def subtract_histograms(self, o: SampleStats) -> None:
+        """Remove the value histograms of `o` (merged into this one earlier); scalars are left alone."""
+        for into, sub in ((self.queue, o.queue), (self.running, o.running), (self.missed, o.missed),
+                          (self.capped_cand, o.capped_cand)):
+            for k, v in sub.items():
+                left = into[k] - v
+                if left:
+                    into[k] = left
+                else:
+                    del into[k]
+
+    def merge_scalars(self, o: SampleStats) -> None:
+        """Add the counts and sums of `o` (not its histograms)."""
+        self.queue_n += o.queue_n
+        self.queue_zero += o.queue_zero
+        self.queue_over += o.queue_over
+        self.queue_under += o.queue_under
         self.running_n += o.running_n
         self.kv_n += o.kv_n
         self.kv_under += o.kv_under
@@ -278,10 +293,32 @@ class Bucket:
         self.graph_passes = 0.0
         self.eager_passes = 0.0
 
+    def changes(self) -> tuple[float, ...]:
+        """Differs whenever the bucket changed: every change moves a count (or the one uncounted sum)."""
+        d, p = self.decode, self.prefill
+        return (d.queue_n + d.running_n + d.graph_n + d.tp_n, p.queue_n + p.running_n + p.graph_n + p.tp_n,
+                self.retractions, self.prefill_n, sum(self.oom.values()), self.prefill_cached, self.graph_passes,
+                self.eager_passes)
+
+    def copy(self) -> Bucket:
+        """An independent copy."""
+        c = Bucket()
+        c.merge(self)
+        return c
+
     def merge(self, o: Bucket) -> None:
         """Add another bucket into this one."""
         self.decode.merge(o.decode)
         self.prefill.merge(o.prefill)
+        self._merge_own(o)
+
+    def merge_scalars(self, o: Bucket) -> None:
+        """Add everything of `o` except the value histograms of its sample stats."""
+        self.decode.merge_scalars(o.decode)
+        self.prefill.merge_scalars(o.prefill)
+        self._merge_own(o)
+
+    def _merge_own(self, o: Bucket) -> None:
         self.retractions += o.retractions
         self.retracted += o.retracted
         for k, v in o.oom.items():
@@ -311,6 +348,18 @@ class _Pending:
 
 
 @dataclass(slots=True)
+class _WindowSum:
+    """The merge of a run of a rank's buckets (all but its newest), kept between evaluations.
+
+    Counts and histograms are exact integers, so buckets leaving the window are subtracted; the
+    float sums are re-added in bucket order instead, so the result equals a fresh merge bit for bit."""
+
+    members: list[tuple[Bucket, tuple[float, ...]]]  # (bucket, its changes() when merged), oldest first
+    total: Bucket
+    scalars_stale: bool = False
+
+
+@dataclass(slots=True)
 class _RankState:
     first_seen: float
     last_seen: float
@@ -319,6 +368,7 @@ class _RankState:
     pending: _Pending | None = None
     from_log: bool = False
     last_event_key: dict[str, tuple[float, float, frozenset[int | None]]] = field(default_factory=dict)
+    summed: _WindowSum | None = None
 
 
 def quantile(values: list[float], q: float) -> float:
@@ -643,12 +693,52 @@ class Window:
         inside = [b for s, b in st.buckets if start <= s <= now]
         if len(inside) == 1:
             total = inside[0]  # read only: no copy needed
-        else:
+        elif len(inside) <= 3:
             total = Bucket()
             for b in inside:
                 total.merge(b)
+        else:
+            total = self._sum_of(st, inside[:-1]).copy()  # the same as merging them all afresh
+            total.merge(inside[-1])
         return compute_signals(total, st.facts, p, span_s=min(self.length_s, max(0.0, now - st.first_seen)),
                                from_log=st.from_log)
+
+
+    @staticmethod
+    def _sum_of(st: _RankState, sealed: list[Bucket]) -> Bucket:
+        """The merge of `sealed` (oldest first), reusing the previous evaluation's merge."""
+        ws = st.summed
+        if ws is not None:
+            members = ws.members
+            first = sealed[0]
+            i = next((k for k, (b, _) in enumerate(members) if b is first), -1)
+            kept = members[i:] if i >= 0 else []
+            if (i < 0 or len(kept) > len(sealed) or any(b.changes() != c for b, c in members)
+                    or any(b is not sealed[k] for k, (b, _) in enumerate(kept))):
+                ws = None  # buckets changed or reordered (late data, merged buckets): start over
+            elif i > 0:
+                for b, _ in members[:i]:  # left the window: take their histograms out
+                    ws.total.decode.subtract_histograms(b.decode)
+                    ws.total.prefill.subtract_histograms(b.prefill)
+                ws.members = kept
+                ws.scalars_stale = True
+        if ws is None:
+            ws = st.summed = _WindowSum([], Bucket())
+        total = ws.total
+        if ws.scalars_stale:
+            # Float sums are not subtracted (rounding would show): add them up again in order.
+            fresh = Bucket()
+            for b, _ in ws.members:
+                fresh.merge_scalars(b)
+            for mine, theirs in ((fresh.decode, total.decode), (fresh.prefill, total.prefill)):
+                mine.queue, mine.running, mine.missed, mine.capped_cand = (
+                    theirs.queue, theirs.running, theirs.missed, theirs.capped_cand)
+            ws.total = total = fresh
+            ws.scalars_stale = False
+        for b in sealed[len(ws.members):]:
+            total.merge(b)
+            ws.members.append((b, b.changes()))
+        return total
 
 
 def compute_signals(total: Bucket, facts: dict[str, float], p: SignalParams, *, span_s: float,

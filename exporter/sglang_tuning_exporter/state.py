@@ -89,6 +89,21 @@ class _RankData:
     last_seen: float
     gauges: dict[str, float] = field(default_factory=dict)
     no_graph: deque[tuple[float, float]] = field(default_factory=deque)
+    # The same batch sizes as value -> count, and their p90 (None: recompute), so that a snapshot
+    # does not sort every eager batch of the window.
+    no_graph_counts: dict[float, int] = field(default_factory=dict)
+    no_graph_p90: float | None = None
+
+    def add_no_graph(self, now: float, bs: float) -> None:
+        self.no_graph.append((now, bs))
+        counts = self.no_graph_counts
+        counts[bs] = counts.get(bs, 0) + 1
+        self.no_graph_p90 = None
+
+    def batch_p90(self) -> float | None:
+        if self.no_graph_p90 is None and self.no_graph_counts:
+            self.no_graph_p90 = count_p90(self.no_graph_counts)
+        return self.no_graph_p90
 
 
 def rank_key(rank: Rank) -> tuple[int, ...]:
@@ -102,6 +117,20 @@ def p90(values: Iterable[float]) -> float | None:
     if not ordered:
         return None
     return ordered[max(0, math.ceil(0.9 * len(ordered)) - 1)]
+
+
+def count_p90(counts: Mapping[float, int]) -> float | None:
+    """`p90` of a multiset given as value -> count (counts > 0)."""
+    n = sum(counts.values())
+    if n == 0:
+        return None
+    need = max(1, math.ceil(0.9 * n))
+    seen = 0
+    for v in sorted(counts):
+        seen += counts[v]
+        if seen >= need:
+            return v
+    return None  # not reached: the counts add up to n
 
 
 class LiveState:
@@ -265,7 +294,7 @@ class LiveState:
                     per_rank[k] = per_rank.get(k, 0.0) + 1
                     bs = f.get("num_running_reqs")
                     if cg is False and isinstance(bs, (int, float)):
-                        data.no_graph.append((now, float(bs)))
+                        data.add_no_graph(now, float(bs))
                     decoded[id(data)] = data
                 elif kind == "retract":
                     self._count(rank, "retractions", "", 1)
@@ -283,8 +312,17 @@ class LiveState:
                 self._prune_no_graph(data, now)
 
     def _prune_no_graph(self, data: _RankData, now: float) -> None:
-        while data.no_graph and now - data.no_graph[0][0] > self.window_s:
-            data.no_graph.popleft()
+        q = data.no_graph
+        if q and now - q[0][0] > self.window_s:
+            counts = data.no_graph_counts
+            while q and now - q[0][0] > self.window_s:
+                bs = q.popleft()[1]
+                left = counts[bs] - 1
+                if left:
+                    counts[bs] = left
+                else:
+                    del counts[bs]
+            data.no_graph_p90 = None
 
     def count_log_lines(self, lines: int, events_by_kind: Mapping[str, int], now: float | None) -> None:
         """Lines read; each event counts for its kind, the remaining lines as `other`."""
@@ -381,7 +419,7 @@ class LiveState:
                 ranks.append(RankSnapshot(
                     rank=rank, last_seen=data.last_seen, gauges=dict(data.gauges),
                     counters=dict(self._counters.get(rank, {})),
-                    no_graph_batch_p90=p90(v for _, v in data.no_graph)))
+                    no_graph_batch_p90=data.batch_p90()))
             return Snapshot(
                 now=now, model_name=self._current_model() or "", version=self._server.version,
                 args=dict(self._server.args), ranks=tuple(ranks), sources=dict(self._sources),
