@@ -247,36 +247,46 @@ class EventConverter:
         """`convert` of many events, except that each Decode/Prefill line's batch values come as one
         `Sample` (what `Window.add_sample` takes) instead of one observation per field."""
         out: list[Observation | Sample] = []
-        server = self.server
+        append = out.append
+        server, clock, ranks = self.server, self.clock, self._ranks
         for e in events:
             kind = e.kind
             if kind != "decode" and kind != "prefill":
                 out.extend(self.convert(e))
                 continue
             # What `convert` does for these kinds (apply_to_server only reads args/version events).
-            t = self._time(e)
-            rank = self._rank(e.rank)
+            t = clock() if clock is not None else self._time(e)
+            key = tuple(e.rank.items())
+            rank = ranks.get(key)
+            if rank is None:
+                rank = self._rank(e.rank)
             f = e.fields
-            usage = self._usage(f)
+            get = f.get
+            usage = get("token_usage")
+            if usage.__class__ is not float:  # a float is what `_usage` would return for it
+                usage = self._usage(f)
+            q, r = _num(get("num_queue_reqs")), _num(get("num_running_reqs"))
             if kind == "decode":
-                if server is not None and "cuda_graph" in f:
-                    self.note_version_floor("0.4.7")
-                s = Sample(t, rank, False, _num(f.get("num_queue_reqs")), _num(f.get("num_running_reqs")), usage,
-                           _num(f.get("gen_throughput")), _num(f.get("num_used_tokens", f.get("num_full_tokens"))),
-                           _num(f["cuda_graph"]) if "cuda_graph" in f else None)
-                if (s.queue is not None or s.running is not None or usage is not None or s.throughput is not None
-                        or s.used is not None or s.graph is not None):
-                    out.append(s)
+                graph = None
+                if "cuda_graph" in f:
+                    if server is not None:
+                        self.note_version_floor("0.4.7")
+                    graph = _num(f["cuda_graph"])
+                used = get("num_used_tokens")
+                tp, used = _num(get("gen_throughput")), _num(used if used is not None or "num_used_tokens" in f
+                                                               else get("num_full_tokens"))
+                if (q is not None or r is not None or usage is not None or tp is not None or used is not None
+                        or graph is not None):
+                    append(Sample(t, rank, False, q, r, usage, tp, used, graph))
                 continue
-            new = _num(f.get("num_new_tokens"))
+            new = _num(get("num_new_tokens"))
             if new is not None:
-                out.append(Observation(t, "prefill_new_tokens", new, rank, "log"))
-            cached = _num(f.get("num_cached_tokens"))
+                append(Observation(t, "prefill_new_tokens", new, rank, "log"))
+            cached = _num(get("num_cached_tokens"))
             if cached is not None:
-                out.append(Observation(t, "prefill_cached_tokens", cached, rank, "log"))
-            s = Sample(t, rank, True, _num(f.get("num_queue_reqs")), _num(f.get("num_running_reqs")), usage)
-            if s.queue is not None or s.running is not None or usage is not None:
-                out.append(s)
+                append(Observation(t, "prefill_cached_tokens", cached, rank, "log"))
+            if q is not None or r is not None or usage is not None:
+                append(Sample(t, rank, True, q, r, usage))
         return out
 
     @staticmethod
