@@ -3,6 +3,7 @@ gives exactly what the per-observation path gives: same signals, same live state
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import math
 import random
@@ -16,7 +17,7 @@ from sglang_tuning_exporter.events import Event
 from sglang_tuning_exporter.model import Observation, Rank
 from sglang_tuning_exporter.observations import EventConverter
 from sglang_tuning_exporter.serve import build_advisor, build_sidecar, log_input_for, make_web
-from sglang_tuning_exporter.serveconfig import ServeConfig
+from sglang_tuning_exporter.serveconfig import add_serve_flags, build_config
 from sglang_tuning_exporter.signals import Bucket, Sample, Window, sample_observations
 from sglang_tuning_exporter.state import LiveState, p90
 
@@ -191,10 +192,9 @@ def _log_lines(n: int) -> list[str]:
 
 def test_sidecar_batched_intake_exposes_the_same_metrics(tmp_path: Path) -> None:
     """The sidecar with Samples and feed_lines serves the /metrics of the per-line, per-observation path."""
-    cfg = ServeConfig(listen_host="127.0.0.1", listen_port=0, telemetry_path="/metrics", sglang_url=None,
-                      log_file=tmp_path / "x.log", from_start=False, scrape_timeout_s=5, scrape_interval_s=1,
-                      window_s=120, ranks_max=256, ranks_expire_after_s=1800, log_level="info",
-                      log_format="logfmt", guide_profile=None, workload="auto", config_file=None, server_args=())
+    parser = argparse.ArgumentParser()
+    add_serve_flags(parser)
+    cfg = build_config(parser.parse_args(["--sglang.log-file", str(tmp_path / "x.log"), "--window", "2m"]))
     fast_adv = build_advisor(cfg)
     slow_adv = dataclasses.replace(build_advisor(cfg), to_samples=None)
     assert fast_adv.to_samples is not None
@@ -213,7 +213,8 @@ def test_sidecar_batched_intake_exposes_the_same_metrics(tmp_path: Path) -> None
             sc.tick(clock[0])
         clock[0] += 1.0
     bodies = [w.handle("GET", "/metrics").body for w in webs]
-    for needle in (b"sglang_tuning_signal{", b"sglang_tuning_decode_samples_total{", b'dp_rank="15"'):
+    for needle in (b"sglang_tuning_signal{", b"sglang_tuning_decode_samples_total{", b'dp_rank="15"',
+                   b"sglang_tuning_check_status{"):
         assert needle in bodies[0]
     assert bodies[0] == bodies[1]
 
