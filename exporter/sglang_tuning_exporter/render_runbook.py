@@ -66,11 +66,12 @@ GUARD_DOCS = (
              "`curl <sglang>/metrics` from the exporter's host.",
              "Find out why SGLang stopped answering (crash, OOM kill, restart: its own log and the "
              "supervisor's); a restart of SGLang alone under a running exporter also lands here when the "
-             "reload takes longer than 5 minutes. Check `--api-key` auth if it changed."),
+             "reload takes longer than 5 minutes. If SGLang moved, point `--sglang.url` at its new address; "
+             "check `--api-key` auth if it changed."),
     GuardDoc("SGLangTuningSGLangNeverUp", "sglang_never_up",
              "Since the exporter started, not one scrape of SGLang's `/metrics` succeeded for 30 minutes "
              "(`sglang_tuning_up == 0` and no `sglang_tuning_scrape_samples`). A large model loads for "
-             "10-20 minutes, so a normal start stays below this; a warning, not a page.",
+             "10-20 minutes, so a normal start stays below this.",
              "No metric-based signal exists for this server yet; if SGLang failed to start, nothing serves.",
              "SGLang's log: is it still loading weights or capturing CUDA graphs, or did it exit? "
              "`curl <sglang>/metrics` from the exporter's host; the exporter's status page (`/`) shows the "
