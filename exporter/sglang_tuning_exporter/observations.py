@@ -244,8 +244,8 @@ class EventConverter:
         return rank
 
     def convert_batch(self, events: Iterable[Event]) -> list[Observation | Sample]:
-        """`convert` of many events, except that each Decode/Prefill line's batch values come as one
-        `Sample` (what `Window.add_sample` takes) instead of one observation per field."""
+        """`convert` of many events, except that each Decode/Prefill line's values come as one `Sample`
+        (what `Window.add_sample` takes) instead of one observation per field."""
         out: list[Observation | Sample] = []
         append = out.append
         server, clock, ranks = self.server, self.clock, self._ranks
@@ -279,14 +279,9 @@ class EventConverter:
                         or graph is not None):
                     append(Sample(t, rank, False, q, r, usage, tp, used, graph))
                 continue
-            new = _num(get("num_new_tokens"))
-            if new is not None:
-                append(Observation(t, "prefill_new_tokens", new, rank, "log"))
-            cached = _num(get("num_cached_tokens"))
-            if cached is not None:
-                append(Observation(t, "prefill_cached_tokens", cached, rank, "log"))
-            if q is not None or r is not None or usage is not None:
-                append(Sample(t, rank, True, q, r, usage))
+            new, cached = _num(get("num_new_tokens")), _num(get("num_cached_tokens"))
+            if q is not None or r is not None or usage is not None or new is not None or cached is not None:
+                append(Sample(t, rank, True, q, r, usage, new_tokens=new, cached_tokens=cached))
         return out
 
     @staticmethod

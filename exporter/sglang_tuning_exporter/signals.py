@@ -80,6 +80,8 @@ class Sample(NamedTuple):
     used: float | None = None  # num_used_tokens: not aggregated, but part of the sample
     graph: float | None = None
     source: str = "log"
+    new_tokens: float | None = None  # a Prefill line's #new-token and #cached-token (window events)
+    cached_tokens: float | None = None
 
 
 def _sample_pairs(s: Sample) -> tuple[tuple[str, float | None], ...]:
@@ -95,8 +97,11 @@ _PREFILL_PREFIXED = {v: k for k, v in PREFILL_SAMPLE_NAMES.items()}
 
 def sample_observations(s: Sample) -> list[Observation]:
     """The per-field observations a sample stands for (for windows without `add_sample`)."""
-    return [Observation(s.time, _PREFILL_PREFIXED[name] if s.prefill else name, v, s.rank, s.source)
-            for name, v in _sample_pairs(s) if v is not None]
+    tokens = [Observation(s.time, name, v, s.rank, s.source)
+              for name, v in (("prefill_new_tokens", s.new_tokens), ("prefill_cached_tokens", s.cached_tokens))
+              if v is not None]
+    return tokens + [Observation(s.time, _PREFILL_PREFIXED[name] if s.prefill else name, v, s.rank, s.source)
+                     for name, v in _sample_pairs(s) if v is not None]
 
 
 def _finite(v: float | None) -> float | None:
@@ -529,6 +534,8 @@ class Window:
         t = s.time
         if not math.isfinite(t):
             return
+        if s.new_tokens is not None or s.cached_tokens is not None:
+            self._add_tokens(s, t)
         q, r, u = s.queue, s.running, s.usage
         # The common line: every field present and finite (the sum is finite only when each value is).
         if (q is not None and r is not None and u is not None
@@ -562,6 +569,21 @@ class Window:
                                                      self.params.queue_band)
         else:
             st.pending = _Pending(t, prefill, set(names), q, r, u, g, tp)
+
+    def _add_tokens(self, s: Sample, t: float) -> None:
+        # As `add` of prefill_new_tokens then prefill_cached_tokens observations.
+        for new, v in ((True, s.new_tokens), (False, s.cached_tokens)):
+            if v is None or not math.isfinite(v):
+                continue
+            st = self._state(self._fold(s.rank), t)
+            if s.source == "log":
+                st.from_log = True
+            b = self._bucket(st, t)
+            if new:
+                b.prefill_new += v
+                b.prefill_n += 1
+            else:
+                b.prefill_cached += v
 
     def _add_complete(self, s: Sample, t: float) -> bool:
         # Every field present: any later value of this rank starts a new sample, so commit now.
@@ -605,8 +627,15 @@ class Window:
             if (hit is not None and hit[1] == o.time and q is not None and r is not None and u is not None
                     and o.source == "log" and hit[2].pending is None):
                 if o.prefill:
-                    if finite(q + r + u):
-                        hit[3].prefill.add(q, r, u, None, None, good, band)
+                    nt, ct = o.new_tokens, o.cached_tokens
+                    if finite(q + r + u) and (nt is None or finite(nt)) and (ct is None or finite(ct)):
+                        b = hit[3]
+                        if nt is not None:
+                            b.prefill_new += nt
+                            b.prefill_n += 1
+                        if ct is not None:
+                            b.prefill_cached += ct
+                        b.prefill.add(q, r, u, None, None, good, band)
                         continue
                 elif (o.throughput is not None and o.used is not None and o.graph is not None
                       and finite(q + r + u + o.throughput + o.used + o.graph)):
