@@ -69,16 +69,19 @@ class Target:
     log_file: Path
     standin: ManagedProcess | None = None
     exporter: ManagedProcess | None = None
+    # Each server on a host of its own (127.0.0.x, all loopback): a sidecar and its SGLang share the
+    # host, as in one pod, and the rules pair them by it.
+    host: str = LOOPBACK
 
     @property
     def sglang_instance(self) -> str:
         """Prometheus `instance` of the stand-in SGLang."""
-        return f"{LOOPBACK}:{self.sglang_port}"
+        return f"{self.host}:{self.sglang_port}"
 
     @property
     def exporter_instance(self) -> str:
         """Prometheus `instance` of our exporter."""
-        return f"{LOOPBACK}:{self.exporter_port}"
+        return f"{self.host}:{self.exporter_port}"
 
 
 def missing_binaries() -> list[str]:
@@ -193,7 +196,7 @@ class Stack:
 
     def start_standin(self, t: Target) -> None:
         """Start the stand-in SGLang of `t`; its log starts on `start_log` (after the exporter tails it)."""
-        argv = python_module("integration.standin_sglang", "--port", str(t.sglang_port),
+        argv = python_module("integration.standin_sglang", "--host", t.host, "--port", str(t.sglang_port),
                              "--scenario", t.spec.scenario, "--spelling", t.spec.spelling,
                              "--log-file", str(t.log_file), "--hold-log")
         if t.spec.model_name:
@@ -223,9 +226,9 @@ class Stack:
 
     def start(self) -> Stack:
         """Start everything; on any failure stop what was started and raise with the outputs."""
-        for spec in self.specs:
+        for i, spec in enumerate(self.specs):
             self.targets.append(Target(spec, self._port(f"sglang-{spec.key}"), self._port(f"exporter-{spec.key}"),
-                                       self.workdir / f"sglang-{spec.key}.log"))
+                                       self.workdir / f"sglang-{spec.key}.log", host=f"127.0.0.{i + 2}"))
         self._port("prometheus")
         try:
             self.write_configs()

@@ -24,14 +24,10 @@ EXPECTED_CHECK = {
     "cuda_graph_uncovered": "cuda_graph_uncovered",
     "prefill_oom": "prefill_oom",
 }
-# Known gap, found by this suite: a native alert is silenced `unless on (model_name, dp_rank)` an exporter
-# publishes the signal, across all instances. A server without the exporter that serves the same model
-# as any server with it (same model, dp_rank "") therefore never pages. Fix: match on something that
-# ties a sidecar to its own SGLang (e.g. a shared pod/host label) instead of the model alone.
-_NATIVE_DEDUP_ACROSS_SERVERS = pytest.mark.xfail(
-    strict=True, reason="native alert silenced by another server's exporter for the same model")
-PAGING_KEYS = [pytest.param(t.key, marks=_NATIVE_DEDUP_ACROSS_SERVERS) if t.key == "native-same-model-storm"
-               else t.key for t in TARGETS if t.scenario in EXPECTED_CHECK and t.key != "restart"]
+# `native-same-model-storm` (SGLang alone, same model as the servers with the exporter) pages from its
+# own metrics: a native alert is silenced only by the sidecar on its own host (instance_host), not by
+# any exporter of the same model (found by this suite when the join was on model_name, dp_rank alone).
+PAGING_KEYS = [t.key for t in TARGETS if t.scenario in EXPECTED_CHECK and t.key != "restart"]
 ALERT_DEADLINE_S = 120.0  # from stack start; windows are 20 s and `for:` 3 s in the test render
 ADVICE_ANNOTATIONS = ("flag", "action", "suggested_value", "runbook_url")
 SCRAPE_DOWN_ALERTS = ("SGLangTuningScrapeFailing",)
