@@ -189,6 +189,11 @@ def test_native_dedup_ties_a_sidecar_to_its_own_host() -> None:
     by_pod = _native_alerts(render_rules.RenderOptions(dedup_on=("pod", "model_name", "dp_rank")))
     assert all("label_replace" not in a["expr"] and "unless on (pod, model_name, dp_rank)" in a["expr"]
                for a in by_pod)
+    # the annotations look the exporter's values up by the same key, never by the model alone
+    for alerts_, key in ((natives, 'and on (instance_host) label_replace(vector(1), "instance_host", %q, "", "")'),
+                         (by_pod, "pod=%q,model_name=%q,dp_rank=%q,check=%q")):
+        looked_up = [a["annotations"]["suggested_value"] for a in alerts_ if "| query" in a["annotations"]["suggested_value"]]
+        assert looked_up and all(key in v for v in looked_up), looked_up
 
 
 _DEDUP_TEST = """

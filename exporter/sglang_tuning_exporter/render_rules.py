@@ -293,21 +293,41 @@ def guide_fallback(check: Check, opts: RenderOptions) -> str:
     return f"see the runbook ({method})"
 
 
-def _query(metric: str, check: Check, opts: RenderOptions, by: str, fallback: str) -> str:
-    # A Go raw string keeps the PromQL quotes readable; %q quotes the label values safely.
+# `by` of the annotation helpers: "instance" on the exporter's own alerts; NATIVE_LOOKUP on native alerts,
+# which look the exporter's series up by the dedup_on labels (the server's host, model and DP rank).
+NATIVE_LOOKUP = "dedup_on"
+
+
+def _lookup(metric: str, check: Check, opts: RenderOptions, by: str) -> str:
+    """Go template opening `{{ with <query of metric for this alert's server, rank and check> }}`."""
     job = _job(opts.exporter_job)
-    sel = f"{metric}{{{job + ',' if job else ''}{by}=%q,dp_rank=%q,check=%q}}"
-    return (f"{{{{ with printf `{sel}` $labels.{by} $labels.dp_rank {json.dumps(check.id)} | query }}}}"
-            f"{{{{ . | first | value }}}}{{{{ else }}}}{fallback}{{{{ end }}}}")
+    keys = opts.dedup_on if by == NATIVE_LOOKUP else (by, "dp_rank")
+    matchers, args = [job] if job else [], []
+    for key in keys:
+        if key != HOST_LABEL:
+            matchers.append(f"{key}=%q")
+            args.append(f"$labels.{key}")
+    matchers.append("check=%q")
+    args.append(json.dumps(check.id))
+    sel = f"{metric}{{{','.join(matchers)}}}"
+    if HOST_LABEL in keys:
+        # Exact match on the derived host (no regex to escape): only the sidecar beside this SGLang
+        # lends its values; another server of the same model does not.
+        sel = f'{with_host(sel)} and on ({HOST_LABEL}) label_replace(vector(1), "{HOST_LABEL}", %q, "", "")'
+        args.append(f"$labels.{HOST_LABEL}")
+    # A Go raw string keeps the PromQL quotes readable; %q quotes the label values safely.
+    return f"{{{{ with printf `{sel}` {' '.join(args)} | query }}}}"
+
+
+def _query(metric: str, check: Check, opts: RenderOptions, by: str, fallback: str) -> str:
+    return f"{_lookup(metric, check, opts, by)}{{{{ . | first | value }}}}{{{{ else }}}}{fallback}{{{{ end }}}}"
 
 
 def flag_template(check: Check, opts: RenderOptions, *, by: str) -> str:
     """The flag name; where it changed across SGLang releases, the one our metric names for this server."""
     if not check.flags_by_version:
         return str(check.flag)
-    job = _job(opts.exporter_job)
-    sel = f"sglang_tuning_suggested_value{{{job + ',' if job else ''}{by}=%q,dp_rank=%q,check=%q}}"
-    return (f"{{{{ with printf `{sel}` $labels.{by} $labels.dp_rank {json.dumps(check.id)} | query }}}}"
+    return (f"{_lookup('sglang_tuning_suggested_value', check, opts, by)}"
             f"{{{{ . | first | label \"flag\" }}}}{{{{ else }}}}{check.flag}{{{{ end }}}}")
 
 
@@ -487,7 +507,7 @@ def native_group(table: CheckTable, opts: RenderOptions) -> Group:
             rules.append(Rule({
                 "alert": c.alert, "expr": expr, "for": for_of(c.for_s, opts),
                 "labels": {"severity": level, "check": c.id, "source": "sglang"},
-                "annotations": alert_annotations(c, table, opts, th, by="model_name"),
+                "annotations": alert_annotations(c, table, opts, th, by=NATIVE_LOOKUP),
             }, _check_comment(c, table, opts, level, th) + "\n(native variant: silent where the exporter "
                f"already has this signal for the same {dedup})"))
     return Group("sglang-tuning.native", "native.rules.yaml",
