@@ -290,7 +290,15 @@ class Sidecar:
         # With a working log, counted events come from its lines: the scrape's counter deltas
         # would count the same retractions and batches twice.
         log_up = self.log_input is not None and bool(self.state.source_up("log"))
-        observations = [o if norm(o.rank) == o.rank else Observation(o.time, o.name, o.value, norm(o.rank), o.source)
+        normal: dict[Rank, Rank] = {}  # one scrape names each rank in many samples: normalise once
+
+        def normalised(rank: Rank) -> Rank:
+            n = normal.get(rank)
+            if n is None:
+                n = normal[rank] = norm(rank)
+            return n
+
+        observations = [o if (r := normalised(o.rank)) is o.rank or r == o.rank else Observation(o.time, o.name, o.value, r, o.source)
                         for o in result.observations if not (log_up and o.name in COUNTED_OBSERVATIONS)]
         self.state.add_observations(observations, now)
         if self.advisor.window is not None:
