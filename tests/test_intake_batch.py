@@ -273,3 +273,41 @@ def test_no_graph_batch_p90_follows_the_window() -> None:
         snap = state.snapshot(now)
         assert snap.ranks[0].no_graph_batch_p90 == p90(v for _, v in kept)
     assert kept
+
+
+def _expected_counters(events: list[Event]) -> dict[Rank, dict[tuple[str, str], float]]:
+    """The counters of docs/sidecar.md, computed the plain way."""
+    out: dict[Rank, dict[tuple[str, str], float]] = {}
+
+    def count(rank: Rank, key: tuple[str, str], amount: float) -> None:
+        if amount > 0 and math.isfinite(amount):
+            out.setdefault(rank, {})[key] = out.setdefault(rank, {}).get(key, 0.0) + amount
+
+    for e in events:
+        rank, f = Rank.from_dict(e.rank), e.fields
+        if e.kind == "decode":
+            cg = f.get("cuda_graph")
+            count(rank, ("decode_samples", "unknown" if not isinstance(cg, bool) else str(cg).lower()), 1)
+        elif e.kind == "retract":
+            count(rank, ("retractions", ""), 1)
+            count(rank, ("retracted_requests", ""), float(f["num_retracted_reqs"]))
+        elif e.kind == "prefill":
+            for name, label in (("num_new_tokens", "new"), ("num_cached_tokens", "cached")):
+                v = f.get(name)
+                if isinstance(v, (int, float)) and not isinstance(v, bool):
+                    count(rank, ("prefill_tokens", label), float(v))
+        elif e.kind == "oom":
+            phase = f["phase"] if f["phase"] in ("prefill", "decode", "startup") else "unknown"
+            count(rank, ("oom_events", phase), 1)
+    return out
+
+
+def test_live_state_counters_from_events() -> None:
+    """add_events (one rank lookup per poll) counts what each event says, with odd values skipped."""
+    events = random_events(7, 3000, 9)
+    state = LiveState(window_s=60, max_ranks=64, expire_after_s=600, enabled={"log": True})
+    for k, poll_events in enumerate(_polls(events, 77)):
+        state.add_events(poll_events, 100.0 + k)
+    snap = state.snapshot(100.0 + len(events) // 77)
+    expected = _expected_counters(events)
+    assert len(snap.ranks) > 9 and {r.rank: dict(r.counters) for r in snap.ranks if r.counters} == expected

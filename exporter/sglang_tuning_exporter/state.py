@@ -25,6 +25,8 @@ GAUGE_NAMES = frozenset({
     "cuda_graph_max_bs_captured",
 })
 _COUNTED_KINDS = frozenset({"decode", "retract", "prefill", "oom"})
+_DECODE_TRUE, _DECODE_FALSE, _DECODE_UNKNOWN = (("decode_samples", v) for v in ("true", "false", "unknown"))
+_PREFILL_KEYS = (("num_new_tokens", ("prefill_tokens", "new")), ("num_cached_tokens", ("prefill_tokens", "cached")))
 _METRICS_COUNTED = frozenset({"retraction", "decode_cuda_graph_passes", "decode_eager_passes",
                               "prefill_new_tokens", "prefill_cached_tokens"})
 
@@ -263,9 +265,10 @@ class LiveState:
         """Counters from log events: decode samples, retractions, prefill tokens, OOMs."""
         with self._lock:
             # A poll's events share `now`: each rank is looked up and touched once per call.
-            seen: dict[tuple[tuple[str, int], ...], tuple[Rank, _RankData]] = {}
+            seen: dict[tuple[tuple[str, int], ...], list[Any]] = {}  # -> [rank, data, its counters or None]
             decoded: dict[int, _RankData] = {}  # ranks with Decode lines: prune their no-graph samples once
             expired = self._expired
+            counters = self._counters
             for e in events:
                 kind = e.kind
                 if kind not in _COUNTED_KINDS:
@@ -280,34 +283,41 @@ class LiveState:
                     if self._expired != expired:
                         seen.clear()  # a rank was evicted to make room: cached entries may be gone
                         expired = self._expired
-                    seen[key] = (rank, data)
+                    hit = seen[key] = [rank, data, counters.get(rank)]
                 else:
-                    rank, data = hit
+                    rank, data = hit[0], hit[1]
                 f = e.fields
                 if kind == "decode":
                     cg = f.get("cuda_graph")
-                    label = "unknown" if not isinstance(cg, bool) else ("true" if cg else "false")
-                    per_rank = self._counters.get(rank)
+                    k = _DECODE_TRUE if cg is True else (_DECODE_FALSE if cg is False else _DECODE_UNKNOWN)
+                    per_rank = hit[2]
                     if per_rank is None:
-                        per_rank = self._counters[rank] = {}
-                    k = ("decode_samples", label)
+                        per_rank = hit[2] = counters.setdefault(rank, {})
                     per_rank[k] = per_rank.get(k, 0.0) + 1
-                    bs = f.get("num_running_reqs")
-                    if cg is False and isinstance(bs, (int, float)):
-                        data.add_no_graph(now, float(bs))
+                    if cg is False:
+                        bs = f.get("num_running_reqs")
+                        if isinstance(bs, (int, float)):
+                            data.add_no_graph(now, float(bs))
                     decoded[id(data)] = data
+                elif kind == "prefill":
+                    for field_name, k in _PREFILL_KEYS:
+                        v = f.get(field_name)
+                        if isinstance(v, (int, float)) and not isinstance(v, bool):
+                            amount = float(v)
+                            if amount > 0 and math.isfinite(amount):  # as `_count`: counters only grow
+                                per_rank = hit[2]
+                                if per_rank is None:
+                                    per_rank = hit[2] = counters.setdefault(rank, {})
+                                per_rank[k] = per_rank.get(k, 0.0) + amount
                 elif kind == "retract":
                     self._count(rank, "retractions", "", 1)
                     n = f.get("num_retracted_reqs")
                     self._count(rank, "retracted_requests", "", float(n) if isinstance(n, (int, float)) else 0)
-                elif kind == "prefill":
-                    for field_name, label in (("num_new_tokens", "new"), ("num_cached_tokens", "cached")):
-                        v = f.get(field_name)
-                        if isinstance(v, (int, float)) and not isinstance(v, bool):
-                            self._count(rank, "prefill_tokens", label, float(v))
+                    hit[2] = counters.get(rank)
                 elif kind == "oom":
                     phase = f.get("phase") if f.get("phase") in ("prefill", "decode", "startup") else "unknown"
                     self._count(rank, "oom_events", str(phase), 1)
+                    hit[2] = counters.get(rank)
             for data in decoded.values():
                 self._prune_no_graph(data, now)
 
