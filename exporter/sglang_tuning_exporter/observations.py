@@ -7,6 +7,7 @@ time-only stamps roll over midnight; a log with no timestamps at all is timed by
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
@@ -26,6 +27,8 @@ _CAPTURE = re.compile(r"capture cuda graph failed|cuda graph capture|capture .*g
 _AFTER_POOL_STAGES = ("memory_pool_end", "cuda_graph_begin", "cuda_graph_end", "cuda_graph_bs",
                       "prefill_graph_begin", "prefill_graph_end")
 # Server-args keys that are also startup facts (numbers only).
+# Sample(...) without NamedTuple's Python-level __new__ (one per log line): all 12 fields, in order.
+_new_sample = functools.partial(tuple.__new__, Sample)
 _ARG_FACTS = {"max_running_requests": "max_running_requests", "chunked_prefill_size": "chunked_prefill_size",
               "context_length": "context_len"}
 
@@ -277,11 +280,11 @@ class EventConverter:
                                                                else get("num_full_tokens"))
                 if (q is not None or r is not None or usage is not None or tp is not None or used is not None
                         or graph is not None):
-                    append(Sample(t, rank, False, q, r, usage, tp, used, graph))
+                    append(_new_sample((t, rank, False, q, r, usage, tp, used, graph, "log", None, None)))
                 continue
             new, cached = _num(get("num_new_tokens")), _num(get("num_cached_tokens"))
             if q is not None or r is not None or usage is not None or new is not None or cached is not None:
-                append(Sample(t, rank, True, q, r, usage, new_tokens=new, cached_tokens=cached))
+                append(_new_sample((t, rank, True, q, r, usage, None, None, None, "log", new, cached)))
         return out
 
     @staticmethod

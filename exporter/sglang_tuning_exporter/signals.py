@@ -622,12 +622,11 @@ class Window:
                     seen.clear()  # a rank was created or evicted: cached states may be gone
                     shape = (len(self._ranks), self.expired)
                 continue
-            q, r, u = o.queue, o.running, o.usage
-            hit = seen.get(id(o.rank))
-            if (hit is not None and hit[1] == o.time and q is not None and r is not None and u is not None
-                    and o.source == "log" and hit[2].pending is None):
-                if o.prefill:
-                    nt, ct = o.new_tokens, o.cached_tokens
+            t, rank, prefill, q, r, u, tp, used, g, source, nt, ct = o  # one unpack: read once per line
+            hit = seen.get(id(rank))
+            if (hit is not None and hit[1] == t and q is not None and r is not None and u is not None
+                    and source == "log" and hit[2].pending is None):
+                if prefill:
                     if finite(q + r + u) and (nt is None or finite(nt)) and (ct is None or finite(ct)):
                         b = hit[3]
                         if nt is not None:
@@ -637,9 +636,8 @@ class Window:
                             b.prefill_cached += ct
                         b.prefill.add(q, r, u, None, None, good, band)
                         continue
-                elif (o.throughput is not None and o.used is not None and o.graph is not None
-                      and finite(q + r + u + o.throughput + o.used + o.graph)):
-                    hit[3].decode.add(q, r, u, o.graph, o.throughput, good, band)
+                elif tp is not None and used is not None and g is not None and finite(q + r + u + tp + used + g):
+                    hit[3].decode.add(q, r, u, g, tp, good, band)
                     continue
             self.add_sample(o)
             now_shape = (len(self._ranks), self.expired)

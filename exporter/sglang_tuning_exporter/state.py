@@ -211,18 +211,18 @@ class LiveState:
         with self._lock:
             for o in observations:
                 if isinstance(o, Sample):
-                    if o.prefill:
+                    _, rank, prefill, q, r, u, tp, *_ = o
+                    if prefill:
                         continue  # prefill_* sample names are not gauges
-                    q, r, u, tp = o.queue, o.running, o.usage, o.throughput
                     if q is None and r is None and u is None and tp is None:
                         continue
-                    hit = touched.get(id(o.rank))
+                    hit = touched.get(id(rank))
                     if hit is None:
-                        sd = self._touch(o.rank, now)
+                        sd = self._touch(rank, now)
                         if self._expired != expired:
                             touched.clear()  # a rank was evicted to make room: cached entries may be gone
                             expired = self._expired
-                        touched[id(o.rank)] = (o.rank, sd)
+                        touched[id(rank)] = (rank, sd)
                     else:
                         sd = hit[1]
                     gauges = sd.gauges
