@@ -298,13 +298,6 @@ class Bucket:
         self.graph_passes = 0.0
         self.eager_passes = 0.0
 
-    def changes(self) -> tuple[float, ...]:
-        """Differs whenever the bucket changed: every change moves a count (or the one uncounted sum)."""
-        d, p = self.decode, self.prefill
-        return (d.queue_n + d.running_n + d.graph_n + d.tp_n, p.queue_n + p.running_n + p.graph_n + p.tp_n,
-                self.retractions, self.prefill_n, sum(self.oom.values()), self.prefill_cached, self.graph_passes,
-                self.eager_passes)
-
     def copy(self) -> Bucket:
         """An independent copy."""
         c = Bucket()
@@ -359,7 +352,7 @@ class _WindowSum:
     Counts and histograms are exact integers, so buckets leaving the window are subtracted; the
     float sums are re-added in bucket order instead, so the result equals a fresh merge bit for bit."""
 
-    members: list[tuple[Bucket, tuple[float, ...]]]  # (bucket, its changes() when merged), oldest first
+    members: list[Bucket]  # oldest first; never a rank's newest bucket, so only late data changes them
     total: Bucket
     scalars_stale: bool = False
 
@@ -461,7 +454,9 @@ class Window:
             nb = Bucket()
             b.append((start, nb))
             return nb
-        for s, bucket in reversed(b):  # late data: merge into its bucket (rare)
+        # Late data (rare): an older bucket changes, so the sums kept for signals() start over.
+        st.summed = None
+        for s, bucket in reversed(b):  # merge into its bucket
             if s == start:
                 return bucket
         nb = Bucket()
@@ -738,13 +733,12 @@ class Window:
         if ws is not None:
             members = ws.members
             first = sealed[0]
-            i = next((k for k, (b, _) in enumerate(members) if b is first), -1)
+            i = next((k for k, b in enumerate(members) if b is first), -1)
             kept = members[i:] if i >= 0 else []
-            if (i < 0 or len(kept) > len(sealed) or any(b.changes() != c for b, c in members)
-                    or any(b is not sealed[k] for k, (b, _) in enumerate(kept))):
-                ws = None  # buckets changed or reordered (late data, merged buckets): start over
+            if i < 0 or len(kept) > len(sealed) or any(b is not sealed[k] for k, b in enumerate(kept)):
+                ws = None  # reordered or merged buckets: start over
             elif i > 0:
-                for b, _ in members[:i]:  # left the window: take their histograms out
+                for b in members[:i]:  # left the window: take their histograms out
                     ws.total.decode.subtract_histograms(b.decode)
                     ws.total.prefill.subtract_histograms(b.prefill)
                 ws.members = kept
@@ -755,7 +749,7 @@ class Window:
         if ws.scalars_stale:
             # Float sums are not subtracted (rounding would show): add them up again in order.
             fresh = Bucket()
-            for b, _ in ws.members:
+            for b in ws.members:
                 fresh.merge_scalars(b)
             for mine, theirs in ((fresh.decode, total.decode), (fresh.prefill, total.prefill)):
                 mine.queue, mine.running, mine.missed, mine.capped_cand = (
@@ -764,7 +758,7 @@ class Window:
             ws.scalars_stale = False
         for b in sealed[len(ws.members):]:
             total.merge(b)
-            ws.members.append((b, b.changes()))
+            ws.members.append(b)
         return total
 
 
