@@ -110,6 +110,9 @@ def main() -> int:
     ap.add_argument("--metrics-every", type=float, default=15.0,
                     help="how often our /metrics is scraped during the CPU measurement (default 15 s)")
     ap.add_argument("--latency-samples", type=int, default=30, help="/metrics requests timed at the end")
+    ap.add_argument("--window", default=None,
+                    help="serve --window (default: serve's 10m; e.g. 1m fills the window, 60 buckets per rank, "
+                         "within the run: the steady-state cost of signals)")
     args = ap.parse_args()
 
     standin = StandIn()
@@ -119,6 +122,8 @@ def main() -> int:
         cmd = [sys.executable, "-m", "sglang_tuning_exporter", "serve", "--web.listen-address", "127.0.0.1:0",
                "--sglang.log-file", str(log), "--sglang.url", standin.url, "--sglang.scrape-interval", "1s",
                "--ranks.max", str(max(256, args.ranks * 2))]
+        if args.window:
+            cmd += ["--window", args.window]
         env = dict(os.environ, SGLANG_TUNING_LOG_LEVEL="info")
         child = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True, env=env)
         assert child.stderr is not None
@@ -132,7 +137,8 @@ def main() -> int:
             child.kill()
             print("serve did not start", file=sys.stderr)
             return 1
-        threading.Thread(target=lambda: [None for _ in child.stderr], daemon=True).start()  # drain
+        errors = child.stderr
+        threading.Thread(target=lambda: [None for _ in errors], daemon=True).start()  # drain
         url = f"http://127.0.0.1:{port}/metrics"
         stop = threading.Event()
         written = [0]
@@ -185,6 +191,7 @@ def main() -> int:
     print(f"log lines written   {lines1 - lines0} ({(lines1 - lines0) / wall:.0f}/s), ranks in log {args.ranks}")
     print(f"tracked ranks       {tracked.group(1) if tracked else '?'}; /metrics {series} series, {size / 1024:.0f} KiB")
     print(f"CPU                 {cpu / wall * 60:.2f} CPU-seconds per minute = {100 * cpu / wall:.2f} % of one core")
+    print(f"CPU, log quiet      {100 * idle_rate:.2f} % of one core (SGLang scrape + evaluations only)")
     print(f"peak RSS            {peak_rss:.1f} MB")
     print(f"/metrics scraped    every {args.metrics_every:g} s during the CPU measurement; SGLang scraped every 1 s")
     print(f"/metrics over HTTP  p50 {statistics.median(lat):.2f} ms, p95 {lat[int(0.95 * (len(lat) - 1))]:.2f} ms, "
