@@ -273,3 +273,112 @@ def test_output_file(tmp_path: Path) -> None:
     assert code == 0 and out == "" and "retractions_frequent" in target.read_text(encoding="utf-8")
     code, _, err = run([str(retracting_log(tmp_path)), "--output", str(tmp_path / "no" / "such" / "dir.txt")])
     assert code == 1 and "cannot write" in err
+
+
+def _oom_straddling_log() -> str:
+    """Decode lines around a logged prefill OOM and its re-raise as a traceback of `[rank0]:` lines."""
+    w = LogWriter("0.5.23").server_args(schedule_conservativeness=1.0)
+    for i in range(400):
+        w.decode(100 + i % 50, 0.6, 150)
+        w.access()
+        if i == 200:
+            w.add("Prefill out of memory. Try to lower your batch size.")
+            w.raw("Try to allocate 8192 tokens.\nAvaliable tokens: 100")
+            w.add("Scheduler hit an exception: Traceback (most recent call last):")
+            w.raw('[rank0]:   File "/sglang/srt/managers/scheduler.py", line 2336, in run_scheduler_process\n'
+                  "[rank0]:     scheduler.event_loop_overlap()\n"
+                  '[rank0]:   File "/sglang/srt/managers/schedule_batch.py", line 99, in prepare_for_extend\n'
+                  "[rank0]:     out_cache_loc = self.alloc_token_slots(extend_num_tokens)\n"
+                  "[rank0]: RuntimeError: Prefill out of memory. Try to lower your batch size.")
+        w.tick(1)
+    return w.text()
+
+
+def test_tracebacks_are_not_cut_between_parallel_chunks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Tiny chunks cut before every record head, never before `[rankN]:` lines; the re-raised OOM in the next
+    chunk is linked to the logged one: parallel equals sequential, one prefill OOM, not two or three."""
+    p = tmp_path / "oom.log"
+    p.write_text(_oom_straddling_log(), encoding="utf-8")
+    table = load_table()
+    seq = diagnose_source(str(p), table, Config(), "docs-2025", "throughput", {}, jobs=1)
+    monkeypatch.setattr(diagnose, "PARALLEL_MIN_BYTES", 1)
+    monkeypatch.setattr(diagnose, "MIN_CHUNK_BYTES", 1)
+    monkeypatch.setattr(diagnose, "CHUNK_BYTES", 300)
+    data = p.read_bytes()
+    ranges = split_points(str(p), len(data), 300)
+    assert len(ranges) > 50 and all(data[a:a + 2] != b"[r" for a, _ in ranges)
+    par = diagnose_source(str(p), table, Config(), "docs-2025", "throughput", {}, jobs=2)
+    assert seq.error is None and par.error is None
+    assert par.document["signals"] == seq.document["signals"]
+    assert par.document["findings"] == seq.document["findings"]
+    assert (par.lines, par.events) == (seq.lines, seq.events)
+    oom = next(f for f in seq.document["findings"] if f["check"] == "prefill_oom")
+    assert oom["status"] == "critical" and oom["evidence"].startswith("oom_prefill_count=1 ")
+
+
+def _scan_doc(text: str, *, fast: bool, cuts: list[int] | None = None) -> dict[str, object]:
+    """Signals, findings and line/event counts of `text` scanned line by line (fast=False: full parser)
+    or by scan_text over blocks cut after the given newlines."""
+    d = diagnose.Diagnosis(load_table(), Config(), "docs-2025", "throughput", {})
+    sc = diagnose.Scanner(d.res, 0.9, (100.0, 2000.0), fast=fast)
+    if not fast:
+        d.add_chunk(sc.scan(text.split("\n")[:-1] if text.endswith("\n") else text.split("\n")))
+    else:
+        start = 0
+        for c in cuts or []:
+            d.add_chunk(sc.scan_text(text[start:c], final=False))
+            start = c
+        d.add_chunk(sc.scan_text(text[start:]))
+    doc = d.finish("x").document
+    return {"signals": doc["signals"], "findings": [(f["check"], f["status"], f["suggested"], f["evidence"])
+                                                     for f in doc["findings"]],
+            "lines": d.lines, "events": d.events if fast else None}
+
+
+def _block_logs() -> list[str]:
+    """Scenario logs, the traceback log and a busy mixed log with odd lines between the batch lines."""
+    from test_scenarios import ALL_LOGS
+
+    w = LogWriter("0.5.23", tp_size=2)
+    for i in range(600):
+        w.access()
+        w.decode(100 + i % 90, 0.5 + (i % 40) / 100, i % 300, graph=i % 5 != 0, dp=i % 2, tp=i % 2)
+        if i % 3 == 0:
+            w.prefill(3000, 900, 0.7, 120, i % 200, dp=i % 2, tp=i % 2)
+            w.access()
+        if i % 17 == 0:
+            w.raw('[2025-03-01 10:00:00] INFO: 1.2.3.4:5 - "GET /x HTTP/1.1" 200 OK HTTP/1.1')  # HTTP twice
+            w.add("Cache flushed successfully!")
+            w.add("Scheduler.run_batch sleep 180.0s")
+        if i % 29 == 0:
+            w.add("Prefill batch, #new-seq: 1, #new-token: 5, #cached-token: 0, token usage: 0.10, "
+                  "#running-req: 3, #queue-req: 0 \r] Decode batch, #running-req: 7, #token: 9, token usage: "
+                  "0.20, gen throughput (token/s): 3.00, #queue-req: 1")
+            w.raw("] Decode batch, #running-req: 7 (no stamp)\n\x1b[32m[2025-03-01 10:00:00 TP0] Decode batch, "
+                  "#running-req: 1, #token: 2, token usage: 0.30, gen throughput (token/s): 1.00, #queue-req: 5")
+        if i % 41 == 0:
+            w.retract(1)
+        w.tick(1)
+    return [make() for make in ALL_LOGS] + [_oom_straddling_log(), w.text(), w.text()[:-1]]
+
+
+@pytest.mark.parametrize("text", _block_logs())
+def test_block_scan_agrees_with_the_full_parser(text: str) -> None:
+    """scan_text (jumping between batch heads, access gaps skipped in C) equals the full parser line by
+    line, whole and cut into blocks anywhere at line ends (records left open across blocks)."""
+    full = _scan_doc(text, fast=False)
+    whole = _scan_doc(text, fast=True)
+    assert {**whole, "events": None} == full
+    full = whole
+    ends = [i + 1 for i, ch in enumerate(text) if ch == "\n"]
+    for step in (1, 7, 113):
+        assert _scan_doc(text, fast=True, cuts=ends[step - 1:-1:step]) == full, step
+
+
+def test_block_scan_on_the_corpus(shared_dir: Path) -> None:
+    """scan_text equals the full parser on every real log of the shared corpus."""
+    logs = sorted((shared_dir / "corpus" / "logs").glob("*.log"))
+    assert logs
+    for log in logs:
+        text = log.read_text(encoding="utf-8", errors="replace")
+        assert {**_scan_doc(text, fast=True), "events": None} == _scan_doc(text, fast=False), log.name

@@ -30,7 +30,7 @@ from .config import Config, ConfigError, load_config, parse_server_arg_overrides
 from .events import Event
 from .flags import add_flag, add_guide_flags
 from .logparse import parse_line
-from .logreader import EventReader
+from .logreader import _DEDUP_DISTANCE, _MAX_BLOCK_LINES, EventReader, split_ranges
 from .model import Finding, Rank, ServerState
 from .observations import EventConverter
 from .signals import Bucket, Window
@@ -44,6 +44,8 @@ BUCKETS_PER_WINDOW = 1  # windows are evaluated back to back, so one bucket per 
 BATCH_LINES = 20000  # lines per in-process batch (stdin, .gz, small files)
 PARALLEL_MIN_BYTES = 16 << 20  # plain files at least this big are scanned in a process pool
 CHUNK_BYTES = 8 << 20
+MIN_CHUNK_BYTES = 1 << 20
+BLOCK_BYTES = 1 << 20  # text scanned at once by the sequential reader of plain files
 MAX_SERIES_POINTS = 1500  # chart points kept per series (halved when exceeded)
 PROGRESS_MIN_BYTES = 64 << 20
 _WORSE = {"unknown": 0, "ok": 1, "warning": 2, "critical": 3}
@@ -70,6 +72,8 @@ _PREFILL_ROW = re.compile(
 _REST = re.compile(r"(\.\d+)?((?: [A-Z_]+\d+)*) ?$")
 _TAG = re.compile(r" ([A-Z_]+?)(\d+)")
 _CACHE_MAX = 4096
+_D_HEAD, _P_HEAD = "] Decode batch", "] Prefill batch"
+_TWO_HTTP = re.compile(r"HTTP/1\.[^\n]*HTTP/1\.")  # a line holding `HTTP/1.` twice (see scan_text)
 _Pending = tuple[list[float], list[str]]  # times and lines of the fast Decode (or Prefill) lines of a bucket
 _BucketKey = tuple[int | None, int | None, float]
 
@@ -90,6 +94,9 @@ class ChunkResult:
     nul_lines: int = 0
     sglang_lines: int = 0  # lines that were events or fast-path samples
     graph_field: bool = False  # a fast Decode line had `cuda graph:` (so the release is >= 0.4.7)
+    first_line: int = 1  # the scanner's number for the chunk's first line (its events are numbered alike)
+    last_oom: tuple[int, str] | None = None  # the reader's last OOM (line, message) after this chunk
+    blind_check: int | None = None  # line of a re-raised-OOM check made before any OOM was known
 
 
 def _iso_of(t: float) -> str:
@@ -113,7 +120,11 @@ class Scanner:
     """Scans text into per-rank buckets (fast path) and events (everything else), chunk by chunk."""
 
     def __init__(self, resolution_s: float, usage_good: float, band: tuple[float, float] = (100.0, 2000.0), *,
-                 fast: bool = True) -> None:
+                 fast: bool = True, known_oom: tuple[int, str] | None = None) -> None:
+        # One reader for the scanner's whole stream: a traceback or OOM message that continues past the
+        # end of one scan call is completed by the next (its lines are numbered from 1 across calls).
+        self.reader = EventReader(1)
+        self.reader._last_oom = known_oom  # an OOM logged just before this stream (parallel ranges)
         self.use_fast = fast  # False: every line goes through the full parser (tests compare both)
         self.res = resolution_s
         self.usage_good = usage_good
@@ -250,18 +261,154 @@ class Scanner:
                      None if not isinstance(graph, bool) else float(graph), num("gen_throughput"),
                      self.usage_good, self.band)
 
-    def scan_text(self, text: str) -> ChunkResult:
-        """Scan a chunk of text made of whole lines (numbered from 1 within the chunk)."""
-        lines = text.split("\n")
-        if lines and lines[-1] == "":
-            lines.pop()
-        return self.scan(lines)
+    def _fast_key(self, line: str, p: int) -> tuple[_BucketKey, float] | None:
+        """Bucket key and time of a Decode/Prefill line whose head `] ... batch` is at `p`, or None."""
+        lb = 0 if line[0] == "[" else line.rfind("[", 0, p)
+        if lb < 0 or p - lb < 20:
+            return None
+        base = self._minutes.get(line[lb + 1:lb + 17])
+        tags = self._tag_cache.get(line[lb + 20:p])
+        sec = line[lb + 18:lb + 20]
+        if base is not None and tags is not None and line[lb + 17] == ":" and sec.isdigit():
+            t = base + int(sec) + tags[0]
+            dp, pp = tags[1], tags[2]
+        else:
+            st = self._stamp(line, p)  # fills the caches; None when not a stamp
+            if st is None:
+                return None
+            t, dp, pp = st
+        return (dp, pp, (t // self.res) * self.res), t
 
-    def scan(self, lines: Iterable[str]) -> ChunkResult:
-        """Scan lines (numbered from 1 within the chunk)."""
-        res = ChunkResult()
-        reader = EventReader(1)
-        self._last_t = None
+    def _begin(self) -> tuple[ChunkResult, int]:
+        return ChunkResult(first_line=self.reader.next_line), self.reader.stats.unparsed
+
+    def _end(self, res: ChunkResult, unparsed0: int, final: bool) -> ChunkResult:
+        reader = self.reader
+        if final:
+            for e in reader.flush():
+                res.events.append(self._timed(e, res))
+        self._flush_rows(res)
+        self._flush_prefill(res)
+        res.lines = reader.next_line - res.first_line
+        res.by_kind = Counter(e.kind for e in res.events)
+        res.unparsed = reader.stats.unparsed - unparsed0
+        res.sglang_lines = res.fast + len(res.events)
+        res.last_oom = reader._last_oom
+        res.blind_check = reader.first_blind_oom_check
+        return res
+
+    def _feed(self, lines: list[str], res: ChunkResult) -> None:
+        """Lines that hold no fast-path head, through the event reader (which numbers them)."""
+        for line in lines:
+            if "\x00" in line:
+                res.nul_lines += 1
+        out = self.reader.feed_lines(lines)
+        for e in out:
+            res.events.append(self._timed(e, res))
+
+    def scan_text(self, text: str, *, final: bool = True) -> ChunkResult:
+        """Scan text made of whole lines (the last may lack its newline) without splitting it into lines:
+        `str.find` jumps from one `] Decode batch` / `] Prefill batch` head to the next; the lines between
+        two heads are skipped in C when they are all access lines, else go through the event reader."""
+        if not self.use_fast:
+            lines = text.split("\n")
+            if lines and lines[-1] == "":
+                lines.pop()
+            return self.scan(lines, final=final)
+        res, unparsed0 = self._begin()
+        reader = self.reader
+        find, rfind, count = text.find, text.rfind, text.count
+        size = len(text)
+        # An access line holds `HTTP/1.` once; a gap whose lines hold it as often as it has lines is all
+        # access lines unless some line holds it twice, which this one search rules out for the block.
+        skip_ok = _TWO_HTTP.search(text) is None
+        rows, prows = self._rows, self._prows
+        fast = 0
+        last_t: float | None = None
+        nd = find(_D_HEAD)
+        np_ = find(_P_HEAD)
+        pos = 0
+        while pos < size:
+            if nd < 0 and np_ < 0:
+                p = -1
+                ls = size
+            else:
+                if np_ < 0 or 0 <= nd < np_:
+                    p, pending = nd, rows
+                else:
+                    p, pending = np_, prows
+                ls = rfind("\n", pos, p) + 1
+                if ls == 0:
+                    ls = pos
+            if ls > pos:  # the gap [pos, ls) of whole lines without a fast head
+                k = count("\n", pos, ls)
+                if ls == size and text[-1] != "\n":
+                    k += 1
+                if (skip_ok and reader._block is None and count("HTTP/1.", pos, ls) == k
+                        and find("\r", pos, ls) < 0):
+                    reader._next += k
+                else:
+                    if last_t is not None:
+                        self._last_t = last_t
+                        last_t = None
+                    gap = text[pos:ls].split("\n")
+                    if gap[-1] == "":
+                        gap.pop()
+                    self._feed(gap, res)
+            if p < 0:
+                break
+            le = find("\n", p)
+            if le < 0:
+                le = size
+            line = text[ls:le]
+            pos = le + 1
+            if nd >= 0 and nd < pos:
+                nd = find(_D_HEAD, pos)
+            if np_ >= 0 and np_ < pos:
+                np_ = find(_P_HEAD, pos)
+            blk = reader._block
+            if blk is not None and (blk.count >= _MAX_BLOCK_LINES or not blk.accepts(line)):
+                # The line ends the open record: emit it now so the line itself can take the fast path,
+                # as it does when a parallel range starts with it.
+                if last_t is not None:
+                    self._last_t = last_t
+                    last_t = None
+                for e in reader.flush():
+                    res.events.append(self._timed(e, res))
+            if reader._block is None and ("HTTP/1." not in line or "\r" in line):
+                at = p - ls
+                if pending is prows:
+                    q = line.find(_D_HEAD)  # a Decode head later on the line wins, as in `scan`
+                    if q >= 0:
+                        at, pending = q, rows
+                kt = self._fast_key(line, at)
+                if kt is not None:
+                    key, t = kt
+                    pend = pending.get(key)
+                    if pend is None:
+                        pend = pending[key] = ([], [])
+                    pend[0].append(t)
+                    pend[1].append(line)
+                    last_t = t
+                    reader._next += 1
+                    fast += 1
+                    continue
+            elif reader._block is None:
+                reader._next += 1  # an access line that happens to hold a head: never an event
+                continue
+            if last_t is not None:
+                self._last_t = last_t
+                last_t = None
+            self._feed([line], res)
+        if last_t is not None:
+            self._last_t = last_t
+        res.fast += fast
+        return self._end(res, unparsed0, final)
+
+    def scan(self, lines: Iterable[str], *, final: bool = True) -> ChunkResult:
+        """Scan lines one by one (stdin, gzip; `final=False` keeps a multi-line record open for the next call)."""
+        res, unparsed0 = self._begin()
+        reader = self.reader
         columns = self._rows
         res_s = self.res
         stamp_of = self._stamp
@@ -270,7 +417,7 @@ class Scanner:
         last_t: float | None = None
         minutes = self._minutes
         tag_cache = self._tag_cache
-        idle = True  # no multi-line record open in the reader
+        idle = reader._block is None  # no multi-line record open in the reader
         prows = self._prows
         for line in lines:
             if use_fast and idle:
@@ -320,16 +467,10 @@ class Scanner:
                 for e in out:
                     res.events.append(self._timed(e, res))
             idle = reader._block is None
-        for ev_ in reader.flush():
-            res.events.append(self._timed(ev_, res))
-        self._flush_rows(res)
-        self._flush_prefill(res)
+        if last_t is not None:
+            self._last_t = last_t
         res.fast += fast
-        res.lines = reader._next - 1
-        res.by_kind = Counter(reader.stats.by_kind)
-        res.unparsed = reader.stats.unparsed
-        res.sglang_lines = res.fast + len(res.events)
-        return res
+        return self._end(res, unparsed0, final)
 
     def _timed(self, e: Event, res: ChunkResult) -> Event:
         t = event_seconds(e.time)
@@ -346,43 +487,20 @@ class Scanner:
         return e
 
 
-def _scan_range(job: tuple[str, int, int, float, float, float, float]) -> ChunkResult:
-    """Worker: scan bytes [start, end) of a plain file."""
-    path, start, end, res_s, usage_good, low, high = job
+def _scan_range(job: tuple[str, int, int, float, float, float, float, tuple[int, str] | None]) -> ChunkResult:
+    """Worker: scan bytes [start, end) of a plain file (lines numbered from 1 within the range)."""
+    path, start, end, res_s, usage_good, low, high, known_oom = job
     with open(path, "rb") as fh:
         fh.seek(start)
         data = fh.read(end - start)
     text = data.decode("utf-8", errors="replace")
-    if text and not text.endswith("\n"):
-        text += "\n"
-    return Scanner(res_s, usage_good, (low, high)).scan_text(text)
+    return Scanner(res_s, usage_good, (low, high), known_oom=known_oom).scan_text(text)
 
 
 def split_points(path: str, size: int, chunk: int) -> list[tuple[int, int]]:
-    """Byte ranges of about `chunk` bytes, each starting at a line start (a `[` record head when
-    one is near, so multi-line tracebacks are not cut)."""
-    ranges: list[tuple[int, int]] = []
-    start = 0
-    with open(path, "rb") as fh:
-        while start < size:
-            nominal = start + chunk
-            if nominal >= size:
-                ranges.append((start, size))
-                break
-            fh.seek(nominal)
-            probe = fh.read(1 << 20)
-            nl = probe.find(b"\n")
-            if nl < 0:
-                ranges.append((start, size))
-                break
-            cut = nl + 1
-            head = probe.find(b"\n[", nl)
-            if head >= 0 and head - nl < (256 << 10):
-                cut = head + 1
-            end = nominal + cut
-            ranges.append((start, end))
-            start = end
-    return ranges
+    """Byte ranges of about `chunk` bytes, each starting before a `[<digit>` record head (never inside
+    a traceback, whose `[rankN]:` lines start with `[` too): logreader.split_ranges."""
+    return split_ranges(path, size, chunk)
 
 
 # --- the per-file pipeline ----------------------------------------------------------------------
@@ -488,7 +606,7 @@ class Diagnosis:
 
     def add_chunk(self, chunk: ChunkResult) -> None:
         """Merge one chunk (in file order)."""
-        off = self.line_offset
+        off = self.line_offset - (chunk.first_line - 1)  # chunks of one scanner are numbered across calls
         items: list[tuple[float, int, Any]] = []
         for e in chunk.events:
             if off:
@@ -657,25 +775,57 @@ def _stdin_input() -> InputLines:
 
 def _run_sequential(source: str, d: Diagnosis, progress: Progress) -> None:
     scanner = Scanner(d.res, d.cfg.usage_good, d.window.params.queue_band)
+    if source != "-" and not _is_gzip(source):
+        _run_plain(source, d, scanner, progress)
+        return
     with (_stdin_input() if source == "-" else open_input(source)) as inp:
         done = 0
         for batch in _batches(inp, BATCH_LINES):
-            d.add_chunk(scanner.scan(batch))
+            d.add_chunk(scanner.scan(batch, final=False))
             done += sum(len(x) + 1 for x in batch)
             progress.update(done)
+    d.add_chunk(scanner.scan([], final=True))
+
+
+def _run_plain(source: str, d: Diagnosis, scanner: Scanner, progress: Progress) -> None:
+    """A plain file in blocks of text cut after their last newline, as the parallel workers read it."""
+    carry = b""
+    done = 0
+    with open(source, "rb") as fh:
+        while True:
+            data = fh.read(BLOCK_BYTES)
+            if not data:
+                break
+            buf = carry + data if carry else data
+            cut = buf.rfind(b"\n") + 1
+            carry = buf[cut:]
+            if cut:
+                d.add_chunk(scanner.scan_text(buf[:cut].decode("utf-8", errors="replace"), final=False))
+            done += len(data)
+            progress.update(done)
+    d.add_chunk(scanner.scan_text(carry.decode("utf-8", errors="replace"), final=True))
 
 
 def _run_parallel(source: str, size: int, d: Diagnosis, workers: int, progress: Progress) -> None:
-    chunk = max(1 << 20, min(CHUNK_BYTES, size // (workers * 4) or CHUNK_BYTES))
-    ranges = split_points(source, size, chunk)
+    chunk = max(MIN_CHUNK_BYTES, min(CHUNK_BYTES, size // (workers * 4) or CHUNK_BYTES))
+    ranges = split_ranges(source, size, chunk)
     low, high = d.window.params.queue_band
-    jobs = [(source, a, b, d.res, d.cfg.usage_good, low, high) for a, b in ranges]
+    jobs = [(source, a, b, d.res, d.cfg.usage_good, low, high, None) for a, b in ranges]
     methods = multiprocessing.get_all_start_methods()
     ctx = multiprocessing.get_context("fork" if "fork" in methods else "spawn")
+    last_oom: tuple[int, str] | None = None  # absolute line and message of the last OOM merged so far
     with ctx.Pool(workers) as pool:
-        for (_, end), res in zip(ranges, pool.imap(_scan_range, jobs), strict=True):
+        for job, res in zip(jobs, pool.imap(_scan_range, jobs), strict=True):
+            off = d.line_offset
+            blind = res.blind_check
+            if last_oom is not None and blind is not None and blind + off - last_oom[0] < _DEDUP_DISTANCE:
+                # A traceback re-raising an OOM of an earlier range: scan this range again knowing that
+                # OOM (numbered relative to the range), so it is linked to it as a sequential read does.
+                res = _scan_range((*job[:7], (last_oom[0] - off, last_oom[1])))
+            if res.last_oom is not None:
+                last_oom = (res.last_oom[0] + off, res.last_oom[1])
             d.add_chunk(res)
-            progress.update(end)
+            progress.update(job[2])
 
 
 # --- command ------------------------------------------------------------------------------------
