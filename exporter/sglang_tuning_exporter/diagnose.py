@@ -2,8 +2,10 @@
 
 Pipeline: lines -> (fast path for dated Decode/Prefill lines | the multi-line event reader) ->
 per-rank time buckets + events -> signals window -> advisor, evaluated on consecutive windows
-of the log's own time; each (check, rank) reports its worst window.  Large plain files are split
-at line boundaries and scanned in a process pool, merged in order; memory stays flat in log size.
+of the log's own time; each (check, rank) reports its worst window.  Plain files are scanned as
+blocks of text (`Scanner.scan_text`: `str.find` jumps between batch heads, runs of access lines are
+skipped in C); large ones are cut before `[<digit>` record heads (logreader.split_ranges, never inside
+a traceback) and scanned in a process pool, merged in order; memory stays flat in log size.
 """
 
 from __future__ import annotations
@@ -131,6 +133,7 @@ class Scanner:
         self.band = band
         self._minutes: dict[str, float | None] = {}
         self._tag_cache: dict[str, tuple[float, int | None, int | None] | None] = {}
+        self._seconds: dict[str, float] = {}  # `YYYY-MM-DD HH:MM:SS` of a valid stamp -> epoch seconds
         self._last_t: float | None = None  # last dated time seen (fast lines and dated events)
         self._rows: dict[_BucketKey, _Pending] = {}
         self._prows: dict[_BucketKey, _Pending] = {}  # the same for fast Prefill lines
@@ -322,31 +325,29 @@ class Scanner:
         # An access line holds `HTTP/1.` once; a gap whose lines hold it as often as it has lines is all
         # access lines unless some line holds it twice, which this one search rules out for the block.
         skip_ok = _TWO_HTTP.search(text) is None
+        skip_ok = skip_ok and find("\r") < 0  # a CR line may hide a record after its progress bar
         rows, prows = self._rows, self._prows
+        secs, tag_cache, minutes = self._seconds, self._tag_cache, self._minutes
+        res_s = self.res
         fast = 0
         last_t: float | None = None
         nd = find(_D_HEAD)
         np_ = find(_P_HEAD)
         pos = 0
         while pos < size:
-            if nd < 0 and np_ < 0:
-                p = -1
-                ls = size
+            if nd >= 0 and (np_ < 0 or nd < np_):
+                p, pending = nd, rows
+            elif np_ >= 0:
+                p, pending = np_, prows
             else:
-                if np_ < 0 or 0 <= nd < np_:
-                    p, pending = nd, rows
-                else:
-                    p, pending = np_, prows
-                ls = rfind("\n", pos, p) + 1
-                if ls == 0:
-                    ls = pos
-            if ls > pos:  # the gap [pos, ls) of whole lines without a fast head
+                p = -1
+            ls = size if p < 0 else (rfind("\n", pos, p) + 1 or pos)
+            if ls > pos:  # the gap [pos, ls): whole lines without a fast head
                 k = count("\n", pos, ls)
                 if ls == size and text[-1] != "\n":
                     k += 1
-                if (skip_ok and reader._block is None and count("HTTP/1.", pos, ls) == k
-                        and find("\r", pos, ls) < 0):
-                    reader._next += k
+                if skip_ok and reader._block is None and count("HTTP/1.", pos, ls) == k:
+                    reader._next += k  # access lines only
                 else:
                     if last_t is not None:
                         self._last_t = last_t
@@ -360,30 +361,39 @@ class Scanner:
             le = find("\n", p)
             if le < 0:
                 le = size
-            line = text[ls:le]
             pos = le + 1
+            if pending is prows and 0 <= nd < le:
+                p, pending = nd, rows  # a Decode head later on the line wins, as in `scan`
             if nd >= 0 and nd < pos:
                 nd = find(_D_HEAD, pos)
             if np_ >= 0 and np_ < pos:
                 np_ = find(_P_HEAD, pos)
-            blk = reader._block
-            if blk is not None and (blk.count >= _MAX_BLOCK_LINES or not blk.accepts(line)):
-                # The line ends the open record: emit it now so the line itself can take the fast path,
-                # as it does when a parallel range starts with it.
-                if last_t is not None:
-                    self._last_t = last_t
-                    last_t = None
-                for e in reader.flush():
-                    res.events.append(self._timed(e, res))
-            if reader._block is None and ("HTTP/1." not in line or "\r" in line):
-                at = p - ls
-                if pending is prows:
-                    q = line.find(_D_HEAD)  # a Decode head later on the line wins, as in `scan`
-                    if q >= 0:
-                        at, pending = q, rows
-                kt = self._fast_key(line, at)
-                if kt is not None:
-                    key, t = kt
+            if reader._block is None:
+                t = -1.0
+                if text.startswith("[", ls):
+                    base = secs.get(text[ls + 1:ls + 20])
+                    tags = tag_cache.get(text[ls + 20:p])
+                    if base is not None and tags is not None:
+                        t = base + tags[0]
+                        key = (tags[1], tags[2], (t // res_s) * res_s)
+                line = text[ls:le]
+                if t < 0:
+                    if "HTTP/1." in line and "\r" not in line:
+                        reader._next += 1  # an access line that happens to hold a head: never an event
+                        continue
+                    kt = self._fast_key(line, p - ls)  # validates the stamp and fills the caches
+                    if kt is not None:
+                        key, t = kt
+                        if line[0] == "[" and line[17] == ":" and line[18:20].isdigit():
+                            m = minutes.get(line[1:17])
+                            if m is not None:
+                                if len(secs) >= _CACHE_MAX:
+                                    secs.clear()
+                                secs[line[1:20]] = m + int(line[18:20])
+                elif "HTTP/1." in line and "\r" not in line:
+                    reader._next += 1
+                    continue
+                if t >= 0:
                     pend = pending.get(key)
                     if pend is None:
                         pend = pending[key] = ([], [])
@@ -393,9 +403,20 @@ class Scanner:
                     reader._next += 1
                     fast += 1
                     continue
-            elif reader._block is None:
-                reader._next += 1  # an access line that happens to hold a head: never an event
-                continue
+            else:
+                line = text[ls:le]
+                blk = reader._block
+                if blk.count >= _MAX_BLOCK_LINES or not blk.accepts(line):
+                    # The line ends the open record: emit it now, then read the line itself as below (as
+                    # when a parallel range starts with it).
+                    if last_t is not None:
+                        self._last_t = last_t
+                        last_t = None
+                    for e in reader.flush():
+                        res.events.append(self._timed(e, res))
+                    pos = ls  # read it again, now with no record open
+                    nd, np_ = find(_D_HEAD, ls), find(_P_HEAD, ls)
+                    continue
             if last_t is not None:
                 self._last_t = last_t
                 last_t = None
