@@ -14,11 +14,11 @@ import pytest
 
 from sglang_tuning_exporter import logreader
 from sglang_tuning_exporter.events import Event
-from sglang_tuning_exporter.model import Observation, Rank
+from sglang_tuning_exporter.model import Observation, Rank, Sample
 from sglang_tuning_exporter.observations import EventConverter
 from sglang_tuning_exporter.serve import build_advisor, build_sidecar, log_input_for, make_web
 from sglang_tuning_exporter.serveconfig import add_serve_flags, build_config
-from sglang_tuning_exporter.signals import Bucket, Sample, Window, sample_observations
+from sglang_tuning_exporter.signals import Bucket, Window, sample_observations
 from sglang_tuning_exporter.state import LiveState, p90
 
 VALUES: list[Any] = [0, 1, 7, 150, 2500, 0.42, 0.95, float("nan"), float("inf"), True, False, "0.5", "x", None]

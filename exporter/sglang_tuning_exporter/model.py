@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 STATUSES = ("ok", "warning", "critical", "unknown")
 # Numeric encoding of a status on /metrics (sglang_tuning_check_status).
@@ -62,6 +62,45 @@ class Observation:
     value: float
     rank: Rank = Rank()
     source: str = "log"  # log | metrics | server_info
+
+
+# A Prefill line's sample values are observed under prefixed names (signals.PREFILL_SAMPLE_NAMES).
+_PREFILL_NAME = {"num_queue_reqs": "prefill_num_queue_reqs", "num_running_reqs": "prefill_num_running_reqs",
+                 "token_usage": "prefill_token_usage"}
+
+
+class Sample(NamedTuple):
+    """One Decode (or Prefill) line's values in one record: what its per-field observations would
+    carry (None = the line lacks that field). `signals.Window.add_sample` takes it in one step."""
+
+    time: float
+    rank: Rank
+    prefill: bool  # a Prefill line: only queue, running and usage are samples
+    queue: float | None
+    running: float | None
+    usage: float | None
+    throughput: float | None = None
+    used: float | None = None  # num_used_tokens: not aggregated, but part of the sample
+    graph: float | None = None
+    source: str = "log"
+    new_tokens: float | None = None  # a Prefill line's #new-token and #cached-token (window events)
+    cached_tokens: float | None = None
+
+    def pairs(self) -> tuple[tuple[str, float | None], ...]:
+        """(observation name, value) of the sample values, in the order the converter emits them."""
+        if self.prefill:
+            return (("num_queue_reqs", self.queue), ("num_running_reqs", self.running), ("token_usage", self.usage))
+        return (("num_queue_reqs", self.queue), ("num_running_reqs", self.running), ("token_usage", self.usage),
+                ("gen_throughput", self.throughput), ("num_used_tokens", self.used), ("cuda_graph", self.graph))
+
+    def observations(self) -> list[Observation]:
+        """The per-field observations this sample stands for."""
+        out = [Observation(self.time, name, v, self.rank, self.source)
+               for name, v in (("prefill_new_tokens", self.new_tokens), ("prefill_cached_tokens", self.cached_tokens))
+               if v is not None]
+        out.extend(Observation(self.time, _PREFILL_NAME[name] if self.prefill else name, v, self.rank, self.source)
+                   for name, v in self.pairs() if v is not None)
+        return out
 
 
 @dataclass(slots=True)

@@ -14,8 +14,7 @@ from typing import Any
 
 from .checks import version_tuple
 from .events import Event
-from .model import Observation, Rank, ServerState
-from .signals import Sample
+from .model import Observation, Rank, Sample, ServerState
 from .timeparse import event_seconds, has_date
 
 SECONDS_PER_LINE = 1.0  # the stand-in clock of a log without timestamps

@@ -18,10 +18,10 @@ from typing import Any
 
 from .collector import BuildInfo, TuningCollector, current_build, make_registry
 from .events import Event
-from .model import Finding, Observation, Rank, ServerState
+from .model import Finding, Observation, Rank, Sample, ServerState
 from .serveconfig import ServeConfig, ServeConfigError, add_serve_flags, build_config
 from .serverinfo import urllib_get
-from .sidecar import Advisor, LogInput, MetricsInput, Sidecar
+from .sidecar import Advisor, LogInput, MetricsInput, Sidecar, ToObservations, ToSamples
 from .state import LiveState
 from .web import WebApp, start_http
 
@@ -136,8 +136,7 @@ def build_advisor(cfg: ServeConfig) -> Advisor:
                         f"(known: {', '.join(sorted(table.profiles))})")
     if problems:
         raise StartupError(problems)
-    to_obs = _converter(observations)
-    to_samples = getattr(to_obs, "batch", None)  # the same converter, a Sample per Decode/Prefill line
+    to_obs, to_samples = _converters(observations)
     if advisor_mod is None or table is None or config is None:
         log.warning("checks unavailable in this build: serving raw signals without findings")
         return Advisor(window=None, evaluate=None, document=None, to_observations=to_obs, to_samples=to_samples)
@@ -169,9 +168,10 @@ def build_advisor(cfg: ServeConfig) -> Advisor:
                    window_s=window_s, exported_signals=exported, to_samples=to_samples)
 
 
-def _converter(observations: ModuleType | None) -> Callable[[list[Event], float], list[Observation]] | None:
+def _converters(observations: ModuleType | None) -> tuple[ToObservations | None, ToSamples | None]:
+    """Events -> observations, and the same with a Sample per Decode/Prefill line (one converter)."""
     if observations is None:
-        return None
+        return None, None
     clock_now = [0.0]
     # One converter for the life of the process: it pairs startup lines across ticks.
     converter = observations.EventConverter(clock=lambda: clock_now[0])
@@ -180,12 +180,11 @@ def _converter(observations: ModuleType | None) -> Callable[[list[Event], float]
         clock_now[0] = now
         return list(converter.convert_all(events))
 
-    def batch(events: list[Event], now: float) -> list[Any]:
+    def to_samples(events: list[Event], now: float) -> list[Observation | Sample]:
         clock_now[0] = now
         return list(converter.convert_batch(events))
 
-    to_obs.batch = batch  # type: ignore[attr-defined]
-    return to_obs
+    return to_obs, to_samples
 
 
 def _plain_yaml_problems(path: Path) -> list[str]:

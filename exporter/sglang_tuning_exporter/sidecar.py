@@ -14,10 +14,9 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from .events import Event
-from .model import Finding, Observation, Rank, ServerState
+from .model import Finding, Observation, Rank, Sample, ServerState
 from .scrape import ScrapeInterpreter, parse_exposition, wanted
 from .serverinfo import HttpError, HttpGet, ServerInfoClient
-from .signals import Sample, sample_observations
 from .state import LiveState
 
 log = logging.getLogger("sglang_tuning_exporter.sidecar")
@@ -252,7 +251,7 @@ class Sidecar:
                 elif add_sample is not None:
                     add_sample(o)
                 else:
-                    for so in sample_observations(o):
+                    for so in o.observations():
                         window.add(so)
             return
         if adv.to_observations is not None:

@@ -16,9 +16,8 @@ import operator
 from collections import Counter, deque
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import NamedTuple
 
-from .model import Observation, Rank
+from .model import Observation, Rank, Sample
 
 # Per-sample values of a Decode line (or a scrape); observations of one line share a time.
 SAMPLE_NAMES = frozenset({"num_queue_reqs", "num_running_reqs", "token_usage", "gen_throughput",
@@ -66,42 +65,9 @@ SIGNAL_NAMES = (
 )
 
 
-class Sample(NamedTuple):
-    """One Decode (or Prefill) line's batch sample: the values its per-field observations would carry
-    (None = the line lacks that field). `Window.add_sample` takes it in one step."""
-
-    time: float
-    rank: Rank
-    prefill: bool  # a Prefill line: only queue, running and usage count (judged as prefill samples)
-    queue: float | None
-    running: float | None
-    usage: float | None
-    throughput: float | None = None
-    used: float | None = None  # num_used_tokens: not aggregated, but part of the sample
-    graph: float | None = None
-    source: str = "log"
-    new_tokens: float | None = None  # a Prefill line's #new-token and #cached-token (window events)
-    cached_tokens: float | None = None
-
-
-def _sample_pairs(s: Sample) -> tuple[tuple[str, float | None], ...]:
-    """(observation name, value) of a sample, in the order EventConverter emits a line's observations."""
-    if s.prefill:
-        return (("num_queue_reqs", s.queue), ("num_running_reqs", s.running), ("token_usage", s.usage))
-    return (("num_queue_reqs", s.queue), ("num_running_reqs", s.running), ("token_usage", s.usage),
-            ("gen_throughput", s.throughput), ("num_used_tokens", s.used), ("cuda_graph", s.graph))
-
-
-_PREFILL_PREFIXED = {v: k for k, v in PREFILL_SAMPLE_NAMES.items()}
-
-
 def sample_observations(s: Sample) -> list[Observation]:
     """The per-field observations a sample stands for (for windows without `add_sample`)."""
-    tokens = [Observation(s.time, name, v, s.rank, s.source)
-              for name, v in (("prefill_new_tokens", s.new_tokens), ("prefill_cached_tokens", s.cached_tokens))
-              if v is not None]
-    return tokens + [Observation(s.time, _PREFILL_PREFIXED[name] if s.prefill else name, v, s.rank, s.source)
-                     for name, v in _sample_pairs(s) if v is not None]
+    return s.observations()
 
 
 def _finite(v: float | None) -> float | None:
@@ -539,7 +505,7 @@ class Window:
                 and self._add_complete(s, t)):
             return
         # Non-finite values are dropped, as `add` drops such observations.
-        pairs = tuple((name, _finite(v)) for name, v in _sample_pairs(s))
+        pairs = tuple((name, _finite(v)) for name, v in s.pairs())
         names = [name for name, v in pairs if v is not None]
         if not names:
             return

@@ -14,8 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .events import Event
-from .model import Finding, Observation, Rank, ServerState
-from .signals import Sample
+from .model import Finding, Observation, Rank, Sample, ServerState
 
 SOURCES = ("log", "metrics", "server_info")
 # Observation names kept as "latest value" gauges per rank.
