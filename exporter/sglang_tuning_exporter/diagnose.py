@@ -334,6 +334,8 @@ class Scanner:
         nd = find(_D_HEAD)
         np_ = find(_P_HEAD)
         pos = 0
+        skipped = 0  # lines passed over since the reader's count was last brought up to date
+        open_rec = reader._block is not None  # a multi-line record is open in the reader
         while pos < size:
             if nd >= 0 and (np_ < 0 or nd < np_):
                 p, pending = nd, rows
@@ -346,9 +348,11 @@ class Scanner:
                 k = count("\n", pos, ls)
                 if ls == size and text[-1] != "\n":
                     k += 1
-                if skip_ok and reader._block is None and count("HTTP/1.", pos, ls) == k:
-                    reader._next += k  # access lines only
+                if skip_ok and not open_rec and count("HTTP/1.", pos, ls) == k:
+                    skipped += k  # access lines only
                 else:
+                    reader._next += skipped
+                    skipped = 0
                     if last_t is not None:
                         self._last_t = last_t
                         last_t = None
@@ -356,6 +360,7 @@ class Scanner:
                     if gap[-1] == "":
                         gap.pop()
                     self._feed(gap, res)
+                    open_rec = reader._block is not None
             if p < 0:
                 break
             le = find("\n", p)
@@ -368,31 +373,29 @@ class Scanner:
                 nd = find(_D_HEAD, pos)
             if np_ >= 0 and np_ < pos:
                 np_ = find(_P_HEAD, pos)
-            if reader._block is None:
+            line = text[ls:le]
+            if not open_rec:
                 t = -1.0
                 if text.startswith("[", ls):
-                    base = secs.get(text[ls + 1:ls + 20])
+                    stamp = text[ls + 1:ls + 20]
+                    base = secs.get(stamp)
+                    if base is None and text.startswith(":", ls + 17) and stamp[17:].isdigit():
+                        m = minutes.get(stamp[:16])  # a new second of a known minute
+                        if m is not None:
+                            if len(secs) >= _CACHE_MAX:
+                                secs.clear()
+                            base = secs[stamp] = m + int(stamp[17:])
                     tags = tag_cache.get(text[ls + 20:p])
                     if base is not None and tags is not None:
                         t = base + tags[0]
                         key = (tags[1], tags[2], (t // res_s) * res_s)
-                line = text[ls:le]
+                if "HTTP/1." in line and "\r" not in line:
+                    skipped += 1  # an access line that happens to hold a head: never an event
+                    continue
                 if t < 0:
-                    if "HTTP/1." in line and "\r" not in line:
-                        reader._next += 1  # an access line that happens to hold a head: never an event
-                        continue
                     kt = self._fast_key(line, p - ls)  # validates the stamp and fills the caches
                     if kt is not None:
                         key, t = kt
-                        if line[0] == "[" and line[17] == ":" and line[18:20].isdigit():
-                            m = minutes.get(line[1:17])
-                            if m is not None:
-                                if len(secs) >= _CACHE_MAX:
-                                    secs.clear()
-                                secs[line[1:20]] = m + int(line[18:20])
-                elif "HTTP/1." in line and "\r" not in line:
-                    reader._next += 1
-                    continue
                 if t >= 0:
                     pend = pending.get(key)
                     if pend is None:
@@ -400,27 +403,33 @@ class Scanner:
                     pend[0].append(t)
                     pend[1].append(line)
                     last_t = t
-                    reader._next += 1
+                    skipped += 1
                     fast += 1
                     continue
             else:
-                line = text[ls:le]
                 blk = reader._block
-                if blk.count >= _MAX_BLOCK_LINES or not blk.accepts(line):
-                    # The line ends the open record: emit it now, then read the line itself as below (as
+                if blk is not None and (blk.count >= _MAX_BLOCK_LINES or not blk.accepts(line)):
+                    # The line ends the open record: emit it now, then read the line itself again (as
                     # when a parallel range starts with it).
+                    reader._next += skipped
+                    skipped = 0
                     if last_t is not None:
                         self._last_t = last_t
                         last_t = None
                     for e in reader.flush():
                         res.events.append(self._timed(e, res))
-                    pos = ls  # read it again, now with no record open
+                    open_rec = False
+                    pos = ls
                     nd, np_ = find(_D_HEAD, ls), find(_P_HEAD, ls)
                     continue
+            reader._next += skipped
+            skipped = 0
             if last_t is not None:
                 self._last_t = last_t
                 last_t = None
             self._feed([line], res)
+            open_rec = reader._block is not None
+        reader._next += skipped
         if last_t is not None:
             self._last_t = last_t
         res.fast += fast
