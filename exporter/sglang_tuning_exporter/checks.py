@@ -14,6 +14,8 @@ from typing import Any
 
 import yaml
 
+from .problems import ProblemsError
+
 SCHEMA_VERSION = 1
 COMPARISONS = (">", ">=", "<", "<=", "==")
 LEVELS = ("warning", "critical")
@@ -28,12 +30,10 @@ _ALERT = re.compile(r"^SGLang[A-Z][A-Za-z0-9]*$")
 _VERSION = re.compile(r"^\d+(\.\d+){0,2}$")
 
 
-class TableError(ValueError):
+class TableError(ProblemsError):
     """The checks table is invalid; `problems` lists every problem found."""
 
-    def __init__(self, problems: list[str]) -> None:
-        super().__init__("invalid checks table:\n  " + "\n  ".join(problems))
-        self.problems = problems
+    what = "checks table"
 
 
 @dataclass(frozen=True, slots=True)

@@ -25,6 +25,7 @@ from typing import Any
 import yaml
 
 from .checks import LEVELS, CheckTable, load_table
+from .problems import ProblemsError
 
 WORKLOADS = ("throughput", "latency", "long-context", "multi-turn")
 _TOP = {"guide_profile", "workload", "window_s", "max_ranks", "expire_s", "signals", "profiles", "checks",
@@ -33,12 +34,10 @@ _SIGNAL_KEYS = {"usage_good", "capped_fraction", "min_samples"}
 _CHECK_KEYS = {"enabled", "thresholds", "min_samples", "window_s", "for_s"}
 
 
-class ConfigError(ValueError):
+class ConfigError(ProblemsError):
     """The configuration is invalid; `problems` lists every problem found."""
 
-    def __init__(self, problems: list[str]) -> None:
-        super().__init__("invalid configuration:\n  " + "\n  ".join(problems))
-        self.problems = problems
+    what = "configuration"
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from .checks import Check, CheckTable
+from .problems import ProblemsError
 
 DEFAULT_RUNBOOK_URL = ("https://github.com/sglang-tuning-exporter/sglang-tuning-exporter/blob/main/"
                        "alerts/runbook.md")
@@ -44,12 +45,10 @@ _OURS = re.compile(r"(?<![\w:])(sglang_tuning_[a-z0-9_]+)(\{[^}]*\})?")
 _NATIVE = re.compile(r"(?<![\w:])sglang:([a-z0-9_]+)(\{[^}]*\})?")
 
 
-class OptionsError(ValueError):
+class OptionsError(ProblemsError):
     """Invalid render options; `problems` lists every problem."""
 
-    def __init__(self, problems: list[str]) -> None:
-        super().__init__("invalid render options:\n  " + "\n  ".join(problems))
-        self.problems = problems
+    what = "render options"
 
 
 @dataclass(frozen=True, slots=True)

@@ -236,7 +236,8 @@ def build_sidecar(cfg: ServeConfig, *, timer: Callable[[], float] = time.perf_co
                                server_info_interval=max(60.0, 10 * cfg.scrape_interval_s))
     return Sidecar(state=state, advisor=adv,
                    log_input=log_input if log_input is not None else build_log_input(cfg),
-                   metrics=metrics, timer=timer, server_overrides=_server_arg_overrides(cfg.server_args))
+                   metrics=metrics, timer=timer, server_overrides=_server_arg_overrides(cfg.server_args),
+                   evaluate_every_s=cfg.evaluation_interval_s)
 
 
 class Loop:

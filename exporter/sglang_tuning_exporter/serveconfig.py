@@ -9,6 +9,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from .flags import add_flag, add_guide_flags
+from .problems import ProblemsError
 
 DEFAULT_PORT = 9470
 _DURATION_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
@@ -17,12 +18,10 @@ LOG_LEVELS = ("debug", "info", "warn", "error")
 LOG_FORMATS = ("logfmt", "json")
 
 
-class ServeConfigError(Exception):
+class ServeConfigError(ProblemsError):
     """Invalid `serve` options; `problems` lists every one."""
 
-    def __init__(self, problems: list[str]) -> None:
-        super().__init__("; ".join(problems))
-        self.problems = problems
+    what = "serve options"
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,6 +36,7 @@ class ServeConfig:
     from_start: bool
     scrape_timeout_s: float
     scrape_interval_s: float
+    evaluation_interval_s: float
     window_s: float
     ranks_max: int
     ranks_expire_after_s: float
@@ -82,6 +82,9 @@ def add_serve_flags(parser: argparse.ArgumentParser) -> None:
              help="how often to scrape SGLang's /metrics")
     add_flag(parser, "--window", dest="window", default="10m", metavar="DURATION",
              help="window over which the guide's signals are computed")
+    # Signals are windowed over minutes: re-evaluating faster than Prometheus scrapes us buys nothing.
+    add_flag(parser, "--evaluation-interval", dest="evaluation_interval", default="15s", metavar="DURATION",
+             help="how often signals and checks are re-evaluated")
     add_flag(parser, "--ranks.max", dest="ranks_max", default="256", metavar="N",
              help="maximum number of scheduler ranks tracked (least recently seen are dropped)")
     add_flag(parser, "--ranks.expire-after", dest="ranks_expire_after", default="10m", metavar="DURATION",
@@ -128,6 +131,7 @@ def build_config(args: argparse.Namespace) -> ServeConfig:
     timeout = duration("--sglang.scrape-timeout", args.scrape_timeout, 0.001)
     interval = duration("--sglang.scrape-interval", args.scrape_interval, 0.01)
     window = duration("--window", args.window, 1.0)
+    evaluation = duration("--evaluation-interval", args.evaluation_interval, 0.01)
     expire = duration("--ranks.expire-after", args.ranks_expire_after, 1.0)
     ranks_max = 0
     try:
@@ -151,6 +155,6 @@ def build_config(args: argparse.Namespace) -> ServeConfig:
     return ServeConfig(
         listen_host=host, listen_port=port, telemetry_path=path, sglang_url=url, log_file=log_file,
         from_start=bool(args.from_start), scrape_timeout_s=timeout, scrape_interval_s=interval,
-        window_s=window, ranks_max=ranks_max, ranks_expire_after_s=expire, log_level=args.log_level,
+        evaluation_interval_s=evaluation, window_s=window, ranks_max=ranks_max, ranks_expire_after_s=expire, log_level=args.log_level,
         log_format=args.log_format, guide_profile=args.guide_profile, workload=args.workload,
         config_file=config_file, server_args=tuple(args.server_arg or ()))

@@ -180,6 +180,7 @@ class Stack:
             "--sglang.scrape-interval", f"{self.timing.exporter_poll_s}s",
             "--sglang.scrape-timeout", f"{self.timing.exporter_poll_s}s",
             "--window", f"{self.timing.exporter_window_s}s",
+            "--evaluation-interval", f"{self.timing.exporter_poll_s}s",
         )
 
     def start_exporter(self, t: Target, *, wait: bool = True) -> None:
