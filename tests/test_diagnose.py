@@ -106,6 +106,13 @@ def test_markdown_output(tmp_path: Path) -> None:
     assert "### CRITICAL: `retractions_frequent`" in out
 
 
+def test_markdown_code_spans_are_literal(tmp_path: Path) -> None:
+    """The change line is a code span, shown literally: its arrow is not HTML-escaped to &gt;."""
+    code, out, _ = run([str(retracting_log(tmp_path)), "--format", "markdown"])
+    change = next(line for line in out.splitlines() if line.startswith("- **Change:**"))
+    assert code == 0 and "->" in change and "&gt;" not in change
+
+
 def test_html_is_self_contained_and_escaped(tmp_path: Path) -> None:
     """One page: no external assets, no script, everything escaped, inline SVG charts."""
     code, out, _ = run([str(retracting_log(tmp_path)), "--format", "html"])

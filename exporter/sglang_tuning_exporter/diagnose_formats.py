@@ -165,11 +165,18 @@ def _md(s: Any) -> str:
     return html.escape(str(s), quote=False).replace("|", "\\|").replace("\n", " ")
 
 
+def _md_code(s: Any) -> str:
+    """A Markdown code span: its text is shown literally, so it is not HTML-escaped."""
+    text = str(s).replace("\n", " ")
+    fence = "``" if "`" in text else "`"
+    return f"{fence} {text} {fence}" if fence == "``" else f"`{text}`"
+
+
 def render_markdown(results: Sequence[FileDiagnosis], table: CheckTable) -> str:
     """A Markdown report (tables + one section per finding); HTML in values is escaped."""
     out: list[str] = ["# SGLang tuning diagnosis", ""]
     for r in results:
-        out.append(f"## `{_md(r.source)}`")
+        out.append(f"## {_md_code(r.source)}")
         out.append("")
         out.extend(f"- {_md(h)}" for h in _header_lines(r))
         out.append("")
@@ -184,7 +191,7 @@ def render_markdown(results: Sequence[FileDiagnosis], table: CheckTable) -> str:
         for f in firing:
             out.append(f"### {f.status.upper()}: `{f.check}` on {_md(rank_text(f.rank, 'the server'))}")
             out.append("")
-            out.append(f"- **Change:** `{_md(change_text(f))}`")
+            out.append(f"- **Change:** {_md_code(change_text(f))}")
             out.append(f"- **Evidence:** {_md(f.evidence)}")
             win = _window_of(r, f)
             if win:
