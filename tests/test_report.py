@@ -210,6 +210,18 @@ def test_usage_errors_exit_2(argv: list[str], message: str, capsys: pytest.Captu
     assert message in err and "Traceback" not in err
 
 
+def test_usage_errors_all_listed(capsys: pytest.CaptureFixture[str]) -> None:
+    """Several bad flags at once: exit 2 and every problem is listed, each naming its flag."""
+    code = main(["report", "--prometheus.url", "notaurl", "--range", "banana", "--prometheus.header", "bad",
+                 "--guide-profile", "nope", "--server-arg", "novalue", "--prometheus.concurrency", "0"])
+    err = capsys.readouterr().err
+    assert code == 2 and "Traceback" not in err
+    for message in ("must start with http", "--range: invalid duration", "invalid --prometheus.header",
+                    "unknown --guide-profile", "KEY=VALUE", "--prometheus.concurrency"):
+        assert message in err
+    assert err.count("report: ") == 6
+
+
 def test_bearer_and_basic_together_rejected(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """Basic auth and a bearer token at once is a usage error."""
     tok = tmp_path / "tok"

@@ -228,11 +228,11 @@ def load_guide(args: argparse.Namespace) -> Guide:
     except config_mod.ConfigError as exc:
         raise UsageError(str(exc)) from None
     profile = args.guide_profile or config.guide_profile or table.default_profile()
-    if profile not in table.profiles:
-        raise UsageError(f"unknown --guide-profile {profile!r} (known: {', '.join(table.profiles)})")
     overrides, problems = config_mod.parse_server_arg_overrides(list(args.server_arg or []))
+    if profile not in table.profiles:
+        problems = [f"unknown --guide-profile {profile!r} (known: {', '.join(table.profiles)})", *problems]
     if problems:
-        raise UsageError("\n  ".join(problems))
+        raise UsageError("\n".join(problems))
     band = config.queue_bands.get(profile, table.profiles[profile].queue_band)
     params = SignalParams(queue_band=band, usage_good=config.usage_good, capped_fraction=config.capped_fraction,
                           min_samples=config.min_samples)
@@ -358,46 +358,74 @@ def _headers(raw: list[str]) -> tuple[tuple[str, str], ...]:
 
 
 def prom_config(args: argparse.Namespace) -> PromConfig:
-    """Build the client configuration from the flags; raises UsageError."""
+    """Build the client configuration from the flags; raises UsageError listing every problem."""
+    problems: list[str] = []
+
+    def check(make: Callable[[], Any]) -> Any:
+        # Each flag is validated on its own so that one bad flag does not hide the next.
+        try:
+            return make()
+        except UsageError as exc:
+            problems.append(str(exc))
+            return None
+
     url = args.prometheus_url
     if not url:
-        raise UsageError("--prometheus.url is required (or set SGLANG_TUNING_PROMETHEUS_URL)")
-    if not re.match(r"^https?://[^/\s]+", url):
-        raise UsageError(f"--prometheus.url {url!r} must start with http:// or https://")
+        problems.append("--prometheus.url is required (or set SGLANG_TUNING_PROMETHEUS_URL)")
+    elif not re.match(r"^https?://[^/\s]+", url):
+        problems.append(f"--prometheus.url {url!r} must start with http:// or https://")
     password = args.prometheus_password
     if args.prometheus_password_file:
-        password = _read_secret(args.prometheus_password_file, "password file")
+        password = check(lambda: _read_secret(args.prometheus_password_file, "password file"))
     token = None
     if args.prometheus_bearer_token_file:
-        token = _read_secret(args.prometheus_bearer_token_file, "bearer token file")
+        token = check(lambda: _read_secret(args.prometheus_bearer_token_file, "bearer token file"))
     if token and args.prometheus_username:
-        raise UsageError("use either basic auth (--prometheus.username) or a bearer token, not both")
+        problems.append("use either basic auth (--prometheus.username) or a bearer token, not both")
     if bool(args.prometheus_cert_file) != bool(args.prometheus_key_file) and args.prometheus_key_file:
-        raise UsageError("--prometheus.key-file needs --prometheus.cert-file")
+        problems.append("--prometheus.key-file needs --prometheus.cert-file")
     for flag, path in (("--prometheus.ca-file", args.prometheus_ca_file),
                        ("--prometheus.cert-file", args.prometheus_cert_file),
                        ("--prometheus.key-file", args.prometheus_key_file)):
         if path and not Path(path).is_file():
-            raise UsageError(f"{flag} {path}: no such file")
-    return PromConfig(url=url, timeout_s=parse_duration(args.prometheus_timeout),
+            problems.append(f"{flag} {path}: no such file")
+    timeout = check(lambda: parse_duration(args.prometheus_timeout))
+    if timeout is None:
+        problems[-1] = f"--prometheus.timeout: {problems[-1]}"
+    headers = check(lambda: _headers(list(args.prometheus_header or [])))
+    if problems:
+        raise UsageError("\n".join(problems))
+    return PromConfig(url=url, timeout_s=timeout,
                       username=args.prometheus_username, password=password, bearer_token=token,
                       ca_file=args.prometheus_ca_file, cert_file=args.prometheus_cert_file,
                       key_file=args.prometheus_key_file,
                       insecure_skip_verify=bool(args.prometheus_insecure_skip_verify),
-                      headers=_headers(list(args.prometheus_header or [])))
+                      headers=headers)
 
 
 def window_from_args(args: argparse.Namespace, now: float) -> fleet.Window:
-    """The reviewed window and subquery resolution from the flags; raises UsageError."""
-    length = parse_duration(args.range)
-    end = parse_time(args.end, now)
-    step = parse_duration(args.resolution) if args.resolution else max(60.0, round(length / 2000))
-    if step > length:
-        raise UsageError(f"--resolution {args.resolution} is longer than --range {args.range}")
+    """The reviewed window and subquery resolution from the flags; raises UsageError listing every problem."""
+    problems: list[str] = []
+
+    def check(flag: str, make: Callable[[], Any]) -> Any:
+        try:
+            return make()
+        except UsageError as exc:
+            problems.append(f"{flag}: {exc}")
+            return None
+
+    length = check("--range", lambda: parse_duration(args.range))
+    end = check("--end", lambda: parse_time(args.end, now))
+    step = check("--resolution", lambda: parse_duration(args.resolution)) if args.resolution else (
+        max(60.0, round(length / 2000)) if length is not None else None)
+    if step is not None and length is not None and step > length:
+        problems.append(f"--resolution {args.resolution} is longer than --range {args.range}")
     try:
         selector = fleet.parse_selector(args.selector)
     except fleet.SelectorError as exc:
-        raise UsageError(str(exc)) from None
+        problems.append(str(exc))
+    if problems or step is None:
+        raise UsageError("\n".join(problems))
     return fleet.Window(start=end - length, end=end, step_s=step, selector=selector)
 
 
@@ -416,14 +444,21 @@ def run(args: argparse.Namespace) -> int:
     """Entry point of `sglang-tuning-exporter report`."""
     from . import report_formats
 
-    try:
-        config = prom_config(args)
-        window = window_from_args(args, time.time())
-        guide = load_guide(args)
-        concurrency = _positive_int(args.prometheus_concurrency, "--prometheus.concurrency")
-    except UsageError as exc:
-        print(f"report: {exc}", file=sys.stderr)
+    problems: list[str] = []
+    # Every stage is validated even after one fails, so that all problems are listed at once.
+    results: list[Any] = []
+    for stage in (lambda: prom_config(args), lambda: window_from_args(args, time.time()),
+                  lambda: load_guide(args),
+                  lambda: _positive_int(args.prometheus_concurrency, "--prometheus.concurrency")):
+        try:
+            results.append(stage())
+        except UsageError as exc:
+            problems.extend(line.strip() for line in str(exc).splitlines() if line.strip())
+    if problems:
+        for problem in problems:
+            print(f"report: {problem}", file=sys.stderr)
         return EXIT_USAGE
+    config, window, guide, concurrency = results
     client = PrometheusClient(config)
     try:
         report = build_report(client, window, guide, with_charts=args.format == "html",
