@@ -103,6 +103,16 @@ def test_version_names_the_flag_in_findings() -> None:
     assert f.flag == "--cuda-graph-max-bs-decode" and f.suggested == 304 and f.action == "increase"
 
 
+def test_version_names_the_flag_when_not_firing() -> None:
+    """An ok or unknown finding on a 0.5.23 server names the flag that server accepts too."""
+    fs = evaluate(TABLE, {Rank(): sig(cuda_graph_miss_ratio=0.0)}, ServerState(version="0.5.23"))
+    assert one(fs, "cuda_graph_uncovered").status == "ok"
+    assert one(fs, "cuda_graph_uncovered").flag == "--cuda-graph-max-bs-decode"
+    assert one(fs, "cuda_graph_ceiling_low").flag == "--cuda-graph-max-bs-decode"
+    old = evaluate(TABLE, {Rank(): sig(cuda_graph_miss_ratio=0.0)}, ServerState(version="0.4.0"))
+    assert one(old, "cuda_graph_uncovered").flag == "--cuda-graph-max-bs"
+
+
 def test_server_signals() -> None:
     """Policy and metrics flags read from the server args."""
     assert server_signals(ServerState(args={"schedule_policy": "lpm", "enable_metrics": False})) == \

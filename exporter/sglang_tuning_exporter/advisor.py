@@ -11,7 +11,7 @@ from .checks import Check, CheckTable
 from .config import Config
 from .model import STATUS_CODE, Finding, Rank, ServerState
 from .signals import FACT_NAMES, SAMPLE_COUNT_OF, SignalParams, Window
-from .suggest import default_schedule_policy, suggest
+from .suggest import default_schedule_policy, flag_name, suggest
 
 RankSignals = Mapping[Rank, Mapping[str, float | None]]
 FIRING = ("warning", "critical")
@@ -174,7 +174,10 @@ def _evaluate_one(c: Check, sig: Mapping[str, float | None], rank: Rank, args: M
     min_samples = ov.min_samples if ov.min_samples is not None else c.min_samples
     severity = c.severity_for(workload)
     action = c.client_action if c.action == "client" else c.action
-    def make(status: str, summary: str, evidence: str, flag: str | None = c.flag, current: Any = None,
+    # Every finding names the flag this server accepts, not only the firing ones.
+    named = flag_name(c, version, args)
+
+    def make(status: str, summary: str, evidence: str, flag: str | None = named, current: Any = None,
              suggested: Any = None) -> Finding:
         return Finding(check=c.id, status=status, rank=rank.as_dict(), flag=flag, action=action,
                        current=current, suggested=suggested, summary=summary, evidence=evidence,
