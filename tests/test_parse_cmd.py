@@ -52,6 +52,23 @@ def test_stats_and_kind_filter(capsys: pytest.CaptureFixture[str]) -> None:
     assert "47 lines, 24 events" in cap.err and "decode=7" in cap.err and "unparsed=0" in cap.err
 
 
+def test_unknown_kind_and_bad_limit_are_usage_errors(capsys: pytest.CaptureFixture[str]) -> None:
+    """A mistyped --kind exits 2 naming the known kinds (not an empty, successful output); all problems listed."""
+    assert main(["parse", str(SAMPLE), "--kind", "decoded", "--max-line-bytes", "0"]) == 2
+    cap = capsys.readouterr()
+    assert cap.out == "" and "unknown kind 'decoded'" in cap.err and "decode, prefill" in cap.err
+    assert "--max-line-bytes must be positive" in cap.err
+    assert main(["parse", str(SAMPLE), "--kind", "cuda_graph_capture"]) == 0
+
+
+def test_every_emitted_kind_is_known(capsys: pytest.CaptureFixture[str]) -> None:
+    """The kinds of a real log are all in events.KINDS, so --kind accepts every kind the parser emits."""
+    from sglang_tuning_exporter.events import KINDS
+    assert main(["parse", str(SAMPLE)]) == 0
+    kinds = {json.loads(line)["kind"] for line in capsys.readouterr().out.splitlines()}
+    assert kinds and kinds <= set(KINDS)
+
+
 def test_unparsed_lines_are_reported_even_without_stats(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """A recognised head that cannot be read is announced on stderr, never dropped silently."""
     log = tmp_path / "x.log"

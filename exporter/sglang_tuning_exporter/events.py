@@ -18,6 +18,9 @@ MAX_RUNNING_REDUCED = "max_running_reduced"  # `max_running_requests was reduced
 VERSION = "version"  # a line that reveals the SGLang version: fields.version
 STARTUP_TIMINGS = "startup_timings"  # `Engine startup timings (s): ...` (0.5.18+): fields `<phase>_s`
 SERVER_READY = "server_ready"  # `The server is fired up and ready to roll!`: no fields
+# Every kind the parser emits (parse --kind is checked against it).
+KINDS = (DECODE, PREFILL, RETRACT, STARTUP_MEMORY, SERVER_ARGS, OOM, ERROR, CUDA_GRAPH_CAPTURE,
+         MAX_RUNNING_REDUCED, VERSION, STARTUP_TIMINGS, SERVER_READY)
 
 RANK_KEYS = ("dp", "pp", "tp", "ep")
 

@@ -8,6 +8,7 @@ import math
 import sys
 from typing import Any, TextIO
 
+from .events import KINDS
 from .logparse import ParseStats
 from .logreader import EventReader, read_file_events
 from .tail import MAX_LINE_BYTES, InputError
@@ -69,8 +70,15 @@ def write_events(path: str, out: TextIO, *, kinds: set[str] | None = None,
 
 def run(args: argparse.Namespace) -> int:
     """Run `parse`; 0 on success, 1 when the input cannot be read."""
+    problems: list[str] = []
     if args.max_line_bytes < 1:
-        print(f"{_PROG}: --max-line-bytes must be positive", file=sys.stderr)
+        problems.append("--max-line-bytes must be positive")
+    # A mistyped kind would otherwise print nothing and look like a log without such events.
+    problems.extend(f"--kind: unknown kind {k!r} (known: {', '.join(KINDS)})"
+                    for k in (args.kind or []) if k not in KINDS)
+    if problems:
+        for problem in problems:
+            print(f"{_PROG}: {problem}", file=sys.stderr)
         return 2
     kinds = set(args.kind) if args.kind else None
     try:
