@@ -27,9 +27,24 @@ def add_flag(parser: argparse.ArgumentParser, flag: str, *, help: str, **kwargs:
             kwargs["default"] = [v for v in raw.split(",") if v]
         else:
             kwargs["default"] = raw
+            choices = kwargs.get("choices")
+            if choices is not None and "type" not in kwargs:
+                # argparse never checks a default against `choices`: check the mirrored value here.
+                kwargs["type"] = _choice_of(tuple(choices), env, raw)
     default = kwargs.get("default")
     shown = f" (default: {default})" if default not in (None, False, []) else ""
     parser.add_argument(flag, help=f"{help}{shown} [env {env}]", **kwargs)
+
+
+def _choice_of(choices: tuple[str, ...], env: str, raw: str) -> Any:
+    """An argparse type that rejects a value outside `choices`, naming the variable it came from."""
+    def check(value: str) -> str:
+        if value not in choices:
+            source = f" (from {env})" if value == raw else ""
+            raise argparse.ArgumentTypeError(
+                f"invalid choice: {value!r}{source} (choose from {', '.join(choices)})")
+        return value
+    return check
 
 
 def add_guide_flags(parser: argparse.ArgumentParser) -> None:
