@@ -100,3 +100,15 @@ def test_bad_config_lists_problems(tmp_path: Path, capsys: pytest.CaptureFixture
     cfg.write_text("checks:\n  no_such_check: {enabled: false}\n", encoding="utf-8")
     assert run(["--rules-only", "--out", str(tmp_path / "out"), "--config", str(cfg)]) == 2
     assert str(cfg) in capsys.readouterr().err
+
+
+def test_every_problem_listed_at_once(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Bad flags and a bad config together: every problem listed (the profile and config were hidden)."""
+    cfg = tmp_path / "config.yaml"
+    cfg.write_text("window: 10m\n", encoding="utf-8")
+    argv = ["--check", "--out", str(tmp_path), "--override-for", "soon", "--guide-profile", "nope",
+            "--config", str(cfg)]
+    assert run(argv) == 2
+    err = capsys.readouterr().err
+    assert "override_for: not a duration" in err and "unknown guide profile 'nope'" in err
+    assert "unknown key 'window'" in err and err.count(str(cfg)) == 1

@@ -85,10 +85,12 @@ def build_options(args: argparse.Namespace, table: CheckTable) -> render_rules.R
     for flag, key in (("override_for", "override_for"), ("override_window", "override_window")):
         if getattr(args, flag) is not None:
             cli[key] = getattr(args, flag)
-    try:
-        opts = render_rules.options_from_mapping(cli, opts)
-    except render_rules.OptionsError as exc:
-        problems.extend(exc.problems)
+    # One flag at a time, so that a bad --override-for does not hide a bad --guide-profile.
+    for key, value in cli.items():
+        try:
+            opts = render_rules.options_from_mapping({key: value}, opts)
+        except render_rules.OptionsError as exc:
+            problems.extend(exc.problems)
     problems.extend(render_rules.validate_options(table, opts))
     if problems:
         raise UsageError("\n".join(problems))
@@ -103,7 +105,9 @@ def apply_config(table: CheckTable, path: str, opts: render_rules.RenderOptions
     try:
         cfg = load_config(path, table)
     except ConfigError as exc:
-        raise UsageError("\n".join(f"{path}: {p}" for p in exc.problems)) from None
+        # config.py names the file in most problems already; name it once.
+        raise UsageError("\n".join(p if p.startswith(f"{path}:") else f"{path}: {p}"
+                                   for p in exc.problems)) from None
     if cfg.guide_profile and opts.profile is None:
         opts = replace(opts, profile=cfg.guide_profile)
     if cfg.workload and opts.workload == render_rules.RenderOptions().workload:
@@ -182,14 +186,23 @@ def run(args: argparse.Namespace) -> int:
     """Render, or with --check compare."""
     try:
         table = load_table(args.table)
-        opts = build_options(args, table)
-        if args.config:
-            table, opts = apply_config(table, args.config, opts)
     except TableError as exc:
         print(f"render: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    # The options and the config file are both checked, so that every problem is listed at once.
+    problems: list[str] = []
+    try:
+        opts = build_options(args, table)
     except UsageError as exc:
-        print("render: invalid options:\n  " + str(exc).replace("\n", "\n  "), file=sys.stderr)
+        problems.append(str(exc))
+        opts = render_rules.RenderOptions()
+    if args.config:
+        try:
+            table, opts = apply_config(table, args.config, opts)
+        except UsageError as exc:
+            problems.append(str(exc))
+    if problems:
+        print("render: invalid options:\n  " + "\n".join(problems).replace("\n", "\n  "), file=sys.stderr)
         return EXIT_USAGE
     files = generate_all(table, opts, rules_only=args.rules_only)
     root = Path(args.out)
