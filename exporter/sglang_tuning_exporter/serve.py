@@ -300,7 +300,7 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_USAGE
     app = make_web(cfg, sidecar, time.time)
     try:
-        server, _ = start_http(app, cfg.listen_host, cfg.listen_port)
+        server, _ = start_http(app, cfg.listen_host, cfg.listen_port, cfg.web_config)
     except OSError as exc:
         print(f"serve: cannot listen on {cfg.listen_host}:{cfg.listen_port}: {exc}", file=sys.stderr)
         return EXIT_RUNTIME
@@ -308,8 +308,10 @@ def run(args: argparse.Namespace) -> int:
     loop = Loop(sidecar, time.time, period)
     loop.start()
     host, port = server.server_address[:2]
-    log.info("listening on %s:%s (metrics %s); log=%s sglang=%s", host or "*", port, cfg.telemetry_path,
-             cfg.log_file or "-", cfg.sglang_url or "-")
+    web = cfg.web_config
+    log.info("listening on %s:%s (metrics %s, %s%s); log=%s sglang=%s", host or "*", port, cfg.telemetry_path,
+             "https" if web is not None and web.tls else "http",
+             ", basic auth" if web is not None and web.users else "", cfg.log_file or "-", cfg.sglang_url or "-")
     done = threading.Event()
 
     def on_signal(signum: int, frame: FrameType | None) -> None:

@@ -10,6 +10,7 @@ from urllib.parse import urlsplit
 
 from .flags import add_flag, add_guide_flags
 from .problems import ProblemsError
+from .webconfig import WebConfig, WebConfigError, load_web_config
 
 DEFAULT_PORT = 9470
 _DURATION_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
@@ -46,6 +47,7 @@ class ServeConfig:
     workload: str
     config_file: Path | None
     server_args: tuple[str, ...]
+    web_config: WebConfig | None = None  # --web.config.file: TLS, basic auth, headers
 
 
 def parse_duration(text: str) -> float:
@@ -70,6 +72,8 @@ def add_serve_flags(parser: argparse.ArgumentParser) -> None:
              metavar="[HOST]:PORT", help="address to serve /metrics, the status page and the API on")
     add_flag(parser, "--web.telemetry-path", dest="telemetry_path", default="/metrics", metavar="PATH",
              help="path of our Prometheus metrics")
+    add_flag(parser, "--web.config.file", dest="web_config_file", default=None, metavar="FILE",
+             help="exporter-toolkit web configuration file enabling TLS and/or basic auth (docs/sidecar.md)")
     add_flag(parser, "--sglang.url", dest="sglang_url", default=None, metavar="URL",
              help="SGLang HTTP base URL to scrape /metrics and read server info from, e.g. http://127.0.0.1:30000")
     add_flag(parser, "--sglang.log-file", dest="log_file", default=None, metavar="FILE",
@@ -150,6 +154,13 @@ def build_config(args: argparse.Namespace) -> ServeConfig:
         problems.append(f"--log.level: {args.log_level!r} is not one of {', '.join(LOG_LEVELS)}")
     if args.log_format not in LOG_FORMATS:
         problems.append(f"--log.format: {args.log_format!r} is not one of {', '.join(LOG_FORMATS)}")
+    web_config = None
+    web_file = getattr(args, "web_config_file", None)
+    if web_file:
+        try:
+            web_config = load_web_config(Path(web_file))
+        except WebConfigError as exc:
+            problems.extend(f"--web.config.file: {p}" for p in exc.problems)
     if problems:
         raise ServeConfigError(problems)
     return ServeConfig(
@@ -157,4 +168,4 @@ def build_config(args: argparse.Namespace) -> ServeConfig:
         from_start=bool(args.from_start), scrape_timeout_s=timeout, scrape_interval_s=interval,
         evaluation_interval_s=evaluation, window_s=window, ranks_max=ranks_max, ranks_expire_after_s=expire, log_level=args.log_level,
         log_format=args.log_format, guide_profile=args.guide_profile, workload=args.workload,
-        config_file=config_file, server_args=tuple(args.server_arg or ()))
+        config_file=config_file, server_args=tuple(args.server_arg or ()), web_config=web_config)

@@ -22,6 +22,7 @@ from prometheus_client.registry import CollectorRegistry
 
 from .collector import TUNING_ARGS, BuildInfo, encode_text
 from .state import SOURCES, Snapshot
+from .webconfig import BasicAuth, TLSHTTPServer, WebConfig, accepts_gzip, gzip_body, make_ssl_context
 
 log = logging.getLogger("sglang_tuning_exporter.web")
 _STATUS_ORDER = {"critical": 0, "warning": 1, "unknown": 2, "ok": 3}
@@ -137,8 +138,11 @@ class WebApp:
             build_version=self._build.version)
 
 
-def make_handler(app: WebApp) -> type[BaseHTTPRequestHandler]:
-    """A request handler class bound to `app`."""
+def make_handler(app: WebApp, web: WebConfig | None = None) -> type[BaseHTTPRequestHandler]:
+    """A request handler class bound to `app` (basic auth and extra headers from `web`)."""
+    web = web or WebConfig()
+    auth = BasicAuth(web.users)
+    extra_headers = web.headers
 
     class Handler(BaseHTTPRequestHandler):
         server_version = "sglang-tuning-exporter"
@@ -146,17 +150,30 @@ def make_handler(app: WebApp) -> type[BaseHTTPRequestHandler]:
 
         def _answer(self, method: str) -> None:
             try:
-                resp = app.handle(method, self.path)
+                if not auth.check(self.headers.get("Authorization")):  # the toolkit guards every path
+                    resp = Response(401, "text/plain; charset=utf-8", b"Unauthorized\n")
+                else:
+                    resp = app.handle(method, self.path)
             except Exception:  # never let one bad request kill the serving thread silently
                 log.exception("request %s failed", self.path)
                 resp = Response(500, "text/plain; charset=utf-8", b"internal error\n")
+            body = resp.body
             self.send_response(resp.status)
             self.send_header("Content-Type", resp.content_type)
-            self.send_header("Content-Length", str(len(resp.body)))
+            if resp.status == 401:
+                self.send_header("WWW-Authenticate", 'Basic realm="sglang-tuning-exporter"')
+            if resp.status == 200 and urlsplit(self.path).path == app.telemetry_path:
+                self.send_header("Vary", "Accept-Encoding")
+                if accepts_gzip(self.headers.get("Accept-Encoding")):
+                    body = gzip_body(body)
+                    self.send_header("Content-Encoding", "gzip")
+            self.send_header("Content-Length", str(len(body)))
             self.send_header("Cache-Control", "no-store")
+            for name, value in extra_headers:
+                self.send_header(name, value)
             self.end_headers()
             if method != "HEAD":
-                self.wfile.write(resp.body)
+                self.wfile.write(body)
 
         def do_GET(self) -> None:
             self._answer("GET")
@@ -173,9 +190,12 @@ def make_handler(app: WebApp) -> type[BaseHTTPRequestHandler]:
     return Handler
 
 
-def start_http(app: WebApp, host: str, port: int) -> tuple[ThreadingHTTPServer, threading.Thread]:
-    """Bind and serve in a daemon thread; returns the server (its `server_address` has the port)."""
-    server = ThreadingHTTPServer((host, port), make_handler(app))
+def start_http(app: WebApp, host: str, port: int,
+               web: WebConfig | None = None) -> tuple[ThreadingHTTPServer, threading.Thread]:
+    """Bind and serve in a daemon thread (HTTPS when `web` has TLS); the server's `server_address` has the port."""
+    handler = make_handler(app, web)
+    server = (TLSHTTPServer((host, port), handler, make_ssl_context(web.tls)) if web is not None and web.tls
+              else ThreadingHTTPServer((host, port), handler))
     server.daemon_threads = True
     thread = threading.Thread(target=server.serve_forever, name="http", daemon=True)
     thread.start()
