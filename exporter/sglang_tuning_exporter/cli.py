@@ -62,3 +62,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
     except BrokenPipeError:
         return EXIT_OK
+    except OSError as exc:
+        # Output that cannot be written (disk full, I/O error): one line, not a traceback.
+        where = f" ({exc.filename})" if exc.filename else ""
+        print(f"sglang-tuning-exporter {args.command}: I/O error: {exc.strerror or exc}{where}", file=sys.stderr)
+        _discard_stdout()
+        return EXIT_RUNTIME
+
+
+def _discard_stdout() -> None:
+    """Point stdout at /dev/null so the interpreter's final flush of the failed buffer stays quiet."""
+    try:
+        import os
+
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError):
+        pass
