@@ -104,15 +104,20 @@ def _unknown(doc: Mapping[str, Any], known: tuple[str, ...], where: str, problem
 
 def parse_web_config(doc: Any, base_dir: Path) -> WebConfig:
     """Validate a loaded YAML document (pure: no file access); raises WebConfigError listing every problem."""
+    cfg, problems = _validate(doc, base_dir)
+    if problems:
+        raise WebConfigError(problems)
+    return cfg
+
+
+def _validate(doc: Any, base_dir: Path) -> tuple[WebConfig, list[str]]:
     problems: list[str] = []
     top = _mapping(doc, "top level", problems)
     _unknown(top, _TOP_KEYS, "", problems)
     tls = _parse_tls(_mapping(top.get("tls_server_config"), "tls_server_config", problems), base_dir, problems)
     users = _parse_users(_mapping(top.get("basic_auth_users"), "basic_auth_users", problems), problems)
     headers = _parse_http(_mapping(top.get("http_server_config"), "http_server_config", problems), problems)
-    if problems:
-        raise WebConfigError(problems)
-    return WebConfig(tls=tls, users=users, headers=headers)
+    return WebConfig(tls=tls, users=users, headers=headers), problems
 
 
 def _parse_tls(tls: Mapping[str, Any], base_dir: Path, problems: list[str]) -> TLSConfig | None:
@@ -216,19 +221,18 @@ def load_web_config(path: Path) -> WebConfig:
         doc = yaml.safe_load(path.read_text())
     except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
         raise WebConfigError([f"{path}: {exc}"]) from None
-    cfg = parse_web_config(doc, path.parent)
-    problems: list[str] = []
-    if cfg.tls is not None:
-        files = [("cert_file", cfg.tls.cert_file), ("key_file", cfg.tls.key_file),
-                 ("client_ca_file", cfg.tls.client_ca_file)]
-        missing = [f"tls_server_config.{key}: {p} is not a readable file" for key, p in files
-                   if p is not None and not p.is_file()]
-        problems.extend(missing)
-        if not missing:
-            try:
-                make_ssl_context(cfg.tls)
-            except (OSError, ssl.SSLError) as exc:
-                problems.append(f"tls_server_config: cannot load certificate/key/CA: {exc}")
+    cfg, problems = _validate(doc, path.parent)
+    tls = doc.get("tls_server_config") if isinstance(doc, Mapping) else None
+    if isinstance(tls, Mapping):  # missing files are listed alongside the other problems
+        for key in ("cert_file", "key_file", "client_ca_file"):
+            name = tls.get(key)
+            if isinstance(name, str) and name and not (path.parent / name).is_file():
+                problems.append(f"tls_server_config.{key}: {path.parent / name} is not a readable file")
+    if not problems and cfg.tls is not None:
+        try:
+            make_ssl_context(cfg.tls)
+        except (OSError, ssl.SSLError) as exc:
+            problems.append(f"tls_server_config: cannot load certificate/key/CA: {exc}")
     if problems:
         raise WebConfigError(problems)
     return cfg
