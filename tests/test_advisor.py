@@ -103,6 +103,14 @@ def test_version_names_the_flag_in_findings() -> None:
     assert f.flag == "--cuda-graph-max-bs-decode" and f.suggested == 304 and f.action == "increase"
 
 
+def test_no_suggested_value_never_reads_none() -> None:
+    """A firing check without a computed value says so in words, never 'to None'."""
+    f = one(evaluate(TABLE, {Rank(): sig(retractions_per_minute=3.0)},
+                     ServerState(args={"schedule_conservativeness": 2.0})), "retractions_frequent")
+    assert f.status == "warning" and f.suggested is None
+    assert "None" not in f.evidence and "not computed" in f.evidence
+
+
 def test_version_names_the_flag_when_not_firing() -> None:
     """An ok or unknown finding on a 0.5.23 server names the flag that server accepts too."""
     fs = evaluate(TABLE, {Rank(): sig(cuda_graph_miss_ratio=0.0)}, ServerState(version="0.5.23"))

@@ -93,6 +93,21 @@ def test_schedule_conservativeness_toward_targets() -> None:
     assert suggest(k, {}, {"schedule_conservativeness": 0.3}, None)[1].suggested == 0.2
 
 
+def test_schedule_conservativeness_at_the_bound_suggests_nothing() -> None:
+    """At the bound (2.0 up, 0.1 down) no 'increase 2 -> 2': no value, and the evidence says why."""
+    up = suggest(BY["retractions_frequent"], {}, {"schedule_conservativeness": 2.0}, None)[1]
+    down = suggest(BY["kv_underused"], {}, {"schedule_conservativeness": 0.1}, None)[1]
+    for s in (up, down):
+        assert s.suggested is None and "at the bound" in s.reasoning
+
+
+def test_mem_fraction_reasoning_adds_up() -> None:
+    """The sum in the reasoning shows the current value in full: 0.758 +0.030 = 0.788 (was 0.76 +0.030)."""
+    _, s = suggest(BY["gpu_mem_headroom_high"], {"available_gpu_mem_gb": 12.05, "gpu_mem_total_gb": 182.18},
+                   {"mem_fraction_static": 0.758}, "0.5.23")
+    assert s.suggested == 0.78 and "0.758 +0.030 = 0.788" in s.reasoning
+
+
 def test_decode_oom_scales_the_smaller_of_cap_and_batch() -> None:
     """3/4 of the largest batch seen when it is below the cap, rounded down to a multiple of 8."""
     c = BY["decode_oom"]

@@ -213,7 +213,8 @@ def _evaluate_one(c: Check, sig: Mapping[str, float | None], rank: Rank, args: M
     flag, s = suggest(c, sig, args, version, workload)
     shown = _pct if c.signal.endswith("_ratio") else _fmt
     fields = {"value": shown(value), "threshold": shown(threshold), "window": _window_text(window_s),
-              "flag": flag or "", "suggested": _fmt(s.suggested),
+              "flag": flag or "",
+              "suggested": "a value not computed here (see below)" if s.suggested is None else _fmt(s.suggested),
               "current": "its current value" if s.current is None else _fmt(s.current),
               "rank": _rank_text(rank), "band_low": _fmt(band[0]), "band_high": _fmt(band[1])}
     try:

@@ -121,6 +121,10 @@ def s_toward_target(check: Check, p: Mapping[str, Any], cur: Any, sig: Signals) 
     if (increase and c < target) or (not increase and c > target):
         return Suggestion(cur, target, f"move from {_f(c)} to the guide's {_f(target)}")
     nxt = round(min(hi, c + 0.1) if increase else max(lo, c - 0.1), 2)
+    if (increase and nxt <= c) or (not increase and nxt >= c):
+        # At the bound a "change" to the same value would mislead: say this flag has done what it can.
+        return Suggestion(cur, None, f"already at {_f(c)} (guide: {_f(target)}), at the bound of this advice "
+                                     f"({_f(lo)}-{_f(hi)}): no further step on this flag; see the runbook")
     return Suggestion(cur, nxt, f"already at {_f(c)} (guide: {_f(target)}); one more 0.1 step")
 
 
@@ -142,7 +146,8 @@ def s_mem_fraction_headroom(check: Check, p: Mapping[str, Any], cur: Any, sig: S
     # Rounding down is the safe side both ways: a raise stays under the target, a cut leaves more headroom.
     s = _round_step(raw, step, up=False)
     s = round(min(hi, max(lo, s)), 2)
-    return Suggestion(cur, s, f"{how}: {_f(float(cur))} {delta:+.3f} = {raw:.3f}, rounded to {s:.2f}"
+    # The current value in full (0.758, not 0.76), so that the sum shown adds up.
+    return Suggestion(cur, s, f"{how}: {float(cur):g} {delta:+.3f} = {raw:.3f}, rounded to {s:.2f}"
                       f" (bounded {lo}-{hi})")
 
 
