@@ -134,6 +134,7 @@ def test_fail_on_levels(tmp_path: Path) -> None:
     (b"", "empty input"),
     (b"hello\nworld\n", "no SGLang log lines"),
     (b"\x00\x01\x02binary\x00" * 100, "binary data"),
+    (b"\x00" * 100_000, "binary data"),
 ])
 def test_bad_input_is_a_clear_message(tmp_path: Path, content: bytes, message: str) -> None:
     """Empty, non-SGLang and binary files: exit 1 with a message, no traceback."""
@@ -141,6 +142,16 @@ def test_bad_input_is_a_clear_message(tmp_path: Path, content: bytes, message: s
     p.write_bytes(content)
     code, out, err = run([str(p)])
     assert code == 1 and message in err and "Traceback" not in err + out
+
+
+def test_nul_padded_head_after_copytruncate_is_read(tmp_path: Path) -> None:
+    """A log whose head is a run of NULs (copytruncate rotation) is diagnosed, not called binary data."""
+    plain = retracting_log(tmp_path)
+    padded = tmp_path / "padded.log"
+    padded.write_bytes(b"\x00" * 20_000 + plain.read_bytes())
+    code, out, err = run([str(padded), "--format", "json"])
+    assert code == 0 and "binary" not in err
+    assert json.loads(out)["status"] == json.loads(run([str(plain), "--format", "json"])[1])["status"] == "critical"
 
 
 def test_missing_file_and_directory(tmp_path: Path) -> None:

@@ -741,9 +741,14 @@ def _batches(lines: Iterable[str], size: int) -> Iterator[list[str]]:
 def _looks_binary(path: str) -> bool:
     with open(path, "rb") as fh:
         head = fh.read(8192)
-    if head[:2] == b"\x1f\x8b":
-        return False
-    return b"\x00" in head
+        if head[:2] == b"\x1f\x8b":
+            return False
+        # A log rotated with copytruncate under a writer without O_APPEND starts with a run of NULs:
+        # judge the text after that run (an all-NUL file is caught later by the NUL-line count).
+        while head and not head.strip(b"\x00"):
+            head = fh.read(8192)
+        head = head.lstrip(b"\x00") + fh.read(8192)
+    return b"\x00" in head[:8192]
 
 
 def diagnose_source(source: str, table: CheckTable, cfg: Config, profile: str, workload: str,
