@@ -36,3 +36,12 @@ def test_good_env_choice_applies_and_the_flag_wins(monkeypatch: pytest.MonkeyPat
     assert capsys.readouterr().out.lstrip().startswith("{")
     monkeypatch.setenv("SGLANG_TUNING_FAIL_ON", "bad")
     assert main(["diagnose", str(RECORDED), "--fail-on", "critical"]) == 3
+
+
+def test_help_names_every_guide_profile() -> None:
+    """--help lists the checks table's profiles, the default first."""
+    from sglang_tuning_exporter.checks import load_table
+    from sglang_tuning_exporter.flags import GUIDE_PROFILES
+
+    table = load_table()
+    assert set(GUIDE_PROFILES) == set(table.profiles) and GUIDE_PROFILES[0] == table.default_profile()

@@ -9,6 +9,8 @@ from typing import Any
 
 ENV_PREFIX = "SGLANG_TUNING_"
 WORKLOADS = ("throughput", "latency", "long-context", "multi-turn")
+# The checks table's profiles, newest first, named in --help (a test keeps them equal to checks.yaml).
+GUIDE_PROFILES = ("docs-2025", "older-web", "older-md", "older-fragment")
 
 
 def env_name(flag: str) -> str:
@@ -50,7 +52,8 @@ def _choice_of(choices: tuple[str, ...], env: str, raw: str) -> Any:
 def add_guide_flags(parser: argparse.ArgumentParser) -> None:
     """The options every guide-evaluating command shares (interfaces.md)."""
     add_flag(parser, "--guide-profile", default=None, metavar="NAME",
-             help="which tuning-guide version's thresholds to apply; default the newest")
+             help=f"which tuning-guide version's thresholds to apply: {', '.join(GUIDE_PROFILES)}; "
+                  f"default the newest, {GUIDE_PROFILES[0]}")
     add_flag(parser, "--workload", default="throughput", choices=WORKLOADS,
              help="the guide's workload recipe the checks follow")
     add_flag(parser, "--config", default=None, metavar="FILE",
