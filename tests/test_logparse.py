@@ -308,6 +308,21 @@ def test_non_numeric_value_of_a_numeric_field_is_partial_not_a_string() -> None:
     assert e is not None and "num_queue_reqs" not in e.fields and c.stats.partial == 1
 
 
+@pytest.mark.parametrize("text", ["server_args=ServerArgs(model_path='a\\d', tp_size=2)",
+                                  "server_args={'model_path': 'a\\d', 'tp_size': 2}"])
+def test_server_args_with_a_stray_backslash_read_without_warnings(text: str) -> None:
+    """A logged value with an invalid escape (`'a\\d'`) is read, and no compiler warning reaches stderr."""
+    import warnings
+
+    from sglang_tuning_exporter.serverargs import parse_server_args
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        args = parse_server_args(text)
+    assert args == {"model_path": "a\\d", "tp_size": 2}
+    assert [str(w.message) for w in caught] == []
+
+
 def test_server_args_dict_form_from_real_0_5_23_line() -> None:
     """The real 0.5.23 `server_args={...}` line: every key, Python values."""
     text = (FIXTURES / "logs" / "sglang-0.5.23-server_args-logline.txt").read_text(encoding="utf-8")

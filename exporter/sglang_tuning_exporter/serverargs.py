@@ -7,6 +7,7 @@ literal (an enum repr, an object) is kept as its source text so one odd field ne
 from __future__ import annotations
 
 import ast
+import warnings
 from typing import Any
 
 _OPEN = {"(": ")", "[": "]", "{": "}"}
@@ -129,6 +130,15 @@ def _from_dict(text: str) -> dict[str, Any]:
 
 def parse_server_args(text: str) -> dict[str, Any] | None:
     """Parse the text from `server_args` onwards; None when no argument could be read."""
+    # A stray backslash in a logged value (`'a\d'`) makes the compiler warn (a SyntaxWarning on
+    # stderr from Python 3.12): the value is read all the same, so the warning is only noise.
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", SyntaxWarning)
+        warnings.simplefilter("ignore", DeprecationWarning)
+        return _parse_server_args(text)
+
+
+def _parse_server_args(text: str) -> dict[str, Any] | None:
     at = text.find("ServerArgs(")
     brace = text.find("{")
     if at >= 0 and (brace < 0 or at < brace):
