@@ -261,6 +261,19 @@ def test_bad_config_file_lists_every_problem(tmp_path: Path, capsys: pytest.Capt
     assert "window_s" in err and "no_such_key" in err and "not_a_check" in err
 
 
+def test_flag_and_config_file_problems_are_listed_together(tmp_path: Path,
+                                                           capsys: pytest.CaptureFixture[str]) -> None:
+    """Bad flags and a bad --config file in one start: every problem of both is listed at once."""
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("window_s: -5\nno_such_key: 1\n")
+    code = cli.main(["serve", "--sglang.log-file", str(tmp_path / "x.log"), "--config", str(bad),
+                     "--ranks.max", "zero", "--sglang.url", "ftp://nowhere"])
+    err = capsys.readouterr().err
+    assert code == 2 and "Traceback" not in err
+    for needle in ("--ranks.max", "--sglang.url", "window_s", "no_such_key"):
+        assert needle in err, needle
+
+
 def test_config_file_sets_the_window(tmp_path: Path) -> None:
     """A --config window_s wins over --window (how tests get short windows)."""
     good = tmp_path / "good.yaml"

@@ -100,6 +100,19 @@ def add_serve_flags(parser: argparse.ArgumentParser) -> None:
     add_guide_flags(parser)
 
 
+def _config_file_problems(path: Path) -> list[str]:
+    """Every problem of the guide config file, so they are listed together with the flags' problems."""
+    from .config import load_config  # the guide layer; imported late to keep flag parsing light
+
+    try:
+        load_config(path)
+    except ProblemsError as exc:
+        return list(exc.problems)
+    except (OSError, ValueError) as exc:
+        return [f"--config: {exc}"]
+    return []
+
+
 def build_config(args: argparse.Namespace) -> ServeConfig:
     """Validate parsed flags; raises ServeConfigError listing every problem."""
     problems: list[str] = []
@@ -147,6 +160,8 @@ def build_config(args: argparse.Namespace) -> ServeConfig:
     config_file = Path(args.config) if args.config else None
     if config_file is not None and not config_file.is_file():
         problems.append(f"--config: {config_file} does not exist")
+    elif config_file is not None:
+        problems.extend(_config_file_problems(config_file))
     for item in args.server_arg or []:
         if "=" not in item or not item.split("=", 1)[0].strip():
             problems.append(f"--server-arg: {item!r} is not KEY=VALUE")
