@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import importlib
 import json
 import logging
@@ -232,6 +233,8 @@ def build_sidecar(cfg: ServeConfig, *, timer: Callable[[], float] = time.perf_co
                                "server_info": cfg.sglang_url is not None})
     metrics = None
     if cfg.sglang_url is not None:
+        if http_get is urllib_get and cfg.sglang_api_key:
+            http_get = functools.partial(urllib_get, api_key=cfg.sglang_api_key)
         metrics = MetricsInput(cfg.sglang_url, cfg.scrape_timeout_s, cfg.scrape_interval_s, http_get,
                                server_info_interval=max(60.0, 10 * cfg.scrape_interval_s))
     return Sidecar(state=state, advisor=adv,

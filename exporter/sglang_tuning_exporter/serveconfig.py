@@ -33,6 +33,7 @@ class ServeConfig:
     listen_port: int
     telemetry_path: str
     sglang_url: str | None
+    sglang_api_key: str | None
     log_file: Path | None
     from_start: bool
     scrape_timeout_s: float
@@ -76,6 +77,8 @@ def add_serve_flags(parser: argparse.ArgumentParser) -> None:
              help="exporter-toolkit web configuration file enabling TLS and/or basic auth (docs/sidecar.md)")
     add_flag(parser, "--sglang.url", dest="sglang_url", default=None, metavar="URL",
              help="SGLang HTTP base URL to scrape /metrics and read server info from, e.g. http://127.0.0.1:30000")
+    add_flag(parser, "--sglang.api-key-file", dest="sglang_api_key_file", default=None, metavar="FILE",
+             help="file holding the key SGLang was started with (--api-key), sent as a bearer token")
     add_flag(parser, "--sglang.log-file", dest="log_file", default=None, metavar="FILE",
              help="SGLang server log to follow (rotation and truncation are handled)")
     add_flag(parser, "--from-start", dest="from_start", action="store_true", default=False,
@@ -140,6 +143,14 @@ def build_config(args: argparse.Namespace) -> ServeConfig:
         parts = urlsplit(url)
         if parts.scheme not in ("http", "https") or not parts.netloc:
             problems.append(f"--sglang.url: {url!r} is not an http(s) URL like http://127.0.0.1:30000")
+    api_key: str | None = None
+    if args.sglang_api_key_file:
+        try:
+            api_key = Path(args.sglang_api_key_file).read_text(encoding="utf-8").strip() or None
+            if api_key is None:
+                problems.append(f"--sglang.api-key-file: {args.sglang_api_key_file} is empty")
+        except (OSError, UnicodeDecodeError) as exc:
+            problems.append(f"--sglang.api-key-file: cannot read {args.sglang_api_key_file}: {exc}")
     log_file = Path(args.log_file) if args.log_file else None
     if log_file is not None and log_file.exists() and not log_file.is_file():
         problems.append(f"--sglang.log-file: {log_file} is not a file")
@@ -179,7 +190,7 @@ def build_config(args: argparse.Namespace) -> ServeConfig:
     if problems:
         raise ServeConfigError(problems)
     return ServeConfig(
-        listen_host=host, listen_port=port, telemetry_path=path, sglang_url=url, log_file=log_file,
+        listen_host=host, listen_port=port, telemetry_path=path, sglang_url=url, sglang_api_key=api_key, log_file=log_file,
         from_start=bool(args.from_start), scrape_timeout_s=timeout, scrape_interval_s=interval,
         evaluation_interval_s=evaluation, window_s=window, ranks_max=ranks_max, ranks_expire_after_s=expire, log_level=args.log_level,
         log_format=args.log_format, guide_profile=args.guide_profile, workload=args.workload,

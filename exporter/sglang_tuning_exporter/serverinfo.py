@@ -33,10 +33,12 @@ class HttpGet(Protocol):
     def __call__(self, url: str, timeout: float) -> bytes: ...
 
 
-def urllib_get(url: str, timeout: float) -> bytes:
-    """The real HttpGet: urllib with a timeout and a body-size cap."""
-    req = urllib.request.Request(url, headers={"User-Agent": "sglang-tuning-exporter",
-                                               "Accept": "text/plain, application/json"})
+def urllib_get(url: str, timeout: float, *, api_key: str | None = None) -> bytes:
+    """The real HttpGet: urllib with a timeout and a body-size cap; `api_key` for SGLang's --api-key."""
+    headers = {"User-Agent": "sglang-tuning-exporter", "Accept": "text/plain, application/json"}
+    if api_key:
+        headers["Authorization"] = f"Bearer {api_key}"
+    req = urllib.request.Request(url, headers=headers)
     try:
         with urllib.request.urlopen(req, timeout=timeout) as resp:
             body: bytes = resp.read(MAX_BODY_BYTES + 1)
