@@ -460,9 +460,11 @@ def fast_batch(line: str, n: int) -> Event | None:
     prefix, new layout, odd value); never raises for a str."""
     if line[:1] != "[":
         return None  # decorated prefix (docker, Ray, custom format): the general path reads it
-    lb = line_batches()
+    lb = _CURRENT[0]  # what line_batches() returns once set (one call per line saved)
     if lb is None:
-        return None
+        lb = line_batches()
+        if lb is None:
+            return None
     m = lb.rx.fullmatch(line)
     if m is None:
         return None

@@ -48,6 +48,8 @@ class Exposition:
 
 
 def _unescape(value: str) -> str:
+    if "\\" not in value:
+        return value  # the usual label value: nothing to undo
     return re.sub(r'\\[\\"n]', lambda m: _ESCAPES[m.group(0)], value)
 
 
@@ -75,12 +77,14 @@ def parse_exposition(text: str, keep: Callable[[str], bool] | None = None) -> Ex
     """Parse Prometheus text exposition; garbage lines are counted, never raised.
 
     `keep(name)`: when given, well-formed samples of other families are skipped unparsed (a scrape
-    only needs a dozen of SGLang's hundreds of series); they still count in `sample_lines`.
+    only needs a dozen of SGLang's hundreds of series); they still count in `sample_lines`. `keep`
+    must be pure: it is asked once per distinct name.
     """
     samples: list[Sample] = []
     types: dict[str, str] = {}
     garbage = 0
     skipped = 0
+    unread_names: dict[str, bool] = {}  # name -> a well-formed name `keep` rejects
     lines = text.split("\n")
     if lines and lines[-1] == "":
         lines.pop()
@@ -96,10 +100,18 @@ def parse_exposition(text: str, keep: Callable[[str], bool] | None = None) -> Ex
             continue
         if keep is not None:
             name = stripped.split("{", 1)[0].split(None, 1)[0]
-            if (not keep(name) and _NAME_RE.fullmatch(name) and ("}" in stripped or "{" not in stripped)
-                    and _parse_value(stripped.rsplit(None, 1)[-1]) is not None):
-                skipped += 1
-                continue
+            unread = unread_names.get(name)
+            if unread is None:
+                # A family's lines (histogram buckets, one per rank) share the name: decide it once.
+                unread = unread_names[name] = not keep(name) and _NAME_RE.fullmatch(name) is not None
+            if unread and ("}" in stripped or "{" not in stripped):
+                try:
+                    float(stripped.rsplit(None, 1)[-1])  # `_parse_value` inline: a well-formed value
+                except ValueError:
+                    pass
+                else:
+                    skipped += 1
+                    continue
         m = _SAMPLE_RE.match(line)
         if m is None:
             garbage += 1
