@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ast
 import warnings
+from collections.abc import Iterator
 from typing import Any
 
 _OPEN = {"(": ")", "[": "]", "{": "}"}
@@ -22,13 +23,11 @@ def _literal(text: str) -> Any:
         return text
 
 
-def _split_top_level(text: str) -> list[str]:
-    """Split on commas that are outside quotes and brackets."""
-    parts: list[str] = []
+def _outside_quotes(text: str, start: int = 0) -> Iterator[tuple[int, str, int]]:
+    """(index, char, bracket depth after it) for every char outside string literals, from `start`."""
     depth = 0
     quote = ""
-    start = 0
-    i = 0
+    i = start
     n = len(text)
     while i < n:
         c = text[i]
@@ -40,15 +39,24 @@ def _split_top_level(text: str) -> list[str]:
                 quote = ""
         elif c in "'\"":
             quote = c
-        elif c in _OPEN:
-            depth += 1
-        elif c in _CLOSE:
-            depth = max(0, depth - 1)
-        elif c == "," and depth == 0:
-            parts.append(text[start:i])
-            start = i + 1
+        else:
+            if c in _OPEN:
+                depth += 1
+            elif c in _CLOSE:
+                depth = max(0, depth - 1)  # a stray closer must not hide the commas after it
+            yield i, c, depth
         i += 1
-    tail = text[start:]
+
+
+def _split_top_level(text: str) -> list[str]:
+    """Split on commas that are outside quotes and brackets."""
+    parts: list[str] = []
+    begin = 0
+    for i, c, depth in _outside_quotes(text):
+        if c == "," and depth == 0:
+            parts.append(text[begin:i])
+            begin = i + 1
+    tail = text[begin:]
     if tail.strip():
         parts.append(tail)
     return parts
@@ -56,28 +64,10 @@ def _split_top_level(text: str) -> list[str]:
 
 def _matching_end(text: str, open_at: int) -> int:
     """Index of the bracket closing the one at `open_at`, or len(text) when the text is cut."""
-    depth = 0
-    quote = ""
-    i = open_at
-    n = len(text)
-    while i < n:
-        c = text[i]
-        if quote:
-            if c == "\\":
-                i += 2
-                continue
-            if c == quote:
-                quote = ""
-        elif c in "'\"":
-            quote = c
-        elif c in _OPEN:
-            depth += 1
-        elif c in _CLOSE:
-            depth -= 1
-            if depth == 0:
-                return i
-        i += 1
-    return n
+    for i, c, depth in _outside_quotes(text, open_at):
+        if c in _CLOSE and depth == 0:
+            return i
+    return len(text)
 
 
 def _from_repr(inner: str) -> dict[str, Any]:
