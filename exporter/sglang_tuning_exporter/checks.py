@@ -288,7 +288,8 @@ _CHECK_KEYS = {"id", "alert", "title", "guide", "signal", "comparison", "thresho
                "description", "tradeoff", "runbook", "promql"}
 
 
-def _levels(raw: Any, where: str, problems: list[str]) -> dict[str, float]:
+def parse_levels(raw: Any, where: str, problems: list[str]) -> dict[str, float]:
+    """`{warning: x, critical: y}` -> floats; every problem appended to `problems` (shared with config.py)."""
     if not isinstance(raw, dict) or not raw:
         problems.append(f"{where}: must map warning/critical to numbers")
         return {}
@@ -326,7 +327,7 @@ def _check(raw: Any, i: int, profiles: dict[str, Profile], workloads: tuple[str,
     comparison = raw.get("comparison")
     if comparison not in COMPARISONS:
         problems.append(f"{where}: comparison must be one of {COMPARISONS}, got {comparison!r}")
-    base = _levels(raw.get("thresholds"), f"{where}.thresholds", problems)
+    base = parse_levels(raw.get("thresholds"), f"{where}.thresholds", problems)
     if "warning" in base and "critical" in base and comparison in COMPARISONS:
         w, c = base["warning"], base["critical"]
         if (comparison in (">", ">=") and c < w) or (comparison in ("<", "<=") and c > w):
@@ -348,7 +349,7 @@ def _check(raw: Any, i: int, profiles: dict[str, Profile], workloads: tuple[str,
         own = per_profile_raw.get(pname)
         levels = dict(inherited)
         if own is not None:
-            levels.update(_levels(own, f"{where}.profile_thresholds.{pname}", problems))
+            levels.update(parse_levels(own, f"{where}.profile_thresholds.{pname}", problems))
         thresholds[pname] = levels
         return levels
 
@@ -382,7 +383,7 @@ def _check(raw: Any, i: int, profiles: dict[str, Profile], workloads: tuple[str,
         if not isinstance(ov, dict) or set(ov) - {"thresholds", "suggest", "severity"}:
             problems.append(f"{where}.workload_overrides.{wname}: only thresholds, suggest, severity allowed")
         elif "thresholds" in ov:
-            ov["thresholds"] = _levels(ov["thresholds"], f"{where}.workload_overrides.{wname}.thresholds",
+            ov["thresholds"] = parse_levels(ov["thresholds"], f"{where}.workload_overrides.{wname}.thresholds",
                                        problems)
     severity = raw.get("severity")
     if severity not in SEVERITIES:

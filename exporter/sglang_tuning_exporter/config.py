@@ -24,7 +24,7 @@ from typing import Any
 
 import yaml
 
-from .checks import LEVELS, CheckTable, load_table
+from .checks import CheckTable, load_table, parse_levels
 from .problems import ProblemsError
 
 WORKLOADS = ("throughput", "latency", "long-context", "multi-turn")
@@ -157,18 +157,9 @@ def parse_config(raw: Any, table: CheckTable, source: str = "config") -> Config:
         if not isinstance(enabled, bool):
             problems.append(f"{where}enabled: must be true or false, got {enabled!r}")
             enabled = True
-        levels: dict[str, float] = {}
         th = spec.get("thresholds", {})
-        if not isinstance(th, dict):
-            problems.append(f"{where}thresholds: must map warning/critical to numbers")
-            th = {}
-        for level, v in th.items():
-            if level not in LEVELS:
-                problems.append(f"{where}thresholds: unknown level {level!r} (warning|critical)")
-            elif not _num(v):
-                problems.append(f"{where}thresholds.{level}: must be a number, got {v!r}")
-            else:
-                levels[level] = float(v)
+        # An empty mapping overrides nothing; anything else is validated like the table's thresholds.
+        levels = parse_levels(th, f"{where}thresholds", problems) if th != {} else {}
         ms = _positive(spec, "min_samples", where, problems, integer=True)
         ws = _positive(spec, "window_s", where, problems)
         fs = _positive(spec, "for_s", where, problems, allow_zero=True)
