@@ -166,15 +166,22 @@ class Scanner:
         frac, dp, pp = tags  # type: ignore[misc]
         return base + int(sec) + frac, dp, pp
 
+    @staticmethod
+    def _bucket_rows(res: ChunkResult, key: _BucketKey, lines: list[str],
+                     row: re.Pattern[str]) -> tuple[Bucket, list[Any]]:
+        """The bucket of `key`, and the rows of `lines` when every line is canonical (else [])."""
+        b = res.buckets.get(key)
+        if b is None:
+            b = res.buckets[key] = Bucket()
+        text = "\n".join(lines)
+        rows = row.findall(text) if "\r" not in text and "\x1b" not in text else []
+        return b, (rows if len(rows) == len(lines) else [])
+
     def _flush_prefill(self, res: ChunkResult) -> None:
         """Read the Prefill lines collected per bucket: one findall per bucket, C-level statistics."""
         for key, (times, lines) in self._prows.items():
-            b = res.buckets.get(key)
-            if b is None:
-                b = res.buckets[key] = Bucket()
-            text = "\n".join(lines)
-            rows = _PREFILL_ROW.findall(text) if "\r" not in text and "\x1b" not in text else []
-            if len(rows) == len(lines):
+            b, rows = self._bucket_rows(res, key, lines, _PREFILL_ROW)
+            if rows:
                 new_col, cached_col, u_col, r_col, q_col = zip(*rows, strict=True)
                 n = len(rows)
                 b.prefill.add_text_columns(r_col, u_col, ("",) * n, (None,) * n, q_col, self.usage_good, self.band)
@@ -226,12 +233,8 @@ class Scanner:
     def _flush_rows(self, res: ChunkResult) -> None:
         """Read the Decode lines collected per bucket: one findall per bucket, C-level statistics."""
         for key, (times, lines) in self._rows.items():
-            b = res.buckets.get(key)
-            if b is None:
-                b = res.buckets[key] = Bucket()
-            text = "\n".join(lines)
-            rows = _DECODE_ROW.findall(text) if "\r" not in text and "\x1b" not in text else []
-            if len(rows) == len(lines):
+            b, rows = self._bucket_rows(res, key, lines, _DECODE_ROW)
+            if rows:
                 r_col, u_col, g_col, tp_col, q_col = zip(*rows, strict=True)
                 b.decode.add_text_columns(r_col, u_col, g_col, tp_col, q_col, self.usage_good, self.band)
                 if not res.graph_field and any(g_col):
