@@ -77,6 +77,7 @@ class EventConverter:
         self._day_offset = 0.0
         self._last_raw: float | None = None
         self._weight_begin: dict[Rank, float] = {}
+        self._floor_seen: tuple[str | None, str] | None = None  # (server version, floor) last compared
         self.first_time: float | None = None
         self.last_time: float | None = None
         self.time_has_date: bool | None = None
@@ -116,8 +117,11 @@ class EventConverter:
         if srv is None:
             return
         cur = srv.version
+        if self._floor_seen == (cur, version):
+            return  # called per Decode line: skip re-parsing the same two versions
         if cur is None or (cur.startswith(">=") and version_tuple(version) > version_tuple(cur[2:])):
             srv.version = ">=" + version
+        self._floor_seen = (srv.version, version)
 
     def note_time(self, t: float) -> None:
         """A later time seen elsewhere (e.g. a fast-path line): following untimed events inherit it."""
