@@ -5,8 +5,11 @@
 # Base image pinned by exact version; bump deliberately (docs/sidecar.md).
 
 FROM python:3.11.11-slim-bookworm AS build
+# A compiler for the optional C accelerator of the log reader (the wheel falls back to pure Python
+# without one); only this stage has it.
+RUN apt-get update && apt-get install -y --no-install-recommends gcc libc6-dev && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
-COPY pyproject.toml README.md ./
+COPY pyproject.toml setup.py README.md ./
 COPY exporter ./exporter
 RUN pip wheel --no-cache-dir --wheel-dir /wheels .
 

@@ -321,16 +321,17 @@ _MAX_LAYOUTS = 16
 # ---------------------------------------------------------------------------------------------
 # Handlers: each returns an Event, None (not its line) or UNPARSED (its head, unreadable body).
 # ---------------------------------------------------------------------------------------------
+DECODE_HEAD, PREFILL_HEAD, FILL_HEAD_V01 = "Decode batch", "Prefill batch", "new fill batch. "
 _BATCH_HEAD = re.compile(r"(Decode|Prefill) batch(?: \[(\d+)\])?(?:\(mixed #running-req: (\d+)\))?[.,](?: |$)")
 _PARTIAL: Final = "_partial"  # internal marker key, removed before the event leaves the parser
 
 
 def _batch(s: str, n: int) -> _Result:
-    p = s.find("Decode batch")
+    p = s.find(DECODE_HEAD)
     if p < 0:
-        p = s.find("Prefill batch")
+        p = s.find(PREFILL_HEAD)
         if p < 0:
-            p = s.find("new fill batch. ")
+            p = s.find(FILL_HEAD_V01)
             return _fill_batch_v01(s, n, p) if p >= 0 else None
     m = _BATCH_HEAD.match(s, p)
     if m is None:
@@ -493,7 +494,7 @@ def fast_batch(line: str, n: int) -> Event | None:
 
 
 def _fill_batch_v01(s: str, n: int, p: int) -> _Result:
-    body = s[p + len("new fill batch. "):].rstrip().rstrip(".")
+    body = s[p + len(FILL_HEAD_V01):].rstrip().rstrip(".")
     fields: dict[str, Any] = {}
     bad = _pairs(body, ". ", _BATCH_KEYS, fields)
     if not fields:
@@ -871,6 +872,12 @@ _DISPATCH: tuple[tuple[str, Callable[[str, int], _Result]], ...] = (
     ("sglang", _version),
     ("SGLang", _version),
 )
+
+
+def dispatch_markers() -> tuple[str, ...]:
+    """Substrings of which a line must hold one for _parse_clean to return anything (the batch heads
+    and every dispatch gate): the C accelerator skips lines holding none of them."""
+    return (DECODE_HEAD, PREFILL_HEAD, FILL_HEAD_V01, *(marker for marker, _ in _DISPATCH))
 
 
 def _parse_clean(s: str, n: int) -> _Result:

@@ -23,6 +23,7 @@ from multiprocessing.pool import AsyncResult
 from typing import IO, Any, Generic, TypeVar
 
 from . import events as ev
+from .accel import SCAN
 from .events import Event
 from .logparse import (
     LineClassifier,
@@ -173,7 +174,47 @@ class EventReader:
             lines.pop()
         return self.feed_lines(lines)
 
+    def feed_bytes(self, data: bytes) -> list[Event]:
+        """Whole lines of UTF-8 bytes (the last may lack its newline): feed_text of their decoding
+        (invalid bytes replaced). With the C accelerator the lines no record needs are never decoded."""
+        scan = SCAN
+        if scan is None:
+            return self.feed_text(data.decode("utf-8", "replace"))
+        out: list[Event] = []
+        st = self.classifier.stats
+        by_kind = st.by_kind
+        take = self._take
+        scan_buffer = scan.scan_buffer
+        size = len(data)
+        pos = 0
+        while pos < size:
+            if self._block is None:
+                # C reads lines until one needs Python (see _scan.c for which).
+                stop, n, nd, np_ = scan_buffer(data, pos, self._next, out)
+                st.lines += n - self._next
+                self._next = n
+                if nd:
+                    by_kind[ev.DECODE] += nd
+                if np_:
+                    by_kind[ev.PREFILL] += np_
+                pos = stop
+                if pos >= size:
+                    break
+            end = data.find(b"\n", pos)
+            if end < 0:
+                end = size
+            line = data[pos:end].decode("utf-8", "replace")
+            pos = end + 1
+            n = self._next
+            self._next += 1
+            st.lines += 1
+            take(line, n, out)
+        return out
+
     def _feed_into(self, lines: list[str], out: list[Event]) -> None:
+        if SCAN is not None:
+            self._feed_scanned(SCAN.scan_lines, lines, out)
+            return
         append = out.append
         n = self._next - 1
         self._next += len(lines)
@@ -197,6 +238,28 @@ class EventReader:
                         continue
             take(line, n, out)
             open_block = self._block is not None
+
+    def _feed_scanned(self, scan_lines: Callable[[list[str], int, int, list[Any]], tuple[int, int, int]],
+                      lines: list[str], out: list[Event]) -> None:
+        # Runs of lines no open record needs go to C; the lines it hands back, one by one to _take.
+        first = self._next
+        total = len(lines)
+        self._next += total
+        self.classifier.stats.lines += total
+        by_kind = self.classifier.stats.by_kind
+        take = self._take
+        i = 0
+        while i < total:
+            if self._block is None:
+                i, nd, np_ = scan_lines(lines, i, first + i, out)
+                if nd:
+                    by_kind[ev.DECODE] += nd
+                if np_:
+                    by_kind[ev.PREFILL] += np_
+                if i >= total:
+                    break
+            take(lines[i], first + i, out)
+            i += 1
 
     def _take(self, line: str, n: int, out: list[Event]) -> None:
         block = self._block
@@ -357,7 +420,7 @@ def _stream_events(read: Callable[[int], bytes], reader: EventReader, max_line_b
     """Events of a byte stream read in large blocks cut at their last newline; the same lines as
     tail.LineSplitter gives (which takes over, exactly, as soon as a line may exceed the limit)."""
     carry = b""
-    feed_text = reader.feed_text
+    feed_bytes = reader.feed_bytes
     while True:
         data = read(block_bytes)
         if not data:
@@ -371,11 +434,11 @@ def _stream_events(read: Callable[[int], bytes], reader: EventReader, max_line_b
             yield from _split_rest(buf, read, reader, max_line_bytes, block_bytes)
             return
         carry = buf[cut + 1:]
-        out = feed_text(buf[:cut + 1].decode("utf-8", "replace"))
+        out = feed_bytes(buf[:cut + 1])
         if out:
             yield from out
     if carry:
-        yield from feed_text(carry.decode("utf-8", "replace"))
+        yield from feed_bytes(carry)
     yield from reader.flush()
 
 

@@ -1,0 +1,47 @@
+"""The optional C accelerator of the log reader (`_scan`), configured from logparse's own tables.
+
+`SCAN` is the configured module, or None when it was not built (no compiler at install time) or
+`SGLANG_TUNING_PURE_PYTHON=1` turns it off; the reader then runs the pure-Python path, which
+tests/test_scan_accel.py holds it to: the same events, line numbers and statistics.
+"""
+
+from __future__ import annotations
+
+import os
+from types import ModuleType
+from typing import Any
+
+from . import events as ev
+from . import logparse
+from .events import Event
+
+ENV_DISABLE = "SGLANG_TUNING_PURE_PYTHON"
+# logparse's converters by the code the C side knows them by; keys with any other stay in Python.
+_CONV_CODES: dict[Any, int] = {int: 0, float: 1, logparse._to_bool: 2, logparse._to_ratio: 3}
+
+
+def configure(mod: ModuleType) -> None:
+    """Hand the parser's tables to the C module (it holds none of its own)."""
+    keys = [(raw, name, _CONV_CODES[conv], logparse._GRAPH_LABELS.get(raw))
+            for raw, (name, conv) in logparse._BATCH_KEYS.items() if conv in _CONV_CODES]
+    descriptors = tuple(Event.__dict__[slot] for slot in ("line", "kind", "time", "rank", "fields"))
+    ranks = tuple(logparse._RANK_KEYS[tag] for tag in ("DP", "PP", "TP", "EP", "ATTN_CP", "MOE_DP"))
+    mod.configure(Event, descriptors, (ev.DECODE, ev.PREFILL), keys, list(logparse.dispatch_markers()),
+                  ("forward_iter", "token_usage", "graph_backend"), logparse._POOL_USAGES, ranks)
+
+
+def load(disabled: bool | None = None) -> ModuleType | None:
+    """The configured accelerator, or None (not built, or turned off)."""
+    if disabled is None:
+        disabled = os.environ.get(ENV_DISABLE, "") not in ("", "0")
+    if disabled:
+        return None
+    try:
+        from . import _scan
+    except ImportError:
+        return None
+    configure(_scan)
+    return _scan
+
+
+SCAN: ModuleType | None = load()
