@@ -334,13 +334,23 @@ def test_tracebacks_are_not_cut_between_parallel_chunks(tmp_path: Path, monkeypa
     assert oom["status"] == "critical" and oom["evidence"].startswith("oom_prefill_count=1 ")
 
 
-def _scan_doc(text: str, *, fast: bool, cuts: list[int] | None = None) -> dict[str, object]:
+def _scan_doc(text: str, *, fast: bool, cuts: list[int] | None = None, via_bytes: bool = False) -> dict[str, object]:
     """Signals, findings and line/event counts of `text` scanned line by line (fast=False: full parser)
-    or by scan_text over blocks cut after the given newlines."""
+    or by scan_text (via_bytes: scan_bytes, the C accelerator's entry) over blocks cut after the given
+    newlines."""
     d = diagnose.Diagnosis(load_table(), Config(), "docs-2025", "throughput", {})
     sc = diagnose.Scanner(d.res, 0.9, (100.0, 2000.0), fast=fast)
     if not fast:
         d.add_chunk(sc.scan(text.split("\n")[:-1] if text.endswith("\n") else text.split("\n")))
+    elif via_bytes:
+        data = text.encode("utf-8", "surrogatepass")
+        nl = [i + 1 for i, b in enumerate(data) if b == 10]
+        ends = [nl[text.count("\n", 0, c) - 1] for c in cuts or []]  # the same cuts, in bytes
+        start = 0
+        for c in ends:
+            d.add_chunk(sc.scan_bytes(data[start:c], final=False))
+            start = c
+        d.add_chunk(sc.scan_bytes(data[start:]))
     else:
         start = 0
         for c in cuts or []:
@@ -393,9 +403,11 @@ def test_block_scan_agrees_with_the_full_parser(text: str) -> None:
     whole = _scan_doc(text, fast=True)
     assert {**whole, "events": None} == full
     full = whole
+    assert _scan_doc(text, fast=True, via_bytes=True) == full
     ends = [i + 1 for i, ch in enumerate(text) if ch == "\n"]
     for step in (1, 7, 113):
         assert _scan_doc(text, fast=True, cuts=ends[step - 1:-1:step]) == full, step
+        assert _scan_doc(text, fast=True, cuts=ends[step - 1:-1:step], via_bytes=True) == full, step
 
 
 def test_block_scan_on_the_corpus(shared_dir: Path) -> None:
@@ -404,4 +416,6 @@ def test_block_scan_on_the_corpus(shared_dir: Path) -> None:
     assert logs
     for log in logs:
         text = log.read_text(encoding="utf-8", errors="replace")
-        assert {**_scan_doc(text, fast=True), "events": None} == _scan_doc(text, fast=False), log.name
+        whole = _scan_doc(text, fast=True)
+        assert {**whole, "events": None} == _scan_doc(text, fast=False), log.name
+        assert _scan_doc(text, fast=True, via_bytes=True) == whole, log.name

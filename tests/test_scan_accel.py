@@ -31,12 +31,12 @@ def one(line: str, n: int = 7) -> tuple[str, Event | None]:
     """What the accelerator does with one line: ('skip'|'emit'|'stop', event)."""
     assert SCAN is not None
     out: list[Event] = []
-    stop, nd, np_ = SCAN.scan_lines([line], 0, n, out)
+    stop, nd, np_, nr = SCAN.scan_lines([line], 0, n, out)
     if stop == 0:
         assert not out
         return "stop", None
     if out:
-        assert len(out) == 1 and nd + np_ == 1
+        assert len(out) == 1 and nd + np_ + nr == 1
         return "emit", out[0]
     return "skip", None
 
@@ -47,7 +47,8 @@ def holds_contract(line: str, n: int = 7) -> str:
     if what == "emit":
         want = parse_line(line, n)
         assert e == want, line
-        assert e is not None and e.kind is (logparse.ev.DECODE if e.kind == "decode" else logparse.ev.PREFILL)
+        kinds = {k: k for k in (logparse.ev.DECODE, logparse.ev.PREFILL, logparse.ev.RETRACT)}
+        assert e is not None and e.kind is kinds[e.kind]  # the parser's own constants: callers test with `is`
         assert e.to_json_dict() == want.to_json_dict()  # type: ignore[union-attr]
     elif what == "skip":
         assert "HTTP/1." in line or parse_any(line, n)[0] is None, line
@@ -113,7 +114,8 @@ def test_accelerator_reads_the_common_lines_itself() -> None:
     for i in (13, 16, 20, 24, 25, 30):  # access line, stray continuation lines, chatter
         assert holds_contract(POOL[i].replace("{r}", "1")) == "skip", POOL[i]
     # Lines for the general parser: other heads, odd values, other prefixes, colours, progress bars.
-    for i in (3, 5, 6, 7, 9, 10, 11, 14, 15, 18, 21, 22, 23, 26, 27, 29, 31, 32):
+    assert holds_contract(POOL[14].replace("{r}", "1")) == "emit"  # SGLang's retraction line
+    for i in (3, 5, 6, 7, 9, 10, 11, 15, 18, 21, 22, 23, 26, 27, 29, 31, 32):
         assert holds_contract(POOL[i].replace("{r}", "1")) == "stop", POOL[i]
 
 
@@ -159,6 +161,28 @@ def plain_batch_line(draw: st.DrawFn) -> str:
     pairs = [f"{k}: {draw(_PLAIN[_BATCH_KEYS[k][1]])}" for k in keys]
     tail = draw(st.sampled_from(["", ", ", ",", " ", "\n"]))
     return f"[2025-11-22 23:24:43{frac}{''.join(' ' + t for t in tags)}] " + head + ", ".join(pairs) + tail
+
+
+@st.composite
+def retract_line(draw: st.DrawFn) -> str:
+    """Retraction lines, standard and odd (other spellings, missing or extra keys, odd ratios, tails)."""
+    head = draw(st.sampled_from(["KV cache pool is full. Retract requests. ", "KV cache pool is full. Retract requests.",
+                                 "Decode out of memory happened. ", "kv cache pool is full. retract requests. "]))
+    keys = draw(st.lists(st.sampled_from(["#retracted_reqs", "#new_tokens_gained", "#mamba_num_gained",
+                                          "#aborted_retracted_reqs", "#other"]), max_size=4))
+    pairs = [f"{k}: {draw(_NUMBERISH)}" for k in keys]
+    ratio = draw(st.sampled_from(["", "#new_token_ratio: 0.3811 -> 0.5127", "#new_token_ratio: 1. -> 2",
+                                  "#new_token_ratio: 0.5 -> 0.6 then", "#new_token_ratio: x -> 1"]))
+    body = ", ".join(pairs + ([ratio] if ratio else []))
+    tail = draw(st.sampled_from(["", ", ", " ", "\n", " batch"]))
+    return f"[2025-11-22 23:24:43 DP1 TP1] {head}{body}{tail}"
+
+
+@needs_scan
+@settings(max_examples=600, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(retract_line())
+def test_generated_retraction_lines_hold_the_contract(line: str) -> None:
+    holds_contract(line)
 
 
 @needs_scan
@@ -212,9 +236,9 @@ def test_decimal_values_read_exactly_as_python_float(text: str) -> None:
 def test_arbitrary_bytes_never_crash_the_buffer_scan(data: bytes, pos: int) -> None:
     assert SCAN is not None
     out: list[Event] = []
-    stop, nxt, nd, np_ = SCAN.scan_buffer(data, pos, 1, out)
+    stop, nxt, nd, np_, nr = SCAN.scan_buffer(data, pos, 1, out)
     assert min(pos, len(data)) <= stop <= len(data)
-    assert len(out) == nd + np_ and nxt >= 1
+    assert len(out) == nd + np_ + nr and nxt >= 1
 
 
 @needs_scan

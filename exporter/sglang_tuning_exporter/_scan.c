@@ -13,6 +13,7 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <math.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -56,6 +57,11 @@ static PyObject *rank_names[N_RANKS];
 static const char *const rank_tags[N_RANKS] = {"DP", "PP", "TP", "EP", "ATTN_CP", "MOE_DP"};
 static const size_t rank_tag_len[N_RANKS] = {2, 2, 2, 2, 7, 6};
 static PyObject *last_time; /* the time string of the last event made */
+static Key rkeys[8];        /* retraction keys; [0] is the one an event must have */
+static int n_rkeys;
+static char rhead[96];
+static Py_ssize_t rhead_len;
+static PyObject *kind_retract, *name_ratio_before, *name_ratio_after;
 static int expect_at[MAX_PAIRS]; /* key index seen at each position of the previous line: tried first */
 
 static inline int is_digit(char c) { return c >= '0' && c <= '9'; }
@@ -132,52 +138,59 @@ static int find_key(const char *k, Py_ssize_t klen, int pos) {
     return -1;
 }
 
-/* `-?[0-9]+` -> int; NULL without an exception when the text is anything else. */
-static PyObject *plain_int(const char *v, Py_ssize_t n) {
+/* A plain value read into C: an int, a float or a bool, by the key's conversion. */
+typedef struct {
+    long long i;
+    double d;
+} Num;
+
+/* `-?[0-9]+` (at most 18 digits) -> *out; 0 when the text is anything else. */
+static int plain_int(const char *v, Py_ssize_t n, long long *out) {
     Py_ssize_t i = 0;
     int neg = 0;
     if (n > 0 && v[0] == '-') { neg = 1; i = 1; }
-    if (i >= n || n - i > 18) return NULL;
+    if (i >= n || n - i > 18) return 0;
     long long x = 0;
     for (; i < n; i++) {
-        if (!is_digit(v[i])) return NULL;
+        if (!is_digit(v[i])) return 0;
         x = x * 10 + (v[i] - '0');
     }
-    return PyLong_FromLongLong(neg ? -x : x);
+    *out = neg ? -x : x;
+    return 1;
 }
 
 static const double exact_pow10[] = {1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11,
                                      1e12, 1e13, 1e14, 1e15, 1e16, 1e17, 1e18, 1e19, 1e20, 1e21, 1e22};
 
-/* `-?[0-9]+(\.[0-9]+)?` -> float equal to Python's float() of it; NULL when anything else.
+/* `-?[0-9]+(\.[0-9]+)?` -> *out equal to Python's float() of it; 0 when anything else.
  * With at most 15 digits and 22 decimals both the digits and the power of ten are exact doubles, so
  * one IEEE division is correctly rounded (Clinger's fast path); longer numbers go to CPython's reader. */
-static PyObject *plain_float(const char *v, Py_ssize_t n) {
+static int plain_float(const char *v, Py_ssize_t n, double *out) {
     Py_ssize_t i = 0;
-    if (n <= 0 || n >= 64) return NULL;
+    if (n <= 0 || n >= 64) return 0;
     int neg = v[0] == '-';
     if (neg) i = 1;
     Py_ssize_t start = i, frac_digits = 0, all_digits = 0;
     long long mant = 0;
     while (i < n && is_digit(v[i])) {
         mant = mant * 10 + (v[i++] - '0');
-        all_digits++;
-        if (all_digits > 18) return NULL;
+        if (++all_digits > 18) return 0;
     }
-    if (i == start) return NULL;
+    if (i == start) return 0;
     if (i < n) {
-        if (v[i] != '.') return NULL;
+        if (v[i] != '.') return 0;
         Py_ssize_t frac = ++i;
         while (i < n && is_digit(v[i])) {
-            if (++all_digits > 18) return NULL;
+            if (++all_digits > 18) return 0;
             mant = mant * 10 + (v[i++] - '0');
         }
         frac_digits = i - frac;
-        if (frac_digits == 0 || i != n) return NULL;
+        if (frac_digits == 0 || i != n) return 0;
     }
     if (all_digits <= 15 && frac_digits <= 22) {
         double d = (double)mant / exact_pow10[frac_digits];
-        return PyFloat_FromDouble(neg ? -d : d);
+        *out = neg ? -d : d;
+        return 1;
     }
     char buf[64];
     memcpy(buf, v, (size_t)n);
@@ -186,31 +199,61 @@ static PyObject *plain_float(const char *v, Py_ssize_t n) {
     double d = PyOS_string_to_double(buf, &end, NULL);
     if (d == -1.0 && PyErr_Occurred()) {
         PyErr_Clear();
-        return NULL;
+        return 0;
     }
-    if (end != buf + n) return NULL;
-    return PyFloat_FromDouble(d);
+    if (end != buf + n) return 0;
+    *out = d;
+    return 1;
 }
 
-static PyObject *convert(int conv, const char *v, Py_ssize_t n) {
+/* The key's conversion of a value; 0 when the value is not plain (`12.3%` ratios included: Python
+ * rounds percentages its own way). */
+static int convert(int conv, const char *v, Py_ssize_t n, Num *out) {
     switch (conv) {
     case CONV_INT:
-        return plain_int(v, n);
+        return plain_int(v, n, &out->i);
     case CONV_FLOAT:
-    case CONV_RATIO: /* a plain number: `12.3%` stops (Python rounds percentages its own way) */
-        return plain_float(v, n);
+    case CONV_RATIO:
+        return plain_float(v, n, &out->d);
     case CONV_BOOL:
-        if (n == 4 && memcmp(v, "True", 4) == 0) Py_RETURN_TRUE;
-        if (n == 5 && memcmp(v, "False", 5) == 0) Py_RETURN_FALSE;
-        return NULL;
+        if (n == 4 && memcmp(v, "True", 4) == 0) { out->i = 1; return 1; }
+        if (n == 5 && memcmp(v, "False", 5) == 0) { out->i = 0; return 1; }
+        return 0;
     }
-    return NULL;
+    return 0;
 }
 
-/* SGLang's own prefix `[YYYY-MM-DD HH:MM:SS(.f{1,6})?( TAGn)*] ` at s[0]: returns the offset just past
- * it (0 when not there); *clock_end is where the time ends; ranks go into `rank` (a new dict). */
-static Py_ssize_t std_prefix(const char *s, Py_ssize_t len, Py_ssize_t *clock_end, PyObject **rank) {
-    /* [2025-10-09 08:53:21 */
+static PyObject *num_object(int conv, const Num *v) {
+    switch (conv) {
+    case CONV_INT:
+        return PyLong_FromLongLong(v->i);
+    case CONV_BOOL:
+        return Py_NewRef(v->i ? Py_True : Py_False);
+    default:
+        return PyFloat_FromDouble(v->d);
+    }
+}
+
+/* One standard batch line, parsed into C values (the Event builder and the bucket accumulator both
+ * start from it; neither needs the other's objects). */
+typedef struct {
+    PyObject *kind;           /* kind_decode or kind_prefill (borrowed) */
+    Py_ssize_t clock_end;     /* s[1:clock_end] is the time, with 'T' at offset 10 */
+    int has_tag[N_RANKS];
+    long long tag[N_RANKS];
+    int has_fwd;
+    long long fwd;            /* `Decode batch [N],` */
+    int n;                    /* pairs read */
+    const Key *table;         /* what key[] indexes: the batch keys or the retraction keys */
+    int key[MAX_PAIRS];
+    Num val[MAX_PAIRS];
+    int has_ratio;            /* retraction: `#new_token_ratio: a -> b` */
+    double ratio[2];
+} Line;
+
+/* SGLang's own prefix `[YYYY-MM-DD HH:MM:SS(.f{1,6})?( TAGn)*] ` at s[0]: the offset just past it, or
+ * 0 when it is not there (or holds a tag Python's rank pattern would ignore). */
+static Py_ssize_t std_prefix(const char *s, Py_ssize_t len, Line *L) {
     if (len < 21 || s[0] != '[' || !digits(s, 1, len, 4) || s[5] != '-' || !digits(s, 6, len, 2) || s[8] != '-'
         || !digits(s, 9, len, 2) || s[11] != ' ' || !digits(s, 12, len, 2) || s[14] != ':'
         || !digits(s, 15, len, 2) || s[17] != ':' || !digits(s, 18, len, 2))
@@ -221,36 +264,109 @@ static Py_ssize_t std_prefix(const char *s, Py_ssize_t len, Py_ssize_t *clock_en
         while (i < len && is_digit(s[i]) && i - f < 7) i++;
         if (i == f || i - f > 6) return 0;
     }
-    *clock_end = i;
-    PyObject *r = PyDict_New();
-    if (r == NULL) return -1;
+    L->clock_end = i;
+    memset(L->has_tag, 0, sizeof L->has_tag);
     while (i < len && s[i] == ' ') {
         Py_ssize_t a = ++i;
         while (i < len && ((s[i] >= 'A' && s[i] <= 'Z') || s[i] == '_')) i++;
         Py_ssize_t b = i;
         long long v = 0;
         while (i < len && is_digit(s[i]) && i - b < 18) v = v * 10 + (s[i++] - '0');
-        if (a == b || i == b || (i < len && s[i] != ' ' && s[i] != ']')) goto no;
+        if (a == b || i == b || (i < len && s[i] != ' ' && s[i] != ']')) return 0;
         int which = -1;
         for (int t = 0; t < N_RANKS; t++) {
-            size_t tl = rank_tag_len[t];
-            if ((size_t)(b - a) == tl && memcmp(s + a, rank_tags[t], tl) == 0) { which = t; break; }
+            if ((size_t)(b - a) == rank_tag_len[t] && memcmp(s + a, rank_tags[t], rank_tag_len[t]) == 0) {
+                which = t;
+                break;
+            }
         }
-        if (which < 0) goto no; /* a tag Python's rank pattern ignores: leave the line to Python */
-        PyObject *iv = PyLong_FromLongLong(v);
-        if (iv == NULL || PyDict_SetItem(r, rank_names[which], iv) < 0) {
-            Py_XDECREF(iv);
-            Py_DECREF(r);
-            return -1;
-        }
-        Py_DECREF(iv);
+        if (which < 0) return 0;
+        L->has_tag[which] = 1; /* a repeated tag: the last one wins, as in Python's dict */
+        L->tag[which] = v;
     }
-    if (i + 1 >= len || s[i] != ']' || s[i + 1] != ' ') goto no;
-    *rank = r;
+    if (i + 1 >= len || s[i] != ']' || s[i + 1] != ' ') return 0;
     return i + 2;
-no:
-    Py_DECREF(r);
-    return 0;
+}
+
+/* The end of `key: value, key: value` at s[b:e] into L (keys of `table`, values plain): EMIT or STOP. */
+static int parse_pairs(const char *s, Py_ssize_t b, Py_ssize_t e, Line *L, const Key *table, int n_table) {
+    while (e > b && py_space((unsigned char)s[e - 1])) e--;
+    while (e > b && s[e - 1] == ',') e--;
+    if (e <= b) return STOP;
+    L->table = table;
+    while (b <= e) {
+        const char *piece = s + b;
+        const char *sep = find2(piece, e - b, ',', ' ');
+        Py_ssize_t plen = sep ? sep - piece : e - b;
+        const char *colon = find2(piece, plen, ':', ' ');
+        if (colon == NULL || L->n >= MAX_PAIRS) return STOP; /* empty or malformed piece: Python counts it */
+        int k = table == keys ? find_key(piece, colon - piece, L->n) : -1;
+        for (int j = 0; table != keys && j < n_table; j++)
+            if (table[j].len == colon - piece && memcmp(table[j].raw, piece, (size_t)table[j].len) == 0) k = j;
+        if (k < 0) return STOP; /* an unknown key: Python's rule names it */
+        if (!convert(table[k].conv, colon + 2, plen - (colon + 2 - piece), &L->val[L->n])) return STOP;
+        L->key[L->n++] = k;
+        if (sep == NULL) break;
+        b += plen + 2;
+    }
+    return EMIT;
+}
+
+/* `KV cache pool is full. Retract requests. #retracted_reqs: N, ...(, #new_token_ratio: a -> b)` after
+ * the prefix (ending at h) into L, as logparse._retract reads it: EMIT or STOP. */
+static int parse_retract(const char *s, Py_ssize_t len, Py_ssize_t h, Line *L) {
+    L->has_fwd = 0;
+    L->n = 0;
+    L->has_ratio = 0;
+    L->kind = kind_retract;
+    if (len - h < rhead_len || memcmp(s + h, rhead, (size_t)rhead_len) != 0) return STOP;
+    if (find(s, len, "batch", 5) != NULL) return STOP; /* the parser tries batch heads first */
+    Py_ssize_t b = h + rhead_len, e = len;
+    const char *r = find(s + b, len - b, "#new_token_ratio: ", 18);
+    if (r != NULL) {
+        /* `a -> b` and nothing but blanks after it (Python ignores a tail; leave odd ones to it) */
+        Py_ssize_t a0 = r - s + 18, a1 = a0;
+        while (a1 < len && (is_digit(s[a1]) || s[a1] == '.')) a1++;
+        if (len - a1 < 4 || memcmp(s + a1, " -> ", 4) != 0 || !plain_float(s + a0, a1 - a0, &L->ratio[0])) return STOP;
+        Py_ssize_t b0 = a1 + 4, b1 = b0;
+        while (b1 < len && (is_digit(s[b1]) || s[b1] == '.')) b1++;
+        if (!plain_float(s + b0, b1 - b0, &L->ratio[1])) return STOP;
+        for (Py_ssize_t i = b1; i < len; i++)
+            if (!py_space((unsigned char)s[i])) return STOP;
+        L->has_ratio = 1;
+        e = r - s;
+    }
+    if (parse_pairs(s, b, e, L, rkeys, n_rkeys) != EMIT) return STOP;
+    for (int i = 0; i < L->n; i++)
+        if (L->key[i] == 0) return EMIT; /* rkeys[0] is #retracted_reqs, which the event must have */
+    return STOP;
+}
+
+/* A standard-prefix Decode/Prefill line of known keys and plain values into L: EMIT or STOP. */
+static int parse_batch(const char *s, Py_ssize_t len, Py_ssize_t h, Line *L) {
+    L->has_fwd = 0;
+    L->n = 0;
+    L->has_ratio = 0;
+    Py_ssize_t i;
+    if (len - h >= 12 && memcmp(s + h, "Decode batch", 12) == 0) {
+        L->kind = kind_decode;
+        i = h + 12;
+    } else if (len - h >= 13 && memcmp(s + h, "Prefill batch", 13) == 0) {
+        L->kind = kind_prefill;
+        i = h + 13;
+        if (find(s, len, "Decode batch", 12) != NULL) return STOP; /* Python reads the Decode head first */
+    } else {
+        return STOP;
+    }
+    if (i + 1 < len && s[i] == ' ' && s[i + 1] == '[') { /* `Decode batch [N],` */
+        Py_ssize_t a = i + 2, b = a;
+        while (b < len && is_digit(s[b])) b++;
+        if (b == a || b >= len || s[b] != ']' || !plain_int(s + a, b - a, &L->fwd)) return STOP;
+        L->has_fwd = 1;
+        i = b + 1;
+    }
+    if (i + 1 >= len || (s[i] != '.' && s[i] != ',') || s[i + 1] != ' ') return STOP;
+    return parse_pairs(s, i + 2, len, L, keys, n_keys);
 }
 
 static int set_slot(PyObject *descr, PyObject *obj, PyObject *value) {
@@ -272,122 +388,328 @@ static PyObject *new_event(long long n, PyObject *kind, PyObject *time, PyObject
     return e;
 }
 
-/* A standard-prefix Decode/Prefill line -> EMIT (*out set), STOP or FAIL. */
-static int batch_line(const char *s, Py_ssize_t len, long long n, PyObject **out, PyObject **kind_out) {
-    Py_ssize_t clock_end = 0;
-    PyObject *rank = NULL, *fields = NULL, *time = NULL, *fwd = NULL;
-    PyObject *label = NULL;
-    int status = STOP;
-    Py_ssize_t h = std_prefix(s, len, &clock_end, &rank);
-    if (h < 0) return FAIL;
-    if (h == 0) return STOP;
-    PyObject *kind;
-    Py_ssize_t i;
-    if (len - h >= 12 && memcmp(s + h, "Decode batch", 12) == 0) {
-        kind = kind_decode;
-        i = h + 12;
-    } else if (len - h >= 13 && memcmp(s + h, "Prefill batch", 13) == 0) {
-        kind = kind_prefill;
-        i = h + 13;
-        if (find(s, len, "Decode batch", 12) != NULL) goto done; /* Python reads the Decode head first */
-    } else {
-        goto done;
+/* The Event parse_line returns for a parsed line (fields in line order, the graph label, the derived
+ * token_usage), or NULL with an exception. */
+static PyObject *line_event(const char *s, const Line *L, long long n) {
+    PyObject *rank = NULL, *fields = NULL, *time = NULL, *label = NULL, *e = NULL, *v = NULL;
+    rank = PyDict_New();
+    if (rank == NULL) goto done;
+    for (int t = 0; t < N_RANKS; t++) {
+        if (!L->has_tag[t]) continue;
+        v = PyLong_FromLongLong(L->tag[t]);
+        if (v == NULL || PyDict_SetItem(rank, rank_names[t], v) < 0) goto done;
+        Py_CLEAR(v);
     }
-    if (i + 1 < len && s[i] == ' ' && s[i + 1] == '[') { /* `Decode batch [N],` */
-        Py_ssize_t a = i + 2, b = a;
-        while (b < len && is_digit(s[b])) b++;
-        if (b == a || b >= len || s[b] != ']') goto done;
-        fwd = plain_int(s + a, b - a);
-        if (fwd == NULL) goto done;
-        i = b + 1;
-    }
-    if (i + 1 >= len || (s[i] != '.' && s[i] != ',') || s[i + 1] != ' ') goto done;
-    Py_ssize_t b = i + 2, e = len;
-    while (e > b && py_space((unsigned char)s[e - 1])) e--;
-    while (e > b && s[e - 1] == ',') e--;
-    if (e <= b) goto done;
     fields = PyDict_New();
-    if (fields == NULL) goto fail;
-    if (fwd != NULL && PyDict_SetItem(fields, name_forward_iter, fwd) < 0) goto fail;
-    int pos = 0;
-    while (b <= e) {
-        const char *piece = s + b;
-        const char *sep = find2(piece, e - b, ',', ' ');
-        Py_ssize_t plen = sep ? sep - piece : e - b;
-        const char *colon = find2(piece, plen, ':', ' ');
-        if (colon == NULL) goto done; /* empty or malformed piece: Python counts it */
-        int k = find_key(piece, colon - piece, pos++);
-        if (k < 0) goto done; /* an unknown key: Python's rule names it */
-        PyObject *v = convert(keys[k].conv, colon + 2, plen - (colon + 2 - piece));
-        if (v == NULL) {
-            if (PyErr_Occurred()) goto fail;
-            goto done;
-        }
-        int rc = PyDict_SetItem(fields, keys[k].name, v);
-        Py_DECREF(v);
-        if (rc < 0) goto fail;
-        if (keys[k].label != NULL) label = keys[k].label;
-        if (sep == NULL) break;
-        b += plen + 2;
+    if (fields == NULL) goto done;
+    if (L->has_fwd) {
+        v = PyLong_FromLongLong(L->fwd);
+        if (v == NULL || PyDict_SetItem(fields, name_forward_iter, v) < 0) goto done;
+        Py_CLEAR(v);
     }
-    if (label != NULL && PyDict_SetItem(fields, name_graph_backend, label) < 0) goto fail;
-    int has_usage = PyDict_Contains(fields, name_token_usage);
-    if (has_usage < 0) goto fail;
+    for (int i = 0; i < L->n; i++) {
+        const Key *k = &L->table[L->key[i]];
+        v = num_object(k->conv, &L->val[i]);
+        if (v == NULL || PyDict_SetItem(fields, k->name, v) < 0) goto done;
+        Py_CLEAR(v);
+        if (k->label != NULL) label = k->label;
+    }
+    for (int i = 0; L->has_ratio && i < 2; i++) {
+        v = PyFloat_FromDouble(L->ratio[i]);
+        if (v == NULL || PyDict_SetItem(fields, i ? name_ratio_after : name_ratio_before, v) < 0) goto done;
+        Py_CLEAR(v);
+    }
+    if (label != NULL && PyDict_SetItem(fields, name_graph_backend, label) < 0) goto done;
+    int has_usage = L->kind == kind_retract ? 1 : PyDict_Contains(fields, name_token_usage);
+    if (has_usage < 0) goto done;
     if (!has_usage) {
         /* SGLang's own token_usage gauge is the fullest pool on hybrid models. */
         PyObject *best = NULL;
         for (int p = 0; p < N_POOLS; p++) {
             PyObject *u = PyDict_GetItemWithError(fields, pool_names[p]);
             if (u == NULL) {
-                if (PyErr_Occurred()) goto fail;
+                if (PyErr_Occurred()) goto done;
                 continue;
             }
             if (PyFloat_CheckExact(u) && (best == NULL || PyFloat_AS_DOUBLE(u) > PyFloat_AS_DOUBLE(best))) best = u;
         }
-        if (best != NULL && PyDict_SetItem(fields, name_token_usage, best) < 0) goto fail;
+        if (best != NULL && PyDict_SetItem(fields, name_token_usage, best) < 0) goto done;
     }
     /* time: `YYYY-MM-DDTHH:MM:SS(.fff)`; consecutive lines mostly share it (str is immutable) */
+    Py_ssize_t clock_end = L->clock_end;
     if (last_time != NULL && PyUnicode_GET_LENGTH(last_time) == clock_end - 1
         && memcmp((const char *)PyUnicode_DATA(last_time) + 11, s + 12, (size_t)(clock_end - 12)) == 0
         && memcmp(PyUnicode_DATA(last_time), s + 1, 10) == 0) {
         time = Py_NewRef(last_time);
     } else {
         time = PyUnicode_New(clock_end - 1, 127);
-        if (time == NULL) goto fail;
+        if (time == NULL) goto done;
         char *t = (char *)PyUnicode_DATA(time);
         memcpy(t, s + 1, (size_t)(clock_end - 1));
         t[10] = 'T';
         Py_XSETREF(last_time, Py_NewRef(time));
     }
-    *out = new_event(n, kind, time, rank, fields);
-    *kind_out = kind;
-    status = *out == NULL ? FAIL : EMIT;
-    goto done;
-fail:
-    status = FAIL;
+    e = new_event(n, L->kind, time, rank, fields);
 done:
+    Py_XDECREF(v);
     Py_XDECREF(rank);
     Py_XDECREF(fields);
     Py_XDECREF(time);
-    Py_XDECREF(fwd);
-    return status;
+    return e;
 }
 
-/* One line (without its newline, or with it: one trailing `\n` is ignored). */
-static int scan_line(const char *s, Py_ssize_t len, long long n, PyObject **out, PyObject **kind) {
+/* ---- bucket accumulator (diagnose) ------------------------------------------------------------
+ * Per (kind, dp, pp, time bucket) group, what signals.SampleStats.add does per sample, in C: the
+ * group is [acc (bytearray of ACC_N doubles), queue hist, running hist, missed hist, capped hist]. */
+#define N_COLS 5
+/* Column roles, in configure_columns' order: decode (running, usage, graph, throughput, queue);
+ * prefill (new tokens, cached tokens, usage, running, queue). */
+enum { D_RUN, D_USAGE, D_GRAPH, D_TP, D_QUEUE };
+enum { P_NEW, P_CACHED, P_USAGE, P_RUN, P_QUEUE };
+#define ACC_FIELDS(X) X(lines) X(t_min) X(t_max) X(queue_n) X(queue_zero) X(queue_over) X(queue_under) \
+    X(running_n) X(kv_n) X(kv_under) X(usage_sum) X(usage_max) X(capped_base) X(graph_n) X(graph_miss) \
+    X(tp_n) X(tp_sum) X(new_sum) X(new_n) X(cached_sum)
+#define ACC_ENUM(name) A_##name,
+enum { ACC_FIELDS(ACC_ENUM) ACC_N };
+#define ACC_NAME(name) #name,
+static const char *const acc_names[] = {ACC_FIELDS(ACC_NAME)};
+
+static signed char col_of[2][MAX_KEYS];  /* column of each key's canonical name, or -1 */
+static signed char pool_of[MAX_KEYS];    /* pool-usage index of each key's canonical name, or -1 */
+static int columns_ready;
+
+/* Days from 1970-01-01 to y-m-d in the proleptic Gregorian calendar (what calendar.timegm uses). */
+static long long days_from_civil(long long y, long long m, long long d) {
+    y -= m <= 2;
+    long long era = (y >= 0 ? y : y - 399) / 400;
+    long long yoe = y - era * 400;
+    long long doy = (153 * (m + (m > 2 ? -3 : 9)) + 2) / 5 + d - 1;
+    long long doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    return era * 146097 + doe - 719468;
+}
+
+static long long num2(const char *s) { return (s[0] - '0') * 10 + (s[1] - '0'); }
+
+/* Python's float floor division (float_floor_div), so bucket starts equal `(t // res) * res`. */
+static double py_floordiv(double vx, double wx) {
+    double mod = fmod(vx, wx);
+    double div = (vx - mod) / wx;
+    if (mod != 0.0 && ((wx < 0) != (mod < 0))) div -= 1.0;
+    if (div == 0.0) return copysign(0.0, vx / wx);
+    double fl = floor(div);
+    if (div - fl > 0.5) fl += 1.0;
+    return fl;
+}
+
+/* [YYYY-MM-DD HH:MM:SS(.f)] as epoch seconds, as timeparse.event_seconds and the diagnose scanner read
+ * it (calendar.timegm: the month must exist, day/hour/minute are plain arithmetic); 0 when no date. */
+static int stamp_seconds(const char *s, const Line *L, double *out) {
+    long long y = num2(s + 1) * 100 + num2(s + 3), mo = num2(s + 6);
+    if (y < 1 || mo < 1 || mo > 12) return 0;
+    long long secs = (days_from_civil(y, mo, 1) + num2(s + 9) - 1) * 86400 + num2(s + 12) * 3600
+                     + num2(s + 15) * 60;
+    double t = (double)secs + (double)num2(s + 18);
+    if (L->clock_end > 20) {
+        long long frac = 0;
+        for (Py_ssize_t i = 21; i < L->clock_end; i++) frac = frac * 10 + (s[i] - '0');
+        t += (double)frac / exact_pow10[L->clock_end - 21];
+    }
+    *out = t;
+    return 1;
+}
+
+typedef struct {
+    int valid;
+    int kind;
+    int has_dp, has_pp;
+    long long dp, pp;
+    double start;
+    PyObject *group; /* borrowed from the groups dict */
+} GroupHint;
+
+static int hist_inc(PyObject *hist, long long v) {
+    PyObject *k = PyLong_FromLongLong(v);
+    if (k == NULL) return -1;
+    PyObject *old = PyDict_GetItemWithError(hist, k);
+    long long c = 1;
+    if (old != NULL) {
+        c = PyLong_AsLongLong(old) + 1;
+        if (c == 0 && PyErr_Occurred()) {
+            Py_DECREF(k);
+            return -1;
+        }
+    } else if (PyErr_Occurred()) {
+        Py_DECREF(k);
+        return -1;
+    }
+    PyObject *cv = PyLong_FromLongLong(c);
+    int rc = cv == NULL ? -1 : PyDict_SetItem(hist, k, cv);
+    Py_XDECREF(cv);
+    Py_DECREF(k);
+    return rc;
+}
+
+static PyObject *new_group(void) {
+    PyObject *g = PyList_New(5);
+    if (g == NULL) return NULL;
+    PyObject *acc = PyByteArray_FromStringAndSize(NULL, (Py_ssize_t)(ACC_N * sizeof(double)));
+    if (acc == NULL) {
+        Py_DECREF(g);
+        return NULL;
+    }
+    double *A = (double *)PyByteArray_AS_STRING(acc);
+    for (int i = 0; i < ACC_N; i++) A[i] = 0.0;
+    A[A_usage_max] = -1.0; /* SampleStats' own start */
+    PyList_SET_ITEM(g, 0, acc);
+    for (int i = 1; i < 5; i++) {
+        PyObject *h = PyDict_New();
+        if (h == NULL) {
+            Py_DECREF(g);
+            return NULL;
+        }
+        PyList_SET_ITEM(g, i, h);
+    }
+    return g;
+}
+
+typedef struct {
+    double res, usage_good, band_lo, band_hi;
+} Params;
+
+/* Add the line to its group; STOP when running or queue is missing or the stamp is no calendar date
+ * (Python reads that line), FAIL on an exception. */
+static int line_accumulate(const char *s, const Line *L, const Params *P, PyObject *groups[2], GroupHint *hint,
+                           double *t_out) {
+    int ki = L->kind == kind_decode ? 0 : 1;
+    const Num *vals[N_COLS] = {NULL};
+    const Num *pools[N_POOLS] = {NULL};
+    for (int i = 0; i < L->n; i++) {
+        int k = L->key[i];
+        if (col_of[ki][k] >= 0) vals[(int)col_of[ki][k]] = &L->val[i];
+        if (pool_of[k] >= 0) pools[(int)pool_of[k]] = &L->val[i];
+    }
+    int uc = ki == 0 ? D_USAGE : P_USAGE;
+    if (vals[uc] == NULL) { /* token_usage derived from the fullest pool, as the parser does */
+        for (int p = 0; p < N_POOLS; p++)
+            if (pools[p] != NULL && (vals[uc] == NULL || pools[p]->d > vals[uc]->d)) vals[uc] = pools[p];
+    }
+    const Num *run = vals[ki == 0 ? D_RUN : P_RUN], *queue = vals[ki == 0 ? D_QUEUE : P_QUEUE];
+    if (run == NULL || queue == NULL) return STOP;
+    double t;
+    if (!stamp_seconds(s, L, &t)) return STOP;
+    double start = py_floordiv(t, P->res) * P->res;
+    int has_dp = L->has_tag[0], has_pp = L->has_tag[1];
+    long long dp = L->tag[0], pp = L->tag[1];
+    PyObject *group = NULL;
+    if (hint->valid && hint->kind == ki && hint->has_dp == has_dp && hint->has_pp == has_pp
+        && (!has_dp || hint->dp == dp) && (!has_pp || hint->pp == pp) && hint->start == start) {
+        group = hint->group;
+    } else {
+        PyObject *k0 = has_dp ? PyLong_FromLongLong(dp) : Py_NewRef(Py_None);
+        PyObject *k1 = has_pp ? PyLong_FromLongLong(pp) : Py_NewRef(Py_None);
+        PyObject *k2 = PyFloat_FromDouble(start);
+        PyObject *key = (k0 && k1 && k2) ? PyTuple_Pack(3, k0, k1, k2) : NULL;
+        Py_XDECREF(k0);
+        Py_XDECREF(k1);
+        Py_XDECREF(k2);
+        if (key == NULL) return FAIL;
+        group = PyDict_GetItemWithError(groups[ki], key);
+        if (group == NULL) {
+            int rc = -1;
+            if (!PyErr_Occurred() && (group = new_group()) != NULL) {
+                rc = PyDict_SetItem(groups[ki], key, group);
+                Py_DECREF(group); /* the dict holds it */
+            }
+            if (rc < 0) {
+                Py_DECREF(key);
+                return FAIL;
+            }
+        }
+        Py_DECREF(key);
+        *hint = (GroupHint){1, ki, has_dp, has_pp, dp, pp, start, group};
+    }
+    double *A = (double *)PyByteArray_AS_STRING(PyList_GET_ITEM(group, 0));
+    PyObject *qh = PyList_GET_ITEM(group, 1), *rh = PyList_GET_ITEM(group, 2);
+    PyObject *mh = PyList_GET_ITEM(group, 3), *ch = PyList_GET_ITEM(group, 4);
+    if (A[A_lines] == 0.0 || t < A[A_t_min]) A[A_t_min] = t;
+    if (A[A_lines] == 0.0 || t > A[A_t_max]) A[A_t_max] = t;
+    A[A_lines] += 1.0;
+    /* SampleStats.add(queue, running, usage, graph, throughput) */
+    long long q = queue->i, r = run->i;
+    A[A_queue_n] += 1.0;
+    if (q == 0) A[A_queue_zero] += 1.0;
+    if ((double)q > P->band_hi) A[A_queue_over] += 1.0;
+    else if ((double)q < P->band_lo) A[A_queue_under] += 1.0;
+    if (hist_inc(qh, q) < 0) return FAIL;
+    A[A_running_n] += 1.0;
+    if (hist_inc(rh, r) < 0) return FAIL;
+    if (vals[uc] != NULL) {
+        double u = vals[uc]->d;
+        A[A_kv_n] += 1.0;
+        A[A_usage_sum] += u;
+        if (u > A[A_usage_max]) A[A_usage_max] = u;
+        int under = u < P->usage_good && q > 0;
+        if (under) A[A_kv_under] += 1.0;
+        A[A_capped_base] += 1.0;
+        if (under && hist_inc(ch, r) < 0) return FAIL;
+    }
+    if (ki == 0) {
+        if (vals[D_GRAPH] != NULL) {
+            A[A_graph_n] += 1.0;
+            if (!vals[D_GRAPH]->i) {
+                A[A_graph_miss] += 1.0;
+                if (hist_inc(mh, r) < 0) return FAIL;
+            }
+        }
+        if (vals[D_TP] != NULL) {
+            A[A_tp_n] += 1.0;
+            A[A_tp_sum] += vals[D_TP]->d;
+        }
+    } else {
+        if (vals[P_NEW] != NULL) {
+            A[A_new_sum] += (double)vals[P_NEW]->i;
+            A[A_new_n] += 1.0;
+        }
+        if (vals[P_CACHED] != NULL) A[A_cached_sum] += (double)vals[P_CACHED]->i;
+    }
+    *t_out = t;
+    return EMIT;
+}
+
+/* One line (without its newline, or with it: one trailing `\n` is ignored). Events go to *out; with
+ * `groups` set, batch lines go to the bucket accumulator instead. */
+static int scan_line(const char *s, Py_ssize_t len, long long n, PyObject **out, PyObject **kind,
+                     PyObject *groups[2], const Params *P, GroupHint *hint, double *t_out) {
     if (len > 0 && s[len - 1] == '\n') len--;
-    if (find(s, len, "HTTP/1.", 7) != NULL) return SKIP; /* uvicorn access line: never an event */
+    if (find(s, len, "HTTP/1.", 7) != NULL) {
+        /* uvicorn access line: never an event; diagnose's scanner still reads a CR line holding a head */
+        return (groups != NULL && memchr(s, '\r', (size_t)len) != NULL) ? STOP : SKIP;
+    }
     if (special_bytes(s, len)) return STOP;
+    if (groups != NULL && memchr(s, '\0', (size_t)len) != NULL) return STOP; /* diagnose counts NUL lines */
     if (!has_marker(s, len)) return SKIP; /* no handler of the parser would look at it */
-    if (s[0] == '[') return batch_line(s, len, n, out, kind);
-    return STOP;
+    if (s[0] != '[') return STOP;
+    Line L;
+    Py_ssize_t h = std_prefix(s, len, &L);
+    if (h == 0) return STOP;
+    int r = (h < len && s[h] == 'K') ? (rhead_len ? parse_retract(s, len, h, &L) : STOP) : parse_batch(s, len, h, &L);
+    if (r != EMIT) return r;
+    *kind = L.kind;
+    if (groups != NULL && L.kind != kind_retract) return line_accumulate(s, &L, P, groups, hint, t_out);
+    if (groups != NULL && !stamp_seconds(s, &L, t_out)) return STOP; /* an event diagnose cannot time */
+    if ((*out = line_event(s, &L, n)) == NULL) return FAIL;
+    return EMIT;
 }
 
-static int emit(PyObject *out, PyObject *e, PyObject *kind, Py_ssize_t *nd, Py_ssize_t *np) {
+/* Counts by kind: decode, prefill, retract. */
+static void count(PyObject *kind, Py_ssize_t counts[3]) {
+    counts[kind == kind_decode ? 0 : kind == kind_prefill ? 1 : 2]++;
+}
+
+static int emit(PyObject *out, PyObject *e, PyObject *kind, Py_ssize_t counts[3]) {
     int rc = PyList_Append(out, e);
     Py_DECREF(e);
-    if (kind == kind_decode) (*nd)++;
-    else (*np)++;
+    count(kind, counts);
     return rc;
 }
 
@@ -399,16 +721,17 @@ static int ready(void) {
     return 1;
 }
 
-/* scan_lines(lines, start, first_line, out) -> (stop, decode, prefill)
+/* scan_lines(lines, start, first_line, out) -> (stop, decode, prefill, retract)
  * Lines from index `start` (numbered from first_line) until one needs Python (index `stop`, or
  * len(lines)); events appended to `out`; decode/prefill count them. */
 static PyObject *scan_lines(PyObject *self, PyObject *args) {
+    (void)self;
     PyObject *lines, *out;
     Py_ssize_t start;
     long long first;
     if (!PyArg_ParseTuple(args, "O!nLO!", &PyList_Type, &lines, &start, &first, &PyList_Type, &out)) return NULL;
     if (!ready()) return NULL;
-    Py_ssize_t nd = 0, np = 0, i = start, total = PyList_GET_SIZE(lines);
+    Py_ssize_t counts[3] = {0, 0, 0}, i = start, total = PyList_GET_SIZE(lines);
     for (; i < total; i++) {
         PyObject *line = PyList_GET_ITEM(lines, i);
         if (!PyUnicode_CheckExact(line)) break;
@@ -418,20 +741,45 @@ static PyObject *scan_lines(PyObject *self, PyObject *args) {
         if (!PyUnicode_IS_ASCII(line)) break;
         PyObject *e = NULL, *kind = NULL;
         int r = scan_line((const char *)PyUnicode_DATA(line), PyUnicode_GET_LENGTH(line), first + (i - start), &e,
-                          &kind);
+                          &kind, NULL, NULL, NULL, NULL);
         if (r == FAIL) return NULL;
         if (r == STOP) break;
-        if (r == EMIT && emit(out, e, kind, &nd, &np) < 0) return NULL;
+        if (r == EMIT && emit(out, e, kind, counts) < 0) return NULL;
     }
-    return Py_BuildValue("nnn", i, nd, np);
+    return Py_BuildValue("nnnn", i, counts[0], counts[1], counts[2]);
 }
 
-/* scan_buffer(data, pos, first_line, out) -> (stop, line, decode, prefill)
+/* The loop of scan_buffer and scan_buckets over whole lines of `data` from `*pos`. */
+static int buffer_loop(const char *data, Py_ssize_t size, Py_ssize_t *pos, long long *n, PyObject *out,
+                       PyObject *groups[2], const Params *P, Py_ssize_t counts[3], double *last_t) {
+    GroupHint hint = {0};
+    while (*pos < size) {
+        const char *nl = memchr(data + *pos, '\n', (size_t)(size - *pos));
+        Py_ssize_t end = nl ? nl - data : size;
+        PyObject *e = NULL, *kind = NULL;
+        double t = 0.0;
+        int r = scan_line(data + *pos, end - *pos, *n, &e, &kind, groups, P, &hint, &t);
+        if (r == FAIL) return -1;
+        if (r == STOP) break;
+        if (r == EMIT) {
+            if (groups != NULL) *last_t = t;
+            if (e == NULL) count(kind, counts); /* summed into its bucket */
+            else if (emit(out, e, kind, counts) < 0) return -1;
+        }
+        *pos = end + 1;
+        (*n)++;
+    }
+    if (*pos > size) *pos = size;
+    return 0;
+}
+
+/* scan_buffer(data, pos, first_line, out) -> (stop, line, decode, prefill, retract)
  * Whole lines of UTF-8 bytes from offset `pos` (the last may lack its newline): as scan_lines, with
  * `stop` the offset of the line that needs Python (or len(data)) and `line` its number. */
 static PyObject *scan_buffer(PyObject *self, PyObject *args) {
+    (void)self;
     Py_buffer buf;
-    Py_ssize_t pos;
+    Py_ssize_t pos, counts[3] = {0, 0, 0};
     long long n;
     PyObject *out;
     if (!PyArg_ParseTuple(args, "y*nLO!", &buf, &pos, &n, &PyList_Type, &out)) return NULL;
@@ -439,29 +787,43 @@ static PyObject *scan_buffer(PyObject *self, PyObject *args) {
         PyBuffer_Release(&buf);
         return NULL;
     }
-    const char *data = (const char *)buf.buf;
-    Py_ssize_t size = buf.len, nd = 0, np = 0;
     if (pos < 0) pos = 0;
-    while (pos < size) {
-        const char *nl = memchr(data + pos, '\n', (size_t)(size - pos));
-        Py_ssize_t end = nl ? nl - data : size;
-        PyObject *e = NULL, *kind = NULL;
-        int r = scan_line(data + pos, end - pos, n, &e, &kind);
-        if (r == FAIL) {
-            PyBuffer_Release(&buf);
-            return NULL;
-        }
-        if (r == STOP) break;
-        if (r == EMIT && emit(out, e, kind, &nd, &np) < 0) {
-            PyBuffer_Release(&buf);
-            return NULL;
-        }
-        pos = end + 1;
-        n++;
-    }
-    if (pos > size) pos = size;
+    double last_t = 0.0;
+    int rc = buffer_loop((const char *)buf.buf, buf.len, &pos, &n, out, NULL, NULL, counts, &last_t);
     PyBuffer_Release(&buf);
-    return Py_BuildValue("nLnn", pos, n, nd, np);
+    if (rc < 0) return NULL;
+    return Py_BuildValue("nLnnn", pos, n, counts[0], counts[1], counts[2]);
+}
+
+/* scan_buckets(data, pos, first_line, out, decode_groups, prefill_groups, resolution, usage_good,
+ *              band_lo, band_hi) -> (stop, line, decode, prefill, retract, last_time or None)
+ * As scan_buffer, but each Decode/Prefill line is added to its group
+ * groups[(dp, pp, (t // resolution) * resolution)] = [acc, queue, running, missed, capped] (see
+ * line_accumulate) instead of becoming an Event; last_time is the epoch time of the last line read. */
+static PyObject *scan_buckets(PyObject *self, PyObject *args) {
+    (void)self;
+    Py_buffer buf;
+    Py_ssize_t pos, counts[3] = {0, 0, 0};
+    long long n;
+    PyObject *out, *groups[2];
+    Params P;
+    if (!PyArg_ParseTuple(args, "y*nLO!O!O!dddd", &buf, &pos, &n, &PyList_Type, &out, &PyDict_Type, &groups[0],
+                          &PyDict_Type, &groups[1], &P.res, &P.usage_good, &P.band_lo, &P.band_hi))
+        return NULL;
+    if (!ready() || !columns_ready || !(P.res > 0.0)) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_ValueError, "scan_buckets: configure_columns() first, and a positive resolution");
+        PyBuffer_Release(&buf);
+        return NULL;
+    }
+    if (pos < 0) pos = 0;
+    double last_t = 0.0;
+    int rc = buffer_loop((const char *)buf.buf, buf.len, &pos, &n, out, groups, &P, counts, &last_t);
+    PyBuffer_Release(&buf);
+    if (rc < 0) return NULL;
+    if (counts[0] + counts[1] + counts[2] == 0)
+        return Py_BuildValue("nLnnnO", pos, n, counts[0], counts[1], counts[2], Py_None);
+    return Py_BuildValue("nLnnnd", pos, n, counts[0], counts[1], counts[2], last_t);
 }
 
 static void clear_config(void) {
@@ -473,6 +835,8 @@ static void clear_config(void) {
     n_markers = 0;
     memset(pair_bits, 0, sizeof pair_bits);
     configured = 0;
+    columns_ready = 0;
+    rhead_len = 0;
 }
 
 static int ascii_copy(PyObject *str, char *dst, Py_ssize_t cap, Py_ssize_t *len, const char *what) {
@@ -495,6 +859,7 @@ static int ascii_copy(PyObject *str, char *dst, Py_ssize_t cap, Py_ssize_t *len,
  *   markers: substrings that send a line to Python; names: (forward_iter, token_usage, graph_backend)
  *   pools: the four pool-usage names, in Python's order; ranks: names of DP PP TP EP ATTN_CP MOE_DP */
 static PyObject *configure(PyObject *self, PyObject *args) {
+    (void)self;
     PyObject *etype, *descrs, *kinds, *key_list, *marker_list, *names, *pools, *ranks;
     if (!PyArg_ParseTuple(args, "OO!O!O!O!O!O!O!", &etype, &PyTuple_Type, &descrs, &PyTuple_Type, &kinds,
                           &PyList_Type, &key_list, &PyList_Type, &marker_list, &PyTuple_Type, &names,
@@ -569,18 +934,131 @@ bad:
     return NULL;
 }
 
+static int name_index(PyObject *name, PyObject *names) {
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(names); i++) {
+        int eq = PyObject_RichCompareBool(name, PyTuple_GET_ITEM(names, i), Py_EQ);
+        if (eq < 0) return -2;
+        if (eq) return (int)i;
+    }
+    return -1;
+}
+
+/* configure_columns(decode_names, prefill_names): the canonical field names of the column roles
+ * (decode: running, usage, graph, throughput, queue; prefill: new, cached, usage, running, queue). */
+static PyObject *configure_columns(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *names[2];
+    if (!PyArg_ParseTuple(args, "O!O!", &PyTuple_Type, &names[0], &PyTuple_Type, &names[1])) return NULL;
+    if (!ready()) return NULL;
+    columns_ready = 0;
+    for (int ki = 0; ki < 2; ki++) {
+        if (PyTuple_GET_SIZE(names[ki]) != N_COLS) {
+            PyErr_Format(PyExc_ValueError, "configure_columns: %d names per kind", N_COLS);
+            return NULL;
+        }
+        if (PyObject_RichCompareBool(PyTuple_GET_ITEM(names[ki], ki == 0 ? D_USAGE : P_USAGE), name_token_usage,
+                                     Py_EQ) != 1) {
+            if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "configure_columns: the usage column is token_usage");
+            return NULL;
+        }
+        for (int k = 0; k < n_keys; k++) {
+            int c = name_index(keys[k].name, names[ki]);
+            if (c < -1) return NULL;
+            col_of[ki][k] = (signed char)c;
+        }
+    }
+    for (int k = 0; k < n_keys; k++) {
+        pool_of[k] = -1;
+        for (int p = 0; p < N_POOLS; p++) {
+            int eq = PyObject_RichCompareBool(keys[k].name, pool_names[p], Py_EQ);
+            if (eq < 0) return NULL;
+            if (eq) pool_of[k] = (signed char)p;
+        }
+    }
+    columns_ready = 1;
+    Py_RETURN_NONE;
+}
+
+/* configure_retract(kind, head, keys, ratio_names): SGLang's standard retraction line, as
+ * logparse._retract reads it. head: the text after the prefix; keys: [(raw, name)] (ints), the first
+ * being the one an event must have; ratio_names: (before, after). */
+static PyObject *configure_retract(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *kind, *head, *key_list, *ratio;
+    if (!PyArg_ParseTuple(args, "UUO!O!", &kind, &head, &PyList_Type, &key_list, &PyTuple_Type, &ratio)) return NULL;
+    if (!ready()) return NULL;
+    if (PyList_GET_SIZE(key_list) < 1 || PyList_GET_SIZE(key_list) > 8 || PyTuple_GET_SIZE(ratio) != 2) {
+        PyErr_SetString(PyExc_ValueError, "configure_retract: 1 to 8 keys and two ratio names");
+        return NULL;
+    }
+    rhead_len = 0;
+    for (int i = 0; i < n_rkeys; i++) Py_CLEAR(rkeys[i].name);
+    n_rkeys = 0;
+    Py_ssize_t hl;
+    if (ascii_copy(head, rhead, (Py_ssize_t)sizeof rhead, &hl, "the retraction head") < 0) return NULL;
+    if (rhead[0] != 'K') { /* scan_line tells the heads apart by their first letter */
+        PyErr_SetString(PyExc_ValueError, "configure_retract: the head must start with 'K'");
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(key_list); i++) {
+        PyObject *raw, *name;
+        if (!PyArg_ParseTuple(PyList_GET_ITEM(key_list, i), "UU", &raw, &name)) goto bad;
+        Key *k = &rkeys[n_rkeys];
+        if (ascii_copy(raw, k->raw, MAX_KEY_LEN, &k->len, "a key") < 0) goto bad;
+        k->conv = CONV_INT;
+        k->label = NULL;
+        k->name = Py_NewRef(name);
+        n_rkeys++;
+    }
+    KEEP(kind_retract, kind);
+    KEEP(name_ratio_before, PyTuple_GET_ITEM(ratio, 0));
+    KEEP(name_ratio_after, PyTuple_GET_ITEM(ratio, 1));
+    rhead_len = hl;
+    Py_RETURN_NONE;
+bad:
+    for (int i = 0; i < n_rkeys; i++) Py_CLEAR(rkeys[i].name);
+    n_rkeys = 0;
+    return NULL;
+}
+
 static PyMethodDef methods[] = {
     {"configure", configure, METH_VARARGS, "Take the parser's tables (see logparse)."},
-    {"scan_lines", scan_lines, METH_VARARGS, "scan_lines(lines, start, first_line, out) -> (stop, decode, prefill)"},
+    {"scan_lines", scan_lines, METH_VARARGS,
+     "scan_lines(lines, start, first_line, out) -> (stop, decode, prefill, retract)"},
     {"scan_buffer", scan_buffer, METH_VARARGS,
-     "scan_buffer(data, pos, first_line, out) -> (stop, next_line, decode, prefill)"},
+     "scan_buffer(data, pos, first_line, out) -> (stop, next_line, decode, prefill, retract)"},
+    {"configure_columns", configure_columns, METH_VARARGS, "Name the columns of scan_buckets."},
+    {"configure_retract", configure_retract, METH_VARARGS, "Take the parser's retraction line."},
+    {"scan_buckets", scan_buckets, METH_VARARGS,
+     "scan_buckets(data, pos, first_line, out, decode_groups, prefill_groups, resolution, usage_good, band_lo, "
+     "band_hi) -> (stop, next_line, decode, prefill, retract, last_time)"},
     {NULL, NULL, 0, NULL},
 };
 
-static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_scan", "C accelerator of the log reader.", -1, methods};
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_scan", "C accelerator of the log reader.", -1, methods,
+                                    NULL, NULL, NULL, NULL};
 
 PyMODINIT_FUNC PyInit__scan(void) {
     empty_tuple = PyTuple_New(0);
     if (empty_tuple == NULL) return NULL;
-    return PyModule_Create(&module);
+    PyObject *m = PyModule_Create(&module);
+    if (m == NULL) return NULL;
+    PyObject *names = PyTuple_New(ACC_N);
+    if (names == NULL) goto fail;
+    for (int i = 0; i < ACC_N; i++) {
+        PyObject *v = PyUnicode_FromString(acc_names[i]);
+        if (v == NULL) {
+            Py_DECREF(names);
+            goto fail;
+        }
+        PyTuple_SET_ITEM(names, i, v);
+    }
+    if (PyModule_AddObject(m, "ACC_FIELDS", names) < 0) { /* the layout of a group's accumulator */
+        Py_DECREF(names);
+        goto fail;
+    }
+    return m;
+fail:
+    Py_DECREF(m);
+    return NULL;
 }

@@ -17,6 +17,7 @@ import math
 import multiprocessing
 import os
 import re
+import struct
 import sys
 import time
 from collections import Counter
@@ -26,6 +27,8 @@ from pathlib import Path
 from typing import IO, Any, cast
 
 from . import diagnose_formats
+from . import events as ev_kinds
+from .accel import SCAN
 from .advisor import aggregate_signals, evaluate, findings_document, statuses, time_text, window_for
 from .checks import CheckTable, TableError, load_table
 from .config import Config, ConfigError, load_config, parse_server_arg_overrides
@@ -76,6 +79,14 @@ _TAG = re.compile(r" ([A-Z_]+?)(\d+)")
 _CACHE_MAX = 4096
 _D_HEAD, _P_HEAD = "] Decode batch", "] Prefill batch"
 _TWO_HTTP = re.compile(r"HTTP/1\.[^\n]*HTTP/1\.")  # a line holding `HTTP/1.` twice (see scan_text)
+# The fields the C accelerator sums per bucket, by role (see _scan.c line_accumulate): Decode (running,
+# usage, graph, throughput, queue), Prefill (new, cached, usage, running, queue); a line without
+# running or queue goes through the Python path.
+DECODE_COLUMNS = ("num_running_reqs", "token_usage", "cuda_graph", "gen_throughput", "num_queue_reqs")
+PREFILL_COLUMNS = ("num_new_tokens", "num_cached_tokens", "token_usage", "num_running_reqs", "num_queue_reqs")
+if SCAN is not None:
+    SCAN.configure_columns(DECODE_COLUMNS, PREFILL_COLUMNS)
+_ACC = struct.Struct(f"{len(SCAN.ACC_FIELDS)}d") if SCAN is not None else None
 _Pending = tuple[list[float], list[str]]  # times and lines of the fast Decode (or Prefill) lines of a bucket
 _BucketKey = tuple[int | None, int | None, float]
 
@@ -137,6 +148,8 @@ class Scanner:
         self._last_t: float | None = None  # last dated time seen (fast lines and dated events)
         self._rows: dict[_BucketKey, _Pending] = {}
         self._prows: dict[_BucketKey, _Pending] = {}  # the same for fast Prefill lines
+        # Decode and Prefill lines summed by the C accelerator: bucket key -> [totals, 4 histograms]
+        self._cols: tuple[dict[_BucketKey, list[Any]], dict[_BucketKey, list[Any]]] = ({}, {})
 
     def _stamp(self, line: str, p: int) -> tuple[float, int | None, int | None] | None:
         """(time, dp, pp) of `[YYYY-MM-DD HH:MM:SS(.fff)? TAGS]` ending at `p`, or None."""
@@ -176,6 +189,29 @@ class Scanner:
         text = "\n".join(lines)
         rows = row.findall(text) if "\r" not in text and "\x1b" not in text else []
         return b, (rows if len(rows) == len(lines) else [])
+
+    def _flush_columns(self, res: ChunkResult) -> None:
+        """The buckets of the lines the C accelerator summed (the same statistics as `add` per line)."""
+        if _ACC is None or SCAN is None:
+            return
+        names = SCAN.ACC_FIELDS
+        for kind, groups in enumerate(self._cols):
+            for key, (acc, queue, running, missed, capped) in groups.items():
+                b = res.buckets.get(key)
+                if b is None:
+                    b = res.buckets[key] = Bucket()
+                t = dict(zip(names, _ACC.unpack(acc), strict=True))
+                if kind == 0:
+                    b.decode.add_totals(t, queue, running, missed, capped)
+                    if t["graph_n"]:
+                        res.graph_field = True
+                else:
+                    b.prefill.add_totals(t, queue, running, missed, capped)
+                    b.prefill_new += t["new_sum"]
+                    b.prefill_n += int(t["new_n"])
+                    b.prefill_cached += t["cached_sum"]
+                self._span_bounds(res, key, t["t_min"], t["t_max"])
+            groups.clear()
 
     def _flush_prefill(self, res: ChunkResult) -> None:
         """Read the Prefill lines collected per bucket: one findall per bucket, C-level statistics."""
@@ -218,7 +254,10 @@ class Scanner:
 
     @staticmethod
     def _span(res: ChunkResult, key: _BucketKey, times: list[float]) -> None:
-        lo, hi = min(times), max(times)
+        Scanner._span_bounds(res, key, min(times), max(times))
+
+    @staticmethod
+    def _span_bounds(res: ChunkResult, key: _BucketKey, lo: float, hi: float) -> None:
         span = res.rank_span.get(key[:2])
         if span is None:
             res.rank_span[key[:2]] = [lo, hi]
@@ -293,6 +332,7 @@ class Scanner:
         if final:
             for e in reader.flush():
                 res.events.append(self._timed(e, res))
+        self._flush_columns(res)
         self._flush_rows(res)
         self._flush_prefill(res)
         res.lines = reader.next_line - res.first_line
@@ -441,6 +481,10 @@ class Scanner:
     def scan(self, lines: Iterable[str], *, final: bool = True) -> ChunkResult:
         """Scan lines one by one (stdin, gzip; `final=False` keeps a multi-line record open for the next call)."""
         res, unparsed0 = self._begin()
+        self._scan_lines(lines, res)
+        return self._end(res, unparsed0, final)
+
+    def _scan_lines(self, lines: Iterable[str], res: ChunkResult) -> None:
         reader = self.reader
         columns = self._rows
         res_s = self.res
@@ -503,6 +547,46 @@ class Scanner:
         if last_t is not None:
             self._last_t = last_t
         res.fast += fast
+
+    def scan_bytes(self, data: bytes, *, final: bool = True) -> ChunkResult:
+        """scan_text of UTF-8 bytes (invalid bytes replaced). With the C accelerator, runs of lines no
+        multi-line record needs are read in C: access and chatter lines skipped, each Decode/Prefill
+        line's time and columns appended to its bucket group (`_Columns`); the lines it hands back go
+        through `scan`'s own per-line logic."""
+        scan = SCAN
+        if scan is None or not self.use_fast:
+            return self.scan_text(data.decode("utf-8", errors="replace"), final=final)
+        res, unparsed0 = self._begin()
+        reader = self.reader
+        groups = self._cols
+        size = len(data)
+        pos = 0
+        while pos < size:
+            if reader._block is None:
+                out: list[Event] = []
+                pos, n, nd, np_, nr, last_t = scan.scan_buckets(data, pos, reader._next, out, groups[0], groups[1],
+                                                                self.res, self.usage_good, *self.band)
+                reader._next = n
+                reader.stats.by_kind[ev_kinds.RETRACT] += nr
+                res.fast += nd + np_
+                for e in out:  # retractions, read in C as the reader would
+                    res.events.append(self._timed(e, res))
+                if last_t is not None:
+                    self._last_t = last_t
+                if pos >= size:
+                    break
+            end = data.find(b"\n", pos)
+            if end < 0:
+                end = size
+            line = data[pos:end].decode("utf-8", errors="replace")
+            blk = reader._block
+            if blk is not None and (blk.count >= _MAX_BLOCK_LINES or not blk.accepts(line)):
+                # The line ends the open record: emit it now, then read the line again (as scan_text does).
+                for e in reader.flush():
+                    res.events.append(self._timed(e, res))
+                continue
+            pos = end + 1
+            self._scan_lines((line,), res)
         return self._end(res, unparsed0, final)
 
     def _timed(self, e: Event, res: ChunkResult) -> Event:
@@ -526,8 +610,7 @@ def _scan_range(job: tuple[str, int, int, float, float, float, float, tuple[int,
     with open(path, "rb") as fh:
         fh.seek(start)
         data = fh.read(end - start)
-    text = data.decode("utf-8", errors="replace")
-    return Scanner(res_s, usage_good, (low, high), known_oom=known_oom).scan_text(text)
+    return Scanner(res_s, usage_good, (low, high), known_oom=known_oom).scan_bytes(data)
 
 
 def split_points(path: str, size: int, chunk: int) -> list[tuple[int, int]]:
@@ -838,10 +921,10 @@ def _run_plain(source: str, d: Diagnosis, scanner: Scanner, progress: Progress) 
             cut = buf.rfind(b"\n") + 1
             carry = buf[cut:]
             if cut:
-                d.add_chunk(scanner.scan_text(buf[:cut].decode("utf-8", errors="replace"), final=False))
+                d.add_chunk(scanner.scan_bytes(buf[:cut], final=False))
             done += len(data)
             progress.update(done)
-    d.add_chunk(scanner.scan_text(carry.decode("utf-8", errors="replace"), final=True))
+    d.add_chunk(scanner.scan_bytes(carry, final=True))
 
 
 def _run_parallel(source: str, size: int, d: Diagnosis, workers: int, progress: Progress) -> None:

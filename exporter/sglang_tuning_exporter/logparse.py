@@ -518,6 +518,8 @@ def _status_v01(s: str, n: int) -> _Result:
     return _event(n, ev.DECODE, s[:p], fields)
 
 
+# SGLang's own retraction line after its prefix (0.4-0.5.x); _RETRACT_HEAD reads it and older spellings.
+RETRACT_HEAD_STD = "KV cache pool is full. Retract requests. "
 _RETRACT_HEAD = re.compile(
     r"(?i)(decode out of memory happened[.,]?|kv cache pool is full\. retract requests\.|testing retraction\.) ?")
 _RATIO = re.compile(r"#new_token_ratio: ([0-9.]+) -> ([0-9.]+)")

@@ -190,13 +190,15 @@ class EventReader:
         while pos < size:
             if self._block is None:
                 # C reads lines until one needs Python (see _scan.c for which).
-                stop, n, nd, np_ = scan_buffer(data, pos, self._next, out)
+                stop, n, nd, np_, nr = scan_buffer(data, pos, self._next, out)
                 st.lines += n - self._next
                 self._next = n
                 if nd:
                     by_kind[ev.DECODE] += nd
                 if np_:
                     by_kind[ev.PREFILL] += np_
+                if nr:
+                    by_kind[ev.RETRACT] += nr
                 pos = stop
                 if pos >= size:
                     break
@@ -239,7 +241,7 @@ class EventReader:
             take(line, n, out)
             open_block = self._block is not None
 
-    def _feed_scanned(self, scan_lines: Callable[[list[str], int, int, list[Any]], tuple[int, int, int]],
+    def _feed_scanned(self, scan_lines: Callable[[list[str], int, int, list[Any]], tuple[int, int, int, int]],
                       lines: list[str], out: list[Event]) -> None:
         # Runs of lines no open record needs go to C; the lines it hands back, one by one to _take.
         first = self._next
@@ -251,11 +253,13 @@ class EventReader:
         i = 0
         while i < total:
             if self._block is None:
-                i, nd, np_ = scan_lines(lines, i, first + i, out)
+                i, nd, np_, nr = scan_lines(lines, i, first + i, out)
                 if nd:
                     by_kind[ev.DECODE] += nd
                 if np_:
                     by_kind[ev.PREFILL] += np_
+                if nr:
+                    by_kind[ev.RETRACT] += nr
                 if i >= total:
                     break
             take(lines[i], first + i, out)

@@ -168,13 +168,21 @@ class SampleStats:
     def add_text_columns(self, running: Sequence[str], usage: Sequence[str | None], graph: Sequence[str | None],
                          throughput: Sequence[str | None], queue: Sequence[str], usage_good: float,
                          band: tuple[float, float]) -> None:
-        """Add many Decode samples at once from their text fields (aligned; running and queue always
-        present; graph 'True'/'False'/None): the same result as `add` per sample, with C-level builtins."""
+        """add_columns of text fields as the diagnose regexes capture them (graph 'True'/'False', and
+        None or "" when absent)."""
+        self.add_columns(list(map(int, running)), [None if u is None else float(u) for u in usage],
+                         [None if not g else g == "True" for g in graph],
+                         [float(x) if x else None for x in throughput], list(map(int, queue)), usage_good, band)
+
+    def add_columns(self, running: Sequence[int], usage: Sequence[float | None], graph: Sequence[bool | None],
+                    throughput: Sequence[float | None], queue: Sequence[int], usage_good: float,
+                    band: tuple[float, float]) -> None:
+        """Add many Decode samples at once (aligned columns; running and queue always present, None =
+        the line did not have that field): the same result as `add` per sample, with C-level builtins."""
         n = len(queue)
         if n == 0:
             return
-        qs = list(map(int, queue))
-        rs = list(map(int, running))
+        qs, rs = queue, running
         self.queue_n += n
         counts = Counter(qs)
         self.queue_zero += counts.get(0, 0)
@@ -184,10 +192,10 @@ class SampleStats:
         self.running_n += n
         _merge_counts(self.running, Counter(rs))
         if None in usage:
-            rows = [(q, r, float(u)) for q, r, u in zip(qs, rs, usage, strict=True) if u is not None]
+            rows = [(q, r, u) for q, r, u in zip(qs, rs, usage, strict=True) if u is not None]
             qk, rk, us = [q for q, _, _ in rows], [r for _, r, _ in rows], [u for _, _, u in rows]
         else:
-            qk, rk, us = qs, rs, list(map(float, usage))  # type: ignore[arg-type]
+            qk, rk, us = qs, rs, usage  # type: ignore[assignment]
         if us:
             self.kv_n += len(us)
             self.capped_base += len(us)
@@ -198,15 +206,40 @@ class SampleStats:
             under = list(itertools.compress(rk, map(operator.and_, low, waiting)))
             self.kv_under += len(under)
             _merge_counts(self.capped_cand, Counter(under))
-        ng = len(graph) - graph.count(None) - graph.count("")  # "" = the field is absent (findall)
+        ng = n - graph.count(None)
         if ng:
             self.graph_n += ng
-            misses = list(itertools.compress(rs, map(operator.eq, graph, itertools.repeat("False"))))
+            misses = list(itertools.compress(rs, map(operator.is_, graph, itertools.repeat(False))))
             self.graph_miss += len(misses)
             _merge_counts(self.missed, Counter(misses))
-        tps = list(map(float, filter(None, throughput)))
+        tps = [x for x in throughput if x is not None]
         self.tp_n += len(tps)
         self.tp_sum += sum(tps)
+
+    def add_totals(self, totals: Mapping[str, float], queue: Mapping[int, int], running: Mapping[int, int],
+                   missed: Mapping[int, int], capped: Mapping[int, int]) -> None:
+        """Add samples already summed elsewhere (the C accelerator's accumulator, which does what `add`
+        does per sample): counts and sums by field name, and the four value histograms."""
+        t = totals
+        self.queue_n += int(t["queue_n"])
+        self.queue_zero += int(t["queue_zero"])
+        self.queue_over += int(t["queue_over"])
+        self.queue_under += int(t["queue_under"])
+        self.running_n += int(t["running_n"])
+        self.kv_n += int(t["kv_n"])
+        self.kv_under += int(t["kv_under"])
+        self.usage_sum += t["usage_sum"]
+        if t["usage_max"] > self.usage_max:
+            self.usage_max = t["usage_max"]
+        self.capped_base += int(t["capped_base"])
+        self.graph_n += int(t["graph_n"])
+        self.graph_miss += int(t["graph_miss"])
+        self.tp_n += int(t["tp_n"])
+        self.tp_sum += t["tp_sum"]
+        _merge_counts(self.queue, queue)
+        _merge_counts(self.running, running)
+        _merge_counts(self.missed, missed)
+        _merge_counts(self.capped_cand, capped)
 
     def merge(self, o: SampleStats) -> None:
         """Add another aggregate into this one."""
