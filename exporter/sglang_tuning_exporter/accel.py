@@ -20,6 +20,13 @@ ENV_DISABLE = "SGLANG_TUNING_PURE_PYTHON"
 _CONV_CODES: dict[Any, int] = {int: 0, float: 1, logparse._to_bool: 2, logparse._to_ratio: 3}
 
 
+# What diagnose's buckets sum per Decode/Prefill line, by role (see _scan.c line_accumulate): Decode
+# (running, usage, graph, throughput, queue), Prefill (new, cached, usage, running, queue); a line
+# without running or queue goes through the Python path.
+DECODE_COLUMNS = ("num_running_reqs", "token_usage", "cuda_graph", "gen_throughput", "num_queue_reqs")
+PREFILL_COLUMNS = ("num_new_tokens", "num_cached_tokens", "token_usage", "num_running_reqs", "num_queue_reqs")
+
+
 def configure(mod: ModuleType) -> None:
     """Hand the parser's tables to the C module (it holds none of its own)."""
     keys = [(raw, name, _CONV_CODES[conv], logparse._GRAPH_LABELS.get(raw))
@@ -33,6 +40,7 @@ def configure(mod: ModuleType) -> None:
                    key=lambda kv: kv[1] != "num_retracted_reqs")
     mod.configure_retract(ev.RETRACT, logparse.RETRACT_HEAD_STD, rkeys,
                           ("new_token_ratio_before", "new_token_ratio_after"))
+    mod.configure_columns(DECODE_COLUMNS, PREFILL_COLUMNS)
 
 
 def load(disabled: bool | None = None) -> ModuleType | None:

@@ -79,13 +79,6 @@ _TAG = re.compile(r" ([A-Z_]+?)(\d+)")
 _CACHE_MAX = 4096
 _D_HEAD, _P_HEAD = "] Decode batch", "] Prefill batch"
 _TWO_HTTP = re.compile(r"HTTP/1\.[^\n]*HTTP/1\.")  # a line holding `HTTP/1.` twice (see scan_text)
-# The fields the C accelerator sums per bucket, by role (see _scan.c line_accumulate): Decode (running,
-# usage, graph, throughput, queue), Prefill (new, cached, usage, running, queue); a line without
-# running or queue goes through the Python path.
-DECODE_COLUMNS = ("num_running_reqs", "token_usage", "cuda_graph", "gen_throughput", "num_queue_reqs")
-PREFILL_COLUMNS = ("num_new_tokens", "num_cached_tokens", "token_usage", "num_running_reqs", "num_queue_reqs")
-if SCAN is not None:
-    SCAN.configure_columns(DECODE_COLUMNS, PREFILL_COLUMNS)
 _ACC = struct.Struct(f"{len(SCAN.ACC_FIELDS)}d") if SCAN is not None else None
 _Pending = tuple[list[float], list[str]]  # times and lines of the fast Decode (or Prefill) lines of a bucket
 _BucketKey = tuple[int | None, int | None, float]
