@@ -95,18 +95,33 @@ static int digits(const char *s, Py_ssize_t i, Py_ssize_t len, int n) {
 }
 
 /* True when the line holds a byte the general parser treats specially: non-ASCII (decoding),
- * `\r` (progress-bar fragments) or ESC (ANSI colours). */
+ * `\r` (progress-bar fragments) or ESC (ANSI colours). One pass, eight bytes at a time. */
+#define ONES 0x0101010101010101ULL
+#define HIGHS 0x8080808080808080ULL
+static inline uint64_t zero_byte(uint64_t w) { return (w - ONES) & ~w & HIGHS; } /* nonzero iff a byte is 0 */
 static int special_bytes(const char *s, Py_ssize_t len) {
-    if (memchr(s, '\r', (size_t)len) != NULL || memchr(s, 0x1b, (size_t)len) != NULL) return 1;
-    uint64_t acc = 0;
+    uint64_t hit = 0;
     Py_ssize_t i = 0;
     for (; i + 8 <= len; i += 8) {
         uint64_t w;
         memcpy(&w, s + i, 8);
-        acc |= w;
+        hit |= (w & HIGHS) | zero_byte(w ^ (ONES * '\r')) | zero_byte(w ^ (ONES * 0x1b));
     }
-    for (; i < len; i++) acc |= (unsigned char)s[i];
-    return (acc & 0x8080808080808080ULL) != 0;
+    for (; i < len; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (c >= 0x80 || c == '\r' || c == 0x1b) return 1;
+    }
+    return hit != 0;
+}
+
+/* `HTTP/1.` in the line (a uvicorn access line): memchr finds the rare 'H' fast. */
+static int has_http(const char *s, Py_ssize_t len) {
+    const char *p = s, *end = s + len;
+    while (end - p >= 7 && (p = memchr(p, 'H', (size_t)(end - p - 6))) != NULL) {
+        if (memcmp(p + 1, "TTP/1.", 6) == 0) return 1;
+        p++;
+    }
+    return 0;
 }
 
 /* True when the line holds one of the parser's dispatch markers (found by their first two bytes). */
@@ -518,6 +533,7 @@ static int stamp_seconds(const char *s, const Line *L, double *out) {
     return 1;
 }
 
+#define N_HINTS 16
 typedef struct {
     int valid;
     int kind;
@@ -601,10 +617,14 @@ static int line_accumulate(const char *s, const Line *L, const Params *P, PyObje
     int has_dp = L->has_tag[0], has_pp = L->has_tag[1];
     long long dp = L->tag[0], pp = L->tag[1];
     PyObject *group = NULL;
-    if (hint->valid && hint->kind == ki && hint->has_dp == has_dp && hint->has_pp == has_pp
-        && (!has_dp || hint->dp == dp) && (!has_pp || hint->pp == pp) && hint->start == start) {
-        group = hint->group;
-    } else {
+    /* Ranks interleave line by line: a few recent groups are remembered, not just the last one. */
+    for (int h = 0; h < N_HINTS && group == NULL; h++) {
+        const GroupHint *g = &hint[h];
+        if (g->valid && g->kind == ki && g->has_dp == has_dp && g->has_pp == has_pp && (!has_dp || g->dp == dp)
+            && (!has_pp || g->pp == pp) && g->start == start)
+            group = g->group;
+    }
+    if (group == NULL) {
         PyObject *k0 = has_dp ? PyLong_FromLongLong(dp) : Py_NewRef(Py_None);
         PyObject *k1 = has_pp ? PyLong_FromLongLong(pp) : Py_NewRef(Py_None);
         PyObject *k2 = PyFloat_FromDouble(start);
@@ -626,7 +646,8 @@ static int line_accumulate(const char *s, const Line *L, const Params *P, PyObje
             }
         }
         Py_DECREF(key);
-        *hint = (GroupHint){1, ki, has_dp, has_pp, dp, pp, start, group};
+        int slot = hint[N_HINTS].valid++ % N_HINTS; /* the extra entry counts replacements */
+        hint[slot] = (GroupHint){1, ki, has_dp, has_pp, dp, pp, start, group};
     }
     double *A = (double *)PyByteArray_AS_STRING(PyList_GET_ITEM(group, 0));
     PyObject *qh = PyList_GET_ITEM(group, 1), *rh = PyList_GET_ITEM(group, 2);
@@ -681,7 +702,7 @@ static int line_accumulate(const char *s, const Line *L, const Params *P, PyObje
 static int scan_line(const char *s, Py_ssize_t len, long long n, PyObject **out, PyObject **kind,
                      PyObject *groups[2], const Params *P, GroupHint *hint, double *t_out) {
     if (len > 0 && s[len - 1] == '\n') len--;
-    if (find(s, len, "HTTP/1.", 7) != NULL) {
+    if (has_http(s, len)) {
         /* uvicorn access line: never an event; diagnose's scanner still reads a CR line holding a head */
         return (groups != NULL && memchr(s, '\r', (size_t)len) != NULL) ? STOP : SKIP;
     }
@@ -752,13 +773,14 @@ static PyObject *scan_lines(PyObject *self, PyObject *args) {
 /* The loop of scan_buffer and scan_buckets over whole lines of `data` from `*pos`. */
 static int buffer_loop(const char *data, Py_ssize_t size, Py_ssize_t *pos, long long *n, PyObject *out,
                        PyObject *groups[2], const Params *P, Py_ssize_t counts[3], double *last_t) {
-    GroupHint hint = {0};
+    GroupHint hint[N_HINTS + 1];
+    memset(hint, 0, sizeof hint);
     while (*pos < size) {
         const char *nl = memchr(data + *pos, '\n', (size_t)(size - *pos));
         Py_ssize_t end = nl ? nl - data : size;
         PyObject *e = NULL, *kind = NULL;
         double t = 0.0;
-        int r = scan_line(data + *pos, end - *pos, *n, &e, &kind, groups, P, &hint, &t);
+        int r = scan_line(data + *pos, end - *pos, *n, &e, &kind, groups, P, hint, &t);
         if (r == FAIL) return -1;
         if (r == STOP) break;
         if (r == EMIT) {

@@ -34,7 +34,7 @@ from .checks import CheckTable, TableError, load_table
 from .config import Config, ConfigError, load_config, parse_server_arg_overrides
 from .events import Event
 from .flags import add_flag, add_guide_flags
-from .logparse import parse_line
+from .logparse import new_event, parse_line
 from .logreader import _DEDUP_DISTANCE, _MAX_BLOCK_LINES, EventReader, split_ranges
 from .model import Finding, Rank, ServerState
 from .observations import EventConverter
@@ -719,7 +719,7 @@ class Diagnosis:
         items: list[tuple[float, int, Any]] = []
         for e in chunk.events:
             if off:
-                e = dataclasses.replace(e, line=e.line + off)
+                e = new_event(e.line + off, e.kind, e.time, e.rank, e.fields)  # dataclasses.replace, cheaper
             for o in self.conv.convert(e):
                 items.append((o.time, 0, o))
         for (dp, pp, start), b in chunk.buckets.items():

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import calendar
+import functools
 import re
 
 # The parser writes "YYYY-MM-DDTHH:MM:SS[.fff]" (a date in the log) or "HH:MM:SS[.fff]" (time only).
@@ -14,6 +15,7 @@ def _fraction(digits: str | None) -> float:
     return float("0." + digits) if digits else 0.0
 
 
+@functools.lru_cache(maxsize=4096)  # pure; a log repeats each stamp on many lines
 def event_seconds(time: str | None) -> float | None:
     """Seconds for an Event.time: epoch seconds (log time read as UTC) with a date, seconds since
     midnight for a time-only stamp, None when absent or unreadable."""
@@ -35,6 +37,7 @@ def event_seconds(time: str | None) -> float | None:
     return None
 
 
+@functools.lru_cache(maxsize=4096)
 def has_date(time: str | None) -> bool:
     """True when the stamp carries a calendar date (so it is comparable across days)."""
     return bool(time) and _ISO.match(time or "") is not None
