@@ -12,8 +12,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from sglang_tuning_exporter.events import Event
-from sglang_tuning_exporter.logparse import ParseStats, new_event, parse_line
+from sglang_tuning_exporter.events import Event, new_event
+from sglang_tuning_exporter.logparse import ParseStats, parse_line
 from sglang_tuning_exporter.logreader import (
     EventReader,
     _may_hold_long_line,

@@ -32,9 +32,9 @@ from .accel import SCAN
 from .advisor import aggregate_signals, evaluate, findings_document, statuses, time_text, window_for
 from .checks import CheckTable, TableError, load_table
 from .config import Config, ConfigError, load_config, parse_server_arg_overrides
-from .events import Event
+from .events import Event, new_event
 from .flags import add_flag, add_guide_flags
-from .logparse import new_event, parse_line
+from .logparse import parse_line
 from .logreader import _DEDUP_DISTANCE, _MAX_BLOCK_LINES, EventReader, split_ranges
 from .model import Finding, Rank, ServerState
 from .observations import EventConverter

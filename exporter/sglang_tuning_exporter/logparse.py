@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from . import events as ev
-from .events import Event
+from .events import Event, new_event
 from .serverargs import parse_server_args
 
 
@@ -433,27 +433,6 @@ def line_batches() -> LineBatches | None:
     return hit
 
 
-# Events of shortcut lines are built without the dataclass __init__: five slot stores through the
-# descriptors cost about half of it; the result is an ordinary frozen Event, equal to any other.
-_new = object.__new__
-_set_line = Event.__dict__["line"].__set__
-_set_kind = Event.__dict__["kind"].__set__
-_set_time = Event.__dict__["time"].__set__
-_set_rank = Event.__dict__["rank"].__set__
-_set_fields = Event.__dict__["fields"].__set__
-
-
-def new_event(line: int, kind: str, time: str | None, rank: dict[str, int], fields: dict[str, Any]) -> Event:
-    """Event(line, kind, time, rank, fields), built the cheap way (same frozen, equal object)."""
-    e: Event = _new(Event)
-    _set_line(e, line)
-    _set_kind(e, kind)
-    _set_time(e, time)
-    _set_rank(e, rank)
-    _set_fields(e, fields)
-    return e
-
-
 def fast_batch(line: str, n: int) -> Event | None:
     """The reader's shortcut for a standard-prefix batch line of an already seen layout.
 
@@ -484,13 +463,7 @@ def fast_batch(line: str, n: int) -> Event | None:
     rank = _RANK_CACHE.get(g[2])
     if rank is None:
         return None
-    e = _new(Event)
-    _set_line(e, n)
-    _set_kind(e, kind)
-    _set_time(e, f"{g[0]}T{g[1]}")
-    _set_rank(e, rank.copy())
-    _set_fields(e, f)
-    return e
+    return new_event(n, kind, f"{g[0]}T{g[1]}", rank.copy(), f)
 
 
 def _fill_batch_v01(s: str, n: int, p: int) -> _Result:

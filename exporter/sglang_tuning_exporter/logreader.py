@@ -24,13 +24,12 @@ from typing import IO, Any, Generic, TypeVar
 
 from . import events as ev
 from .accel import SCAN
-from .events import Event
+from .events import Event, new_event
 from .logparse import (
     LineClassifier,
     ParseStats,
     capture_event,
     fast_batch,
-    new_event,
     oom_detail_fields,
     oom_phase_from_text,
     parse_any,
