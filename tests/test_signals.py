@@ -4,6 +4,8 @@ observations they are built from."""
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from sglang_tuning_exporter.events import Event
 from sglang_tuning_exporter.model import Observation, Rank, ServerState
@@ -275,3 +277,16 @@ def test_live_clock_times_observations() -> None:
     """With a clock (the sidecar), observations are timed by arrival."""
     obs = list(events_to_observations([Event(1, "retract", "2020-01-01T00:00:00", {}, {})], clock=lambda: 42.0))
     assert obs[0].time == 42.0
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.dictionaries(st.integers(-5, 5000), st.integers(0, 50), max_size=200),
+       st.floats(0.0, 1.0, allow_nan=False))
+def test_hist_quantile_is_the_nearest_rank_of_the_expanded_values(hist: dict[int, int], q: float) -> None:
+    """The C-level cumulative search equals the textbook nearest-rank quantile of the expanded list."""
+    values = [float(k) for k, c in hist.items() for _ in range(c)]
+    got = hist_quantile(hist, q)
+    if not values:
+        assert got is None
+    else:
+        assert got == quantile(values, q)

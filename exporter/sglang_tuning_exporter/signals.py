@@ -10,6 +10,7 @@ aggregates: counts and exact value histograms.  Adding is O(1), pruning pops who
 
 from __future__ import annotations
 
+import bisect
 import itertools
 import math
 import operator
@@ -376,17 +377,16 @@ def quantile(values: list[float], q: float) -> float:
 
 
 def hist_quantile(hist: dict[int, int], q: float) -> float | None:
-    """Nearest-rank quantile of a value -> count histogram."""
+    """Nearest-rank quantile of a value -> count histogram (the first value whose cumulative count
+    reaches rank ceil(q * n); cumulative sums and the search run at C level)."""
     n = sum(hist.values())
     if n == 0:
         return None
     need = max(1, math.ceil(q * n))
-    seen = 0
-    for k in sorted(hist):
-        seen += hist[k]
-        if seen >= need:
-            return float(k)
-    return float(max(hist))
+    keys = sorted(hist)
+    cum = list(itertools.accumulate(map(hist.__getitem__, keys)))
+    i = bisect.bisect_left(cum, need)
+    return float(keys[i] if i < len(keys) else keys[-1])
 
 
 def fold_rank(rank: Rank) -> Rank:
@@ -788,7 +788,8 @@ def compute_signals(total: Bucket, facts: dict[str, float], p: SignalParams, *, 
         out["gen_throughput_mean"] = round(s.tp_sum / s.tp_n, 2)
     cap = facts.get("max_running_requests")
     if cap and s.capped_base >= enough:
-        capped = sum(c for r, c in s.capped_cand.items() if r >= p.capped_fraction * cap)
+        floor = p.capped_fraction * cap
+        capped = sum(map(s.capped_cand.__getitem__, filter(floor.__le__, s.capped_cand)))  # running >= floor
         out["running_capped_ratio"] = capped / s.capped_base
     # CUDA graph coverage: exact counters (scrape) win over sampled Decode lines.
     passes, eager = total.graph_passes, total.eager_passes
