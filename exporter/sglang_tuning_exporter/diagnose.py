@@ -27,7 +27,6 @@ from pathlib import Path
 from typing import IO, Any, cast
 
 from . import diagnose_formats
-from . import events as ev_kinds
 from .accel import SCAN
 from .advisor import aggregate_signals, evaluate, findings_document, statuses, time_text, window_for
 from .checks import CheckTable, TableError, load_table
@@ -35,7 +34,7 @@ from .config import Config, ConfigError, load_config, parse_server_arg_overrides
 from .events import Event, new_event
 from .flags import add_flag, add_guide_flags
 from .logparse import parse_line
-from .logreader import _DEDUP_DISTANCE, _MAX_BLOCK_LINES, EventReader, split_ranges
+from .logreader import _DEDUP_DISTANCE, _MAX_BLOCK_LINES, EventReader, count_scanned, line_at, split_ranges
 from .model import Finding, Rank, ServerState
 from .observations import EventConverter
 from .signals import Bucket, Window
@@ -560,7 +559,7 @@ class Scanner:
                 pos, n, nd, np_, nr, last_t = scan.scan_buckets(data, pos, reader._next, out, groups[0], groups[1],
                                                                 self.res, self.usage_good, *self.band)
                 reader._next = n
-                reader.stats.by_kind[ev_kinds.RETRACT] += nr
+                count_scanned(reader.stats.by_kind, 0, 0, nr)
                 res.fast += nd + np_
                 for e in out:  # retractions, read in C as the reader would
                     res.events.append(self._timed(e, res))
@@ -568,17 +567,14 @@ class Scanner:
                     self._last_t = last_t
                 if pos >= size:
                     break
-            end = data.find(b"\n", pos)
-            if end < 0:
-                end = size
-            line = data[pos:end].decode("utf-8", errors="replace")
+            line, nxt = line_at(data, pos)
             blk = reader._block
             if blk is not None and (blk.count >= _MAX_BLOCK_LINES or not blk.accepts(line)):
                 # The line ends the open record: emit it now, then read the line again (as scan_text does).
                 for e in reader.flush():
                     res.events.append(self._timed(e, res))
                 continue
-            pos = end + 1
+            pos = nxt
             self._scan_lines((line,), res)
         return self._end(res, unparsed0, final)
 

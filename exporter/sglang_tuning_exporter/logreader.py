@@ -16,7 +16,7 @@ import itertools
 import multiprocessing
 import os
 import re
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from multiprocessing.pool import AsyncResult
@@ -132,6 +132,24 @@ def _looks_like_message(s: str) -> bool:
     return not re.match(r"^(?:[IWEF]\d{4} |\d{4}-\d\d-\d\d |INFO|WARN|ERROR|DEBUG)", s)
 
 
+def count_scanned(by_kind: Counter[str], decode: int, prefill: int, retract: int) -> None:
+    """Add the events the C accelerator read to the statistics by kind."""
+    if decode:
+        by_kind[ev.DECODE] += decode
+    if prefill:
+        by_kind[ev.PREFILL] += prefill
+    if retract:
+        by_kind[ev.RETRACT] += retract
+
+
+def line_at(data: bytes, pos: int) -> tuple[str, int]:
+    """The line of `data` starting at `pos` (decoded, invalid bytes replaced) and where the next starts."""
+    end = data.find(b"\n", pos)
+    if end < 0:
+        end = len(data)
+    return data[pos:end].decode("utf-8", "replace"), end + 1
+
+
 class EventReader:
     """Feed lines one by one (live tailing) or use read_events (files); `stats` counts outcomes."""
 
@@ -192,20 +210,11 @@ class EventReader:
                 stop, n, nd, np_, nr = scan_buffer(data, pos, self._next, out)
                 st.lines += n - self._next
                 self._next = n
-                if nd:
-                    by_kind[ev.DECODE] += nd
-                if np_:
-                    by_kind[ev.PREFILL] += np_
-                if nr:
-                    by_kind[ev.RETRACT] += nr
+                count_scanned(by_kind, nd, np_, nr)
                 pos = stop
                 if pos >= size:
                     break
-            end = data.find(b"\n", pos)
-            if end < 0:
-                end = size
-            line = data[pos:end].decode("utf-8", "replace")
-            pos = end + 1
+            line, pos = line_at(data, pos)
             n = self._next
             self._next += 1
             st.lines += 1
@@ -253,12 +262,7 @@ class EventReader:
         while i < total:
             if self._block is None:
                 i, nd, np_, nr = scan_lines(lines, i, first + i, out)
-                if nd:
-                    by_kind[ev.DECODE] += nd
-                if np_:
-                    by_kind[ev.PREFILL] += np_
-                if nr:
-                    by_kind[ev.RETRACT] += nr
+                count_scanned(by_kind, nd, np_, nr)
                 if i >= total:
                     break
             take(lines[i], first + i, out)
