@@ -2,7 +2,7 @@
 PYTHON ?= python3
 STACK_ARGS ?=
 
-.PHONY: stack stack-fg stack-down stack-status test-integration
+.PHONY: stack stack-fg stack-down stack-status test-integration sanitize
 
 stack:  ## start stand-in SGLang servers, exporters, Prometheus, Alertmanager, webhook; detached
 	$(PYTHON) scripts/stack.py up --detach $(STACK_ARGS)
@@ -18,3 +18,6 @@ stack-down:
 
 test-integration:  ## only the end-to-end suite
 	$(PYTHON) -m pytest -m integration tests/integration
+
+sanitize:  ## the C accelerator under AddressSanitizer + UBSan (its tests, a few minutes)
+	PYTHON=$(PYTHON) scripts/sanitize_scan.sh

@@ -188,8 +188,8 @@ static int plain_float(const char *v, Py_ssize_t n, double *out) {
     Py_ssize_t start = i, frac_digits = 0, all_digits = 0;
     long long mant = 0;
     while (i < n && is_digit(v[i])) {
+        if (++all_digits > 18) return 0; /* before multiplying: 19 digits may not fit */
         mant = mant * 10 + (v[i++] - '0');
-        if (++all_digits > 18) return 0;
     }
     if (i == start) return 0;
     if (i < n) {
