@@ -4,12 +4,17 @@
  * given, this module either
  *   - skips it, when the pure-Python reader would produce nothing for it (uvicorn access lines, and
  *     lines holding none of the parser's dispatch markers),
- *   - returns the very Event the pure-Python parser returns, for a Decode/Prefill batch line with
- *     SGLang's own `[date time RANKS] ` prefix whose keys are all known and whose values are plain, or
+ *   - returns the very Event the pure-Python parser returns, for a Decode/Prefill batch line or the
+ *     standard retraction line with SGLang's own `[date time RANKS] ` prefix, whose keys are all known
+ *     and whose values are plain, or
  *   - stops, handing the line back to Python (anything else: other heads, odd values, non-ASCII,
  *     `\r`, ANSI colours, unknown keys...).
- * It keeps no state between lines and holds no table of its own: keys, markers, names and the Event
- * type all come from logparse through configure(), so the Python module stays the one definition.
+ * For diagnose, scan_buckets sums Decode/Prefill lines per (rank, time bucket) instead of making
+ * Events, with signals.SampleStats.add's semantics (tests/test_diagnose.py holds it to the Python path).
+ * Between lines it keeps only caches that cannot change a result (the last time string, the key seen
+ * at each position, recent bucket groups), and it holds no table of its own: keys, markers, names,
+ * kinds and the Event type come from logparse through accel.configure(), so Python stays the one
+ * definition. The GIL is held throughout.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
