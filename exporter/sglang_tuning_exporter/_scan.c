@@ -548,8 +548,19 @@ typedef struct {
     PyObject *group; /* borrowed from the groups dict */
 } GroupHint;
 
+#define N_INTS 8192
+static PyObject *ints[N_INTS]; /* histogram keys and counts 0..N_INTS-1, made once */
+
+static PyObject *int_of(long long v) {
+    if (v >= 0 && v < N_INTS) {
+        if (ints[v] == NULL && (ints[v] = PyLong_FromLongLong(v)) == NULL) return NULL;
+        return Py_NewRef(ints[v]);
+    }
+    return PyLong_FromLongLong(v);
+}
+
 static int hist_inc(PyObject *hist, long long v) {
-    PyObject *k = PyLong_FromLongLong(v);
+    PyObject *k = int_of(v);
     if (k == NULL) return -1;
     PyObject *old = PyDict_GetItemWithError(hist, k);
     long long c = 1;
@@ -563,7 +574,7 @@ static int hist_inc(PyObject *hist, long long v) {
         Py_DECREF(k);
         return -1;
     }
-    PyObject *cv = PyLong_FromLongLong(c);
+    PyObject *cv = int_of(c);
     int rc = cv == NULL ? -1 : PyDict_SetItem(hist, k, cv);
     Py_XDECREF(cv);
     Py_DECREF(k);
