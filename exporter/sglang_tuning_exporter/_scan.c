@@ -243,10 +243,21 @@ static int convert(int conv, const char *v, Py_ssize_t n, Num *out) {
     return 0;
 }
 
+#define N_INTS 8192
+static PyObject *ints[N_INTS]; /* ints 0..N_INTS-1 (values, ranks, histogram keys and counts), made once */
+
+static PyObject *int_of(long long v) {
+    if (v >= 0 && v < N_INTS) {
+        if (ints[v] == NULL && (ints[v] = PyLong_FromLongLong(v)) == NULL) return NULL;
+        return Py_NewRef(ints[v]);
+    }
+    return PyLong_FromLongLong(v);
+}
+
 static PyObject *num_object(int conv, const Num *v) {
     switch (conv) {
     case CONV_INT:
-        return PyLong_FromLongLong(v->i);
+        return int_of(v->i);
     case CONV_BOOL:
         return Py_NewRef(v->i ? Py_True : Py_False);
     default:
@@ -416,7 +427,7 @@ static PyObject *line_event(const char *s, const Line *L, long long n) {
     if (rank == NULL) goto done;
     for (int t = 0; t < N_RANKS; t++) {
         if (!L->has_tag[t]) continue;
-        v = PyLong_FromLongLong(L->tag[t]);
+        v = int_of(L->tag[t]);
         if (v == NULL || PyDict_SetItem(rank, rank_names[t], v) < 0) goto done;
         Py_CLEAR(v);
     }
@@ -547,17 +558,6 @@ typedef struct {
     double start;
     PyObject *group; /* borrowed from the groups dict */
 } GroupHint;
-
-#define N_INTS 8192
-static PyObject *ints[N_INTS]; /* histogram keys and counts 0..N_INTS-1, made once */
-
-static PyObject *int_of(long long v) {
-    if (v >= 0 && v < N_INTS) {
-        if (ints[v] == NULL && (ints[v] = PyLong_FromLongLong(v)) == NULL) return NULL;
-        return Py_NewRef(ints[v]);
-    }
-    return PyLong_FromLongLong(v);
-}
 
 static int hist_inc(PyObject *hist, long long v) {
     PyObject *k = int_of(v);
