@@ -559,6 +559,12 @@ typedef struct {
     PyObject *group; /* borrowed from the groups dict */
 } GroupHint;
 
+/* Recent groups of one scan call (ranks interleave line by line), replaced round-robin. */
+typedef struct {
+    GroupHint entry[N_HINTS];
+    unsigned next;
+} Hints;
+
 static int hist_inc(PyObject *hist, long long v) {
     PyObject *k = int_of(v);
     if (k == NULL) return -1;
@@ -610,7 +616,7 @@ typedef struct {
 
 /* Add the line to its group; STOP when running or queue is missing or the stamp is no calendar date
  * (Python reads that line), FAIL on an exception. */
-static int line_accumulate(const char *s, const Line *L, const Params *P, PyObject *groups[2], GroupHint *hint,
+static int line_accumulate(const char *s, const Line *L, const Params *P, PyObject *groups[2], Hints *hint,
                            double *t_out) {
     int ki = L->kind == kind_decode ? 0 : 1;
     const Num *vals[N_COLS] = {NULL};
@@ -635,7 +641,7 @@ static int line_accumulate(const char *s, const Line *L, const Params *P, PyObje
     PyObject *group = NULL;
     /* Ranks interleave line by line: a few recent groups are remembered, not just the last one. */
     for (int h = 0; h < N_HINTS && group == NULL; h++) {
-        const GroupHint *g = &hint[h];
+        const GroupHint *g = &hint->entry[h];
         if (g->valid && g->kind == ki && g->has_dp == has_dp && g->has_pp == has_pp && (!has_dp || g->dp == dp)
             && (!has_pp || g->pp == pp) && g->start == start)
             group = g->group;
@@ -662,8 +668,7 @@ static int line_accumulate(const char *s, const Line *L, const Params *P, PyObje
             }
         }
         Py_DECREF(key);
-        int slot = hint[N_HINTS].valid++ % N_HINTS; /* the extra entry counts replacements */
-        hint[slot] = (GroupHint){1, ki, has_dp, has_pp, dp, pp, start, group};
+        hint->entry[hint->next++ % N_HINTS] = (GroupHint){1, ki, has_dp, has_pp, dp, pp, start, group};
     }
     double *A = (double *)PyByteArray_AS_STRING(PyList_GET_ITEM(group, 0));
     PyObject *qh = PyList_GET_ITEM(group, 1), *rh = PyList_GET_ITEM(group, 2);
@@ -716,7 +721,7 @@ static int line_accumulate(const char *s, const Line *L, const Params *P, PyObje
 /* One line (without its newline, or with it: one trailing `\n` is ignored). Events go to *out; with
  * `groups` set, batch lines go to the bucket accumulator instead. */
 static int scan_line(const char *s, Py_ssize_t len, long long n, PyObject **out, PyObject **kind,
-                     PyObject *groups[2], const Params *P, GroupHint *hint, double *t_out) {
+                     PyObject *groups[2], const Params *P, Hints *hint, double *t_out) {
     if (len > 0 && s[len - 1] == '\n') len--;
     if (has_http(s, len)) {
         /* uvicorn access line: never an event; diagnose's scanner still reads a CR line holding a head */
@@ -789,14 +794,14 @@ static PyObject *scan_lines(PyObject *self, PyObject *args) {
 /* The loop of scan_buffer and scan_buckets over whole lines of `data` from `*pos`. */
 static int buffer_loop(const char *data, Py_ssize_t size, Py_ssize_t *pos, long long *n, PyObject *out,
                        PyObject *groups[2], const Params *P, Py_ssize_t counts[3], double *last_t) {
-    GroupHint hint[N_HINTS + 1];
-    memset(hint, 0, sizeof hint);
+    Hints hint;
+    memset(&hint, 0, sizeof hint);
     while (*pos < size) {
         const char *nl = memchr(data + *pos, '\n', (size_t)(size - *pos));
         Py_ssize_t end = nl ? nl - data : size;
         PyObject *e = NULL, *kind = NULL;
         double t = 0.0;
-        int r = scan_line(data + *pos, end - *pos, *n, &e, &kind, groups, P, hint, &t);
+        int r = scan_line(data + *pos, end - *pos, *n, &e, &kind, groups, P, &hint, &t);
         if (r == FAIL) return -1;
         if (r == STOP) break;
         if (r == EMIT) {
