@@ -487,8 +487,6 @@ def test_live_panels_have_data_from_the_demo_log(tmp_path: Path) -> None:
     """Real `serve` on the demo log, scraped by real Prometheus: every query runs, demo-fed panels have data."""
     import sys
     recorded = ROOT / "examples" / "recorded.log"
-    if not recorded.is_file():
-        pytest.skip("examples/recorded.log not shipped yet")
     log = tmp_path / "sglang.log"
     log.write_text(recorded.read_text(encoding="utf-8"), encoding="utf-8")
     exporter_port, prom_port = _free_port(), _free_port()

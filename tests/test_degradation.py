@@ -37,7 +37,6 @@ RETRACT = ("[2025-03-07 21:49:33] KV cache pool is full. Retract requests. #retr
            "#new_tokens_gained: 4608, #new_token_ratio: 0.3811 -> 0.5127\n")
 BUILD = BuildInfo("test", "3")
 
-pytest.importorskip("sglang_tuning_exporter.tail")
 
 
 class StandIn:

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import yaml
 
-from sglang_tuning_exporter import render_dashboards, render_kubernetes
+from sglang_tuning_exporter import render_dashboards, render_kubernetes, render_rules
 from sglang_tuning_exporter.checks import load_table
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -78,7 +78,6 @@ def test_invalid_release_label_is_a_clear_error(bad: str) -> None:
 
 def test_service_monitor_jobs_follow_the_render_options() -> None:
     """The jobs the rules match (render options) are the jobs the ServiceMonitor sets."""
-    render_rules = pytest.importorskip("sglang_tuning_exporter.render_rules")
     opts = render_rules.RenderOptions(exporter_job="tuning", sglang_job="")
     (mon,) = _by_kind(render_kubernetes.generate(TABLE, GROUPS, options=opts))["ServiceMonitor"]
     jobs = {e["port"]: e["relabelings"][0]["replacement"] for e in mon["spec"]["endpoints"]}
@@ -168,7 +167,6 @@ def _shipped_rule_groups() -> list[dict[str, Any]]:
 
 def test_committed_manifests_match_generator(update_golden: bool) -> None:
     """deploy/kubernetes/ is what `render` writes from the table and render_rules' groups."""
-    render_rules = pytest.importorskip("sglang_tuning_exporter.render_rules")
     files = render_kubernetes.generate(TABLE, render_rules.rule_groups(TABLE))
     for rel, text in files.items():
         path = ROOT / rel
@@ -182,8 +180,7 @@ def test_committed_manifests_match_generator(update_golden: bool) -> None:
 def test_committed_prometheus_rule_has_the_groups_of_the_rule_files() -> None:
     """The PrometheusRule and the plain rule files in alerts/ hold the same groups (one source)."""
     shipped = _shipped_rule_groups()
-    if not shipped:
-        pytest.skip("no alerts/*.rules.yaml rendered yet")
+    assert shipped, "no alerts/*.rules.yaml: run `sglang-tuning-exporter render`"
     docs = [d for d in yaml.safe_load_all((K8S / "prometheusrule.yaml").read_text(encoding="utf-8")) if d]
     (rule,) = docs
     by_name = {g["name"]: g for g in rule["spec"]["groups"]}

@@ -81,7 +81,9 @@ def test_check_sections_carry_the_advice() -> None:
 def test_guard_sections_exist_for_every_health_alert() -> None:
     """The health guards are documented too."""
     secs = sections(RUNBOOK.read_text(encoding="utf-8"))
-    for name in render_rules.GUARDS:
+    guards = [r.body["alert"] for r in render_rules.health_group(render_rules.RenderOptions()).rules]
+    assert len(guards) >= 5
+    for name in guards:
         assert "**Change to make.**" in secs[render_rules.anchor(name)]
 
 

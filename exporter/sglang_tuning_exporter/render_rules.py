@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -31,8 +31,7 @@ LEVEL_ORDER = ("warning", "critical")
 # SGLang's QueueCount gauges carry per-priority series under priority scheduling; the total is priority="".
 PRIORITY_TOTAL_METRICS = frozenset({"num_queue_reqs", "num_running_reqs"})
 # Labels that identify one rank of one server on the exporter's per-rank series.
-EXPORTER_RANK_JOIN = ("instance", "model_name", "dp_rank")
-NATIVE_RANK_JOIN = ("instance", "model_name", "dp_rank")
+RANK_JOIN = ("instance", "model_name", "dp_rank")  # the same labels on exporter and SGLang series
 # A derived join label: the host part of `instance`. A sidecar runs beside its SGLang (same pod IP or
 # host), so its instance and SGLang's share the host and differ only in the port.
 HOST_LABEL = "instance_host"
@@ -432,11 +431,9 @@ def _suppressions(check: Check, by_id: dict[str, Check], table: CheckTable, opts
             if not has_native(s):
                 continue
             sig = native_record_name(s, opts)
-            join = NATIVE_RANK_JOIN
         else:
             sig = _paren(exporter_signal_expr(s, table, opts))
-            join = EXPORTER_RANK_JOIN
-        out.append(f"unless on ({', '.join(join)})\n  ({_cmp(sig, s.comparison, lowest_threshold(s, table, opts))})")
+        out.append(f"unless on ({', '.join(RANK_JOIN)})\n  ({_cmp(sig, s.comparison, lowest_threshold(s, table, opts))})")
     return out
 
 
@@ -559,10 +556,6 @@ def _guard(alert: str, gid: str, expr: str, for_s: float, summary: str, desc: st
                         "runbook_url": f"{opts.runbook_url}#{anchor(alert)}", "check": gid, "flag": flag,
                         "action": action, "suggested_value": value, "guide": guide},
     }, f"guard {gid}: a broken source must not look healthy")
-
-
-GUARDS = ("SGLangTuningExporterDown", "SGLangTuningExporterAbsent", "SGLangTuningScrapeFailing",
-          "SGLangTuningSGLangNeverUp", "SGLangTuningLogStale")
 
 
 def health_group(opts: RenderOptions) -> Group:
@@ -696,12 +689,3 @@ def generate(table: CheckTable, options: RenderOptions | None = None) -> dict[st
 def all_alerts(table: CheckTable, options: RenderOptions | None = None) -> list[dict[str, Any]]:
     """Every alerting rule body across groups (for the runbook and the tests)."""
     return [r for g in rule_groups(table, options) for r in g["rules"] if "alert" in r]
-
-
-def unique_alert_names(rules: Sequence[Mapping[str, Any]]) -> list[str]:
-    """Alert names in first-seen order without repeats."""
-    seen: list[str] = []
-    for r in rules:
-        if r["alert"] not in seen:
-            seen.append(r["alert"])
-    return seen
