@@ -130,6 +130,17 @@ def test_defaults() -> None:
     assert cfg.log_file is None and cfg.sglang_url == "http://127.0.0.1:30000"
 
 
+def test_server_args_are_typed_as_diagnose_types_them() -> None:
+    """`--server-arg` goes through config.parse_server_arg_overrides: the same typed values as
+    diagnose and report (a bool is a bool), and a malformed one is listed with the other problems."""
+    cfg = build_config(_args("--sglang.url", "http://127.0.0.1:30000", "--server-arg", "disable_cuda_graph=True",
+                             "--server-arg=--mem-fraction-static=0.85", "--server-arg", "x="))
+    assert dict(cfg.server_args) == {"disable_cuda_graph": True, "mem_fraction_static": 0.85, "x": None}
+    with pytest.raises(ServeConfigError) as err:
+        build_config(_args("--sglang.url", "http://127.0.0.1:30000", "--server-arg", "novalue"))
+    assert err.value.problems == ["--server-arg 'novalue': expected KEY=VALUE"]
+
+
 def test_every_problem_is_listed() -> None:
     """Bad flags: one error listing each problem."""
     with pytest.raises(ServeConfigError) as err:

@@ -12,7 +12,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from types import FrameType, ModuleType
 from typing import Any
@@ -92,19 +92,6 @@ def _optional(module: str) -> ModuleType | None:
         if exc.name == f"sglang_tuning_exporter.{module}":
             return None
         raise
-
-
-def _server_arg_overrides(items: Iterable[str]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for item in items:
-        key, _, raw = item.partition("=")
-        value: Any = raw
-        try:
-            value = json.loads(raw)
-        except ValueError:
-            value = raw
-        out[key.strip().lstrip("-").replace("-", "_")] = value
-    return out
 
 
 def build_advisor(cfg: ServeConfig) -> Advisor:
@@ -239,7 +226,7 @@ def build_sidecar(cfg: ServeConfig, *, timer: Callable[[], float] = time.perf_co
                                server_info_interval=max(60.0, 10 * cfg.scrape_interval_s))
     return Sidecar(state=state, advisor=adv,
                    log_input=log_input if log_input is not None else build_log_input(cfg),
-                   metrics=metrics, timer=timer, server_overrides=_server_arg_overrides(cfg.server_args),
+                   metrics=metrics, timer=timer, server_overrides=dict(cfg.server_args),
                    evaluate_every_s=cfg.evaluation_interval_s)
 
 

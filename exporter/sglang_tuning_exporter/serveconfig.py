@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import argparse
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit
 
+from .config import parse_server_arg_overrides
 from .flags import add_flag, add_guide_flags
 from .problems import ProblemsError
 from .webconfig import WebConfig, WebConfigError, load_web_config
@@ -47,7 +50,7 @@ class ServeConfig:
     guide_profile: str | None
     workload: str
     config_file: Path | None
-    server_args: tuple[str, ...]
+    server_args: Mapping[str, Any]  # --server-arg overrides, typed as diagnose and report type them
     web_config: WebConfig | None = None  # --web.config.file: TLS, basic auth, headers
 
 
@@ -173,9 +176,8 @@ def build_config(args: argparse.Namespace) -> ServeConfig:
         problems.append(f"--config: {config_file} does not exist")
     elif config_file is not None:
         problems.extend(_config_file_problems(config_file))
-    for item in args.server_arg or []:
-        if "=" not in item or not item.split("=", 1)[0].strip():
-            problems.append(f"--server-arg: {item!r} is not KEY=VALUE")
+    server_args, arg_problems = parse_server_arg_overrides(list(args.server_arg or []))
+    problems.extend(arg_problems)
     if args.log_level not in LOG_LEVELS:
         problems.append(f"--log.level: {args.log_level!r} is not one of {', '.join(LOG_LEVELS)}")
     if args.log_format not in LOG_FORMATS:
@@ -194,4 +196,4 @@ def build_config(args: argparse.Namespace) -> ServeConfig:
         from_start=bool(args.from_start), scrape_timeout_s=timeout, scrape_interval_s=interval,
         evaluation_interval_s=evaluation, window_s=window, ranks_max=ranks_max, ranks_expire_after_s=expire, log_level=args.log_level,
         log_format=args.log_format, guide_profile=args.guide_profile, workload=args.workload,
-        config_file=config_file, server_args=tuple(args.server_arg or ()), web_config=web_config)
+        config_file=config_file, server_args=server_args, web_config=web_config)
