@@ -437,3 +437,16 @@ def test_reader_shortcut_gives_the_same_events_as_parse_line() -> None:
                     hits += 1
                     assert fast == parse_line(line, n), line
     assert hits > 50
+
+
+def test_a_known_layout_that_cannot_read_a_line_is_not_learnt_again() -> None:
+    """A batch line whose value the layout regex refuses (a comma inside) goes the generic way every
+    time, without compiling the same layout again and evicting real ones."""
+    from sglang_tuning_exporter.logparse import _LAYOUTS
+    line = ("[2025-11-22 23:24:43 DP0] Decode batch, #running-req: 3, #token: 9, token usage: 0.10, "
+            "note: a,b, #queue-req: 1")
+    for n in range(20):
+        e = parse_line(line, n + 1)
+        assert e is not None and e.fields["note"] == "a,b" and e.fields["num_queue_reqs"] == 1
+    keys = ("#running-req", "#token", "token usage", "note", "#queue-req")
+    assert sum(1 for layout in _LAYOUTS["decode"] if layout.keys == keys) <= 1

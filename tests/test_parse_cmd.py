@@ -104,3 +104,13 @@ def test_nan_printed_by_the_server_becomes_null(tmp_path: Path, capsys: pytest.C
     out = capsys.readouterr().out
     obj = json.loads(out, parse_constant=lambda c: pytest.fail(f"non-standard JSON constant {c}"))
     assert obj["fields"]["gen_throughput"] is None and obj["fields"]["num_running_reqs"] == 1
+
+
+def test_values_json_has_no_type_for_are_written_as_text(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`server_args=` may hold a set (ast.literal_eval): `parse` writes it as text instead of crashing."""
+    log = tmp_path / "s.log"
+    log.write_text("server_args=ServerArgs(model_path='m', tp_size=2, x={1, 2})\n", encoding="utf-8")
+    assert main(["parse", str(log)]) == 0
+    (line,) = capsys.readouterr().out.splitlines()
+    fields = json.loads(line)["fields"]
+    assert fields["tp_size"] == 2 and fields["x"] == "{1, 2}"

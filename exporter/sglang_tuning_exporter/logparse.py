@@ -266,9 +266,10 @@ class _Layout:
     `LineBatches` joins with every other layout to read whole lines with SGLang's own prefix.
     """
 
-    __slots__ = ("body", "derive_usage", "extra", "fields", "items", "rx", "text_values")
+    __slots__ = ("body", "derive_usage", "extra", "fields", "items", "keys", "rx", "text_values")
 
-    def __init__(self, raw_keys: list[str], head: str) -> None:
+    def __init__(self, raw_keys: list[str]) -> None:
+        self.keys = tuple(raw_keys)
         body = ", ".join(re.escape(k) + ": ([^,]*)" for k in raw_keys) + r",? *\n?"
         self.body = body
         self.rx = re.compile(body)
@@ -371,9 +372,11 @@ def _batch(s: str, n: int) -> _Result:
         _derive_usage(fields)
     if bad:
         fields[_PARTIAL] = bad
-    elif mixed is None and len(set(raw_keys)) == len(raw_keys):
+    elif mixed is None and len(set(raw_keys)) == len(raw_keys) and not any(
+            known_layout.keys == tuple(raw_keys) for known_layout in _LAYOUTS[kind]):
+        # (A known layout that could not read this line — an odd value — is not learnt again.)
         try:
-            layout = _Layout(raw_keys, m.group(1))
+            layout = _Layout(raw_keys)
         except (ValueError, SyntaxError):
             pass  # odd keys: this layout stays on the generic path
         else:
@@ -410,26 +413,18 @@ class LineBatches:
         self.rx = re.compile(_STD_PREFIX_GROUPS + "(?:" + "|".join(heads) + ")")
 
 
-_LINE_BATCHES: dict[tuple[tuple[_Layout, ...], tuple[_Layout, ...]], LineBatches] = {}
-
-
 _CURRENT: list[LineBatches | None] = [None]
 
 
 def line_batches() -> LineBatches | None:
-    """The one-regex matcher for every batch layout seen so far; None before the first."""
+    """The one-regex matcher for every batch layout seen so far; None before the first (rebuilt only
+    when a layout is learnt)."""
     hit = _CURRENT[0]
     if hit is None:
-        key = (tuple(_LAYOUTS[ev.DECODE]), tuple(_LAYOUTS[ev.PREFILL]))
-        if not key[0] and not key[1]:
+        decode, prefill = tuple(_LAYOUTS[ev.DECODE]), tuple(_LAYOUTS[ev.PREFILL])
+        if not decode and not prefill:
             return None
-        hit = _LINE_BATCHES.get(key)
-        if hit is None:
-            # Compiled sets are kept: a server alternating between a few layouts compiles each once.
-            if len(_LINE_BATCHES) >= 64:
-                _LINE_BATCHES.clear()
-            hit = _LINE_BATCHES[key] = LineBatches(*key)
-        _CURRENT[0] = hit
+        hit = _CURRENT[0] = LineBatches(decode, prefill)
     return hit
 
 

@@ -50,11 +50,12 @@ def _finite(value: Any) -> Any:
 
 
 def event_json(obj: dict[str, Any]) -> str:
-    """One JSON line; a `nan`/`inf` printed by the server becomes null (JSON has no NaN)."""
+    """One JSON line; a `nan`/`inf` printed by the server becomes null (JSON has no NaN), and a value
+    JSON has no type for (a set or bytes in `server_args=`) its text."""
     try:
-        return json.dumps(obj, allow_nan=False)
+        return json.dumps(obj, allow_nan=False, default=str)
     except ValueError:
-        return json.dumps(_finite(obj))
+        return json.dumps(_finite(obj), default=str)
 
 
 def write_events(path: str, out: TextIO, *, kinds: set[str] | None = None,
