@@ -22,7 +22,6 @@ SERVER_READY = "server_ready"  # `The server is fired up and ready to roll!`: no
 KINDS = (DECODE, PREFILL, RETRACT, STARTUP_MEMORY, SERVER_ARGS, OOM, ERROR, CUDA_GRAPH_CAPTURE,
          MAX_RUNNING_REDUCED, VERSION, STARTUP_TIMINGS, SERVER_READY)
 
-RANK_KEYS = ("dp", "pp", "tp", "ep")
 
 
 @dataclass(frozen=True, slots=True)

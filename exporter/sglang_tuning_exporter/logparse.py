@@ -63,7 +63,8 @@ def _compute_prefix(prefix: str) -> tuple[str | None, dict[str, int]]:
 
 
 # SGLang's own prefix, `[YYYY-MM-DD HH:MM:SS(.mmm)( RANKn)*] `: read without the general search.
-_STD_PREFIX = re.compile(r"\[(\d{4}-\d\d-\d\d) (\d\d:\d\d:\d\d(?:\.\d{1,6})?)((?: [A-Z_]+\d+)*)\] ")
+_STD_PREFIX_GROUPS = r"\[(\d{4}-\d\d-\d\d) (\d\d:\d\d:\d\d(?:\.\d{1,6})?)((?: [A-Z_]+\d+)*)\] "
+_STD_PREFIX = re.compile(_STD_PREFIX_GROUPS)  # LineBatches starts every layout with the same groups
 _RANK_CACHE: dict[str, dict[str, int]] = {}
 
 
@@ -251,9 +252,6 @@ def _pairs(body: str, sep: str, keys: dict[str, tuple[str, _Conv]], out: dict[st
 
 _SAFE_NAME = re.compile(r"[a-z0-9_]+")
 _BOOLS = {"True": True, "False": False}
-
-
-_STD_PREFIX_GROUPS = r"\[(\d{4}-\d\d-\d\d) (\d\d:\d\d:\d\d(?:\.\d{1,6})?)((?: [A-Z_]+\d+)*)\] "
 
 
 class _Layout:

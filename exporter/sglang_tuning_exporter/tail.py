@@ -137,7 +137,6 @@ class Follower:
         self.clock = clock
         self.rotations = 0
         self.truncations = 0
-        self.opens = 0
         self.exists = False
         self.last_data_at: float | None = None  # clock() when a line last arrived
         self._splitter = LineSplitter(max_line_bytes)
@@ -204,7 +203,6 @@ class Follower:
             self._seek_end_on_open = False  # it did not exist at start: read it whole when it comes
             return False
         self.exists = True
-        self.opens += 1
         self._fh = fh
         self._id = fid
         self._offset = 0

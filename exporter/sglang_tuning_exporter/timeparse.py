@@ -18,6 +18,24 @@ def _fraction(digits: str | None) -> float:
 _MINUTE = re.compile(r"(\d{4})-(\d\d)-(\d\d)T(\d\d):(\d\d)")
 
 
+def general_seconds(time: str) -> float | None:
+    """event_seconds without its cache or fast path (the rule itself; tests compare the two)."""
+    m = _ISO.match(time)
+    if m:
+        y, mo, d, h, mi, s = (int(g) for g in m.groups()[:6])
+        try:
+            return float(calendar.timegm((y, mo, d, h, mi, s, 0, 0, 0))) + _fraction(m.group(7))
+        except (ValueError, OverflowError):
+            return None
+    m = _TIME_ONLY.match(time)
+    if m:
+        h, mi, s = (int(g) for g in m.groups()[:3])
+        if h > 23 or mi > 59 or s > 60:
+            return None
+        return h * 3600.0 + mi * 60.0 + s + _fraction(m.group(4))
+    return None
+
+
 @functools.lru_cache(maxsize=1024)
 def _minute_seconds(minute: str) -> float | None:
     """`YYYY-MM-DDTHH:MM` (ASCII digits) -> epoch seconds of that minute; None when no calendar date."""
@@ -42,20 +60,7 @@ def event_seconds(time: str | None) -> float | None:
         if not rest or (rest[0] == "." and rest[1:].isdigit()):
             base = _minute_seconds(time[:16])
             return None if base is None else base + int(time[17:19]) + _fraction(rest[1:])
-    m = _ISO.match(time)
-    if m:
-        y, mo, d, h, mi, s = (int(g) for g in m.groups()[:6])
-        try:
-            return float(calendar.timegm((y, mo, d, h, mi, s, 0, 0, 0))) + _fraction(m.group(7))
-        except (ValueError, OverflowError):
-            return None
-    m = _TIME_ONLY.match(time)
-    if m:
-        h, mi, s = (int(g) for g in m.groups()[:3])
-        if h > 23 or mi > 59 or s > 60:
-            return None
-        return h * 3600.0 + mi * 60.0 + s + _fraction(m.group(4))
-    return None
+    return general_seconds(time)
 
 
 @functools.lru_cache(maxsize=4096)
