@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import json
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from sglang_tuning_exporter.advisor import (
     aggregate_signals,
     evaluate,
     findings_document,
     server_signals,
+    statuses,
     time_text,
     window_for,
     worst_by_check,
@@ -16,6 +20,7 @@ from sglang_tuning_exporter.advisor import (
 from sglang_tuning_exporter.checks import load_table
 from sglang_tuning_exporter.config import CheckOverride, Config
 from sglang_tuning_exporter.model import Finding, Rank, ServerState
+from sglang_tuning_exporter.signals import SIGNAL_NAMES
 
 TABLE = load_table()
 
@@ -164,3 +169,28 @@ def test_window_for_uses_profile_band() -> None:
     """The sidecar's window carries the profile's queue band and config ratios."""
     w = window_for(TABLE, "older-web", Config(window_s=900))
     assert w.params.queue_band == (50.0, 1000.0) and w.length_s == 900
+
+
+_SIGNAL_VALUE = st.one_of(st.none(), st.sampled_from([0.0, 0.5, 0.9, 0.95, 1.0, 2.0, 5.0, 8.0, 40.0, 100.0, 600.0,
+                                                       2500.0]), st.floats(0.0, 3000.0))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.dictionaries(st.sampled_from(SIGNAL_NAMES), _SIGNAL_VALUE, max_size=len(SIGNAL_NAMES)),
+       st.dictionaries(st.sampled_from(SIGNAL_NAMES), _SIGNAL_VALUE, max_size=8),
+       st.sampled_from(sorted(TABLE.workloads)), st.sampled_from(sorted(TABLE.profiles)),
+       st.sampled_from([None, "0.4.0", "0.5.4", ">=0.5.14", "0.5.23"]),
+       st.dictionaries(st.sampled_from(["schedule_policy", "max_running_requests", "cuda_graph_max_bs",
+                                        "mem_fraction_static", "chunked_prefill_size", "dp_size"]),
+                       st.sampled_from([None, "lpm", "fcfs", 1, 8, 256, 0.8, 0.9]), max_size=4))
+def test_statuses_equal_the_full_evaluation(a: dict[str, float | None], b: dict[str, float | None], workload: str,
+                                             profile: str, version: str | None, args: dict[str, object]) -> None:
+    """diagnose skips the full evaluation on windows where `statuses` sees nothing worse: the two must
+    agree on every check of every rank, suppression included."""
+    signals = {Rank(dp=0): a, Rank(dp=1): b}
+    server = ServerState(version, dict(args))
+    quick = statuses(TABLE, signals, server, profile=profile, workload=workload)
+    for rank in signals:
+        full = {f.check: f.status for f in evaluate(TABLE, {rank: signals[rank]}, server, profile=profile,
+                                                    workload=workload)}
+        assert quick[rank] == full

@@ -228,7 +228,9 @@ def test_parallel_chunks_match_sequential(tmp_path: Path, monkeypatch: pytest.Mo
     table = load_table()
     seq = diagnose_source(str(p), table, Config(), "docs-2025", "throughput", {}, jobs=1)
     monkeypatch.setattr(diagnose, "PARALLEL_MIN_BYTES", 1)
+    monkeypatch.setattr(diagnose, "MIN_CHUNK_BYTES", 1)  # else the 1 MiB floor leaves two ranges
     monkeypatch.setattr(diagnose, "CHUNK_BYTES", 64 << 10)
+    assert len(split_points(str(p), p.stat().st_size, 64 << 10)) > 10
     par = diagnose_source(str(p), table, Config(), "docs-2025", "throughput", {}, jobs=2)
     assert seq.error is None and par.error is None
     assert par.document["signals"] == seq.document["signals"]

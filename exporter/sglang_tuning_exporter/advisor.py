@@ -17,7 +17,6 @@ RankSignals = Mapping[Rank, Mapping[str, float | None]]
 FIRING = ("warning", "critical")
 # Signals stated once at startup (not windowed): the evidence says "at startup".
 STARTUP_SIGNALS = FACT_NAMES | {"cuda_graph_ceiling_ratio"}
-_WORSE = {"unknown": 0, "ok": 1, "warning": 2, "critical": 3}
 
 
 def compare(value: float, op: str, threshold: float) -> bool:
@@ -232,7 +231,7 @@ def worst_by_check(findings: list[Finding]) -> dict[str, Finding]:
     out: dict[str, Finding] = {}
     for f in findings:
         cur = out.get(f.check)
-        if cur is None or _WORSE[f.status] > _WORSE[cur.status]:
+        if cur is None or STATUS_CODE[f.status] > STATUS_CODE[cur.status]:
             out[f.check] = f
     return out
 
@@ -241,7 +240,7 @@ def worst_status(findings: list[Finding]) -> str:
     """The worst status among findings ('ok' when none)."""
     worst = "ok"
     for f in findings:
-        if _WORSE[f.status] > _WORSE[worst]:
+        if STATUS_CODE[f.status] > STATUS_CODE[worst]:
             worst = f.status
     return worst
 

@@ -20,7 +20,6 @@ import re
 import struct
 import sys
 import time
-from collections import Counter
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,7 +34,7 @@ from .events import Event, new_event
 from .flags import add_flag, add_guide_flags
 from .logparse import parse_line
 from .logreader import _DEDUP_DISTANCE, _MAX_BLOCK_LINES, EventReader, count_scanned, line_at, split_ranges
-from .model import Finding, Rank, ServerState
+from .model import STATUS_CODE, Finding, Rank, ServerState
 from .observations import EventConverter
 from .signals import Bucket, Window
 from .tail import InputError, InputLines, open_input
@@ -52,7 +51,6 @@ MIN_CHUNK_BYTES = 1 << 20
 BLOCK_BYTES = 1 << 20  # text scanned at once by the sequential reader of plain files
 MAX_SERIES_POINTS = 1500  # chart points kept per series (halved when exceeded)
 PROGRESS_MIN_BYTES = 64 << 20
-_WORSE = {"unknown": 0, "ok": 1, "warning": 2, "critical": 3}
 
 # --- fast path ---------------------------------------------------------------------------------
 # `[2025-01-12 10:11:12(.123)? DP0 TP0] Decode batch...` and `... Prefill batch...` are the commonest
@@ -92,12 +90,10 @@ class ChunkResult:
     buckets: dict[_BucketKey, Bucket] = field(default_factory=dict)
     rank_span: dict[tuple[int | None, int | None], list[float]] = field(default_factory=dict)
     events: list[Event] = field(default_factory=list)
-    by_kind: Counter[str] = field(default_factory=Counter)
     unparsed: int = 0
     first_t: float | None = None
     last_t: float | None = None
     nul_lines: int = 0
-    sglang_lines: int = 0  # lines that were events or fast-path samples
     graph_field: bool = False  # a fast Decode line had `cuda graph:` (so the release is >= 0.4.7)
     first_line: int = 1  # the scanner's number for the chunk's first line (its events are numbered alike)
     last_oom: tuple[int, str] | None = None  # the reader's last OOM (line, message) after this chunk
@@ -328,9 +324,7 @@ class Scanner:
         self._flush_rows(res)
         self._flush_prefill(res)
         res.lines = reader.next_line - res.first_line
-        res.by_kind = Counter(e.kind for e in res.events)
         res.unparsed = reader.stats.unparsed - unparsed0
-        res.sglang_lines = res.fast + len(res.events)
         res.last_oom = reader._last_oom
         res.blind_check = reader.first_blind_oom_check
         return res
@@ -663,9 +657,8 @@ class Diagnosis:
         self.worst: dict[tuple[str, tuple[Any, ...]], tuple[Finding, float, float]] = {}
         self.last_signals: dict[Rank, dict[str, float | None]] = {}
         self.evaluations = 0
-        self.lines = self.events = self.fast = self.unparsed = self.sglang = self.nul = 0
-        self.series = {k: Series(k) for k in ("queue_p50", "token_usage_mean", "retractions_per_minute",
-                                              "decode_batch_p90", "cuda_graph_miss_ratio")}
+        self.lines = self.events = self.fast = self.unparsed = self.nul = 0
+        self.series = {k: Series(k) for k, _ in diagnose_formats.CHARTS}  # the charts drawn, no more
 
     def _see(self, t: float) -> None:
         if self.first_t is None or t < self.first_t:
@@ -687,15 +680,15 @@ class Diagnosis:
         for rank, st in quick.items():
             key_r = tuple(sorted(rank.as_dict().items()))
             worse = final or any(
-                (cur := self.worst.get((cid, key_r))) is None or _WORSE[s] > _WORSE[cur[0].status]
+                (cur := self.worst.get((cid, key_r))) is None or STATUS_CODE[s] > STATUS_CODE[cur[0].status]
                 for cid, s in st.items())
             if not worse:
                 continue
             for f in evaluate(self.table, {rank: sig.get(rank, {})}, server, **kw):
                 key = (f.check, key_r)
                 cur = self.worst.get(key)
-                if cur is None or _WORSE[f.status] > _WORSE[cur[0].status] or (
-                        final and _WORSE[f.status] == _WORSE[cur[0].status] and f.status not in ("warning", "critical")):
+                if cur is None or STATUS_CODE[f.status] > STATUS_CODE[cur[0].status] or (
+                        final and STATUS_CODE[f.status] == STATUS_CODE[cur[0].status] and f.status not in ("warning", "critical")):
                     self.worst[key] = (f, start, now)
         agg = aggregate_signals(sig)
         for name, ser in self.series.items():
@@ -743,7 +736,6 @@ class Diagnosis:
         self.events += len(chunk.events)
         self.fast += chunk.fast
         self.unparsed += chunk.unparsed
-        self.sglang += chunk.sglang_lines
         self.nul += chunk.nul_lines
 
     def finish(self, source: str) -> FileDiagnosis:
@@ -862,7 +854,7 @@ def diagnose_source(source: str, table: CheckTable, cfg: Config, profile: str, w
     if d.nul * 2 > d.lines:
         return FileDiagnosis(source=source, error=f"{source}: binary data, not a text log", lines=d.lines,
                              elapsed_s=time.perf_counter() - t0)
-    if d.sglang == 0:
+    if d.fast + d.events == 0:  # no line was an SGLang event or a fast-path sample
         return FileDiagnosis(source=source, error=f"{source}: no SGLang log lines found in {d.lines} lines",
                              lines=d.lines, elapsed_s=time.perf_counter() - t0)
     out = d.finish(source)
@@ -1016,8 +1008,8 @@ def run(args: argparse.Namespace, *, stdout: IO[str] | None = None, stderr: IO[s
     if failed:
         return EXIT_RUNTIME
     if args.fail_on:
-        level = _WORSE[args.fail_on]
-        if any(_WORSE[f.status] >= level for r in good for f in r.findings):
+        level = STATUS_CODE[args.fail_on]
+        if any(STATUS_CODE[f.status] >= level for r in good for f in r.findings):
             return EXIT_FINDINGS
     return EXIT_OK
 

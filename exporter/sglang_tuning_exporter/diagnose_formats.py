@@ -12,12 +12,11 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from .checks import CheckTable
-from .model import Finding
+from .model import STATUS_CODE, Finding
 
 if TYPE_CHECKING:
     from .diagnose import FileDiagnosis, Series
 
-_WORSE = {"unknown": 0, "ok": 1, "warning": 2, "critical": 3}
 _ANSI = {"ok": "\x1b[32m", "warning": "\x1b[33m", "critical": "\x1b[1;31m", "unknown": "\x1b[90m"}
 _RESET = "\x1b[0m"
 COLOURS = {"ok": "#2e7d32", "warning": "#b26a00", "critical": "#c62828", "unknown": "#757575"}
@@ -40,7 +39,7 @@ def render_json(results: Sequence[FileDiagnosis]) -> str:
     """One input: the interfaces.md document; several: {"sources": [...], "status": worst}."""
     if len(results) == 1:
         return json.dumps(results[0].document, indent=2, sort_keys=False) + "\n"
-    worst = max((r.document.get("status", "ok") for r in results), key=lambda s: _WORSE.get(s, 0))
+    worst = max((r.document.get("status", "ok") for r in results), key=lambda s: STATUS_CODE.get(s, STATUS_CODE["unknown"]))
     return json.dumps({"sources": [r.document for r in results], "status": worst}, indent=2) + "\n"
 
 
@@ -79,7 +78,7 @@ def _rows(r: FileDiagnosis, table: CheckTable) -> list[tuple[str, str, str, str]
         fs = by.get(c.id)
         if not fs:
             continue
-        worst = max(fs, key=lambda f: _WORSE[f.status]).status
+        worst = max(fs, key=lambda f: STATUS_CODE[f.status]).status
         at = [f for f in fs if f.status == worst]
         ranks = ", ".join(rank_text(f.rank) for f in at)
         if len(fs) > 1:
@@ -90,7 +89,7 @@ def _rows(r: FileDiagnosis, table: CheckTable) -> list[tuple[str, str, str, str]
 
 def _firing(r: FileDiagnosis) -> list[Finding]:
     fs = [f for f in r.findings if f.status in ("warning", "critical")]
-    return sorted(fs, key=lambda f: -_WORSE[f.status])
+    return sorted(fs, key=lambda f: -STATUS_CODE[f.status])
 
 
 def _header_lines(r: FileDiagnosis) -> list[str]:
