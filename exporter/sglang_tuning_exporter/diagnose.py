@@ -20,7 +20,7 @@ import re
 import struct
 import sys
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, cast
@@ -44,7 +44,6 @@ HELP = "diagnose whole SGLang logs offline (plain, .gz or -) and print the tunin
 EXIT_OK, EXIT_RUNTIME, EXIT_USAGE, EXIT_FINDINGS = 0, 1, 2, 3
 FORMATS = ("text", "json", "markdown", "html")
 BUCKETS_PER_WINDOW = 1  # windows are evaluated back to back, so one bucket per window suffices
-BATCH_LINES = 20000  # lines per in-process batch (stdin, .gz, small files)
 PARALLEL_MIN_BYTES = 16 << 20  # plain files at least this big are scanned in a process pool
 CHUNK_BYTES = 8 << 20
 MIN_CHUNK_BYTES = 1 << 20
@@ -794,17 +793,6 @@ class Progress:
             self.stream.flush()
 
 
-def _batches(lines: Iterable[str], size: int) -> Iterator[list[str]]:
-    batch: list[str] = []
-    for line in lines:
-        batch.append(line)
-        if len(batch) >= size:
-            yield batch
-            batch = []
-    if batch:
-        yield batch
-
-
 def _looks_binary(path: str) -> bool:
     with open(path, "rb") as fh:
         head = fh.read(8192)
@@ -842,7 +830,7 @@ def diagnose_source(source: str, table: CheckTable, cfg: Config, profile: str, w
         if plain and size >= PARALLEL_MIN_BYTES and workers > 1:
             _run_parallel(source, size, d, workers, progress)
         else:
-            _run_sequential(source, d, progress)
+            _run_sequential(source, plain, d, progress)
         progress.close()
     except InputError as exc:
         return FileDiagnosis(source=source, error=str(exc), elapsed_s=time.perf_counter() - t0)
@@ -875,14 +863,14 @@ def _stdin_input() -> InputLines:
     return InputLines("-", stdin=stream)
 
 
-def _run_sequential(source: str, d: Diagnosis, progress: Progress) -> None:
+def _run_sequential(source: str, plain: bool, d: Diagnosis, progress: Progress) -> None:
     scanner = Scanner(d.res, d.cfg.usage_good, d.window.params.queue_band)
-    if source != "-" and not _is_gzip(source):
+    if plain:
         _run_plain(source, d, scanner, progress)
         return
     with (_stdin_input() if source == "-" else open_input(source)) as inp:
         done = 0
-        for batch in _batches(inp, BATCH_LINES):
+        for batch in inp.chunks():  # the input's own blocks of lines
             d.add_chunk(scanner.scan(batch, final=False))
             done += sum(len(x) + 1 for x in batch)
             progress.update(done)
