@@ -18,8 +18,8 @@ from sglang_tuning_exporter.model import Observation, Rank, Sample
 from sglang_tuning_exporter.observations import EventConverter
 from sglang_tuning_exporter.serve import build_advisor, build_sidecar, log_input_for, make_web
 from sglang_tuning_exporter.serveconfig import add_serve_flags, build_config
-from sglang_tuning_exporter.signals import Bucket, Window, sample_observations
-from sglang_tuning_exporter.state import LiveState, p90
+from sglang_tuning_exporter.signals import Bucket, Window, quantile, sample_observations
+from sglang_tuning_exporter.state import LiveState
 
 VALUES: list[Any] = [0, 1, 7, 150, 2500, 0.42, 0.95, float("nan"), float("inf"), True, False, "0.5", "x", None]
 
@@ -271,7 +271,7 @@ def test_no_graph_batch_p90_follows_the_window() -> None:
                                                                                   "cuda_graph": True})], now)
         kept = [(t, v) for t, v in kept + [(now, float(bs)) for bs in sizes] if now - t <= 30]
         snap = state.snapshot(now)
-        assert snap.ranks[0].no_graph_batch_p90 == p90(v for _, v in kept)
+        assert snap.ranks[0].no_graph_batch_p90 == (quantile([v for _, v in kept], 0.9) if kept else None)
     assert kept
 
 

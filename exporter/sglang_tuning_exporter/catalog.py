@@ -84,3 +84,18 @@ def exposed_names() -> set[str]:
     for m in CATALOG:
         names.add(m.name)
     return names
+
+
+GIB = float(1 << 30)  # SGLang's "GB" is get_available_gpu_memory() / 2**30
+# Per-rank gauges: catalog short name -> (observation name, scale).
+RANK_GAUGES: tuple[tuple[str, str, float], ...] = (
+    ("queue_requests", "num_queue_reqs", 1.0),
+    ("running_requests", "num_running_reqs", 1.0),
+    ("token_usage_ratio", "token_usage", 1.0),
+    ("gen_throughput_tokens_per_second", "gen_throughput", 1.0),
+    ("available_gpu_memory_bytes", "available_gpu_mem_gb", GIB),
+    ("gpu_memory_total_bytes", "gpu_mem_total_gb", GIB),
+    ("max_total_tokens", "max_total_num_tokens", 1.0),
+    ("max_running_requests", "max_running_requests", 1.0),
+    ("cuda_graph_max_batch_size", "cuda_graph_max_bs_captured", 1.0),
+)

@@ -17,12 +17,11 @@ from prometheus_client.registry import Collector, CollectorRegistry
 from prometheus_client.samples import Sample
 
 from . import __version__
-from .catalog import BY_NAME, CATALOG, PREFIX, RANK_LABELS, MetricSpec
+from .catalog import BY_NAME, CATALOG, PREFIX, RANK_GAUGES, RANK_LABELS, MetricSpec
 from .model import STATUS_CODE, Rank
 from .state import SOURCES, Snapshot
 from .suggest import default_schedule_policy
 
-GIB = float(1 << 30)  # SGLang's "GB" is get_available_gpu_memory() / 2**30
 # Server args exported as gauges: the knobs the guide tunes plus the topology they depend on.
 TUNING_ARGS = (
     "mem_fraction_static", "schedule_conservativeness", "chunked_prefill_size", "max_running_requests",
@@ -31,18 +30,6 @@ TUNING_ARGS = (
     "enable_dp_attention", "enable_torch_compile", "torch_compile_max_bs", "decode_log_interval",
     "enable_metrics", "context_length", "max_queued_requests", "enable_mixed_chunk",
     "num_continuous_decode_steps", "stream_interval", "max_total_num_tokens",
-)
-# Per-rank gauges: catalog short name -> (observation name, scale).
-RANK_GAUGES: tuple[tuple[str, str, float], ...] = (
-    ("queue_requests", "num_queue_reqs", 1.0),
-    ("running_requests", "num_running_reqs", 1.0),
-    ("token_usage_ratio", "token_usage", 1.0),
-    ("gen_throughput_tokens_per_second", "gen_throughput", 1.0),
-    ("available_gpu_memory_bytes", "available_gpu_mem_gb", GIB),
-    ("gpu_memory_total_bytes", "gpu_mem_total_gb", GIB),
-    ("max_total_tokens", "max_total_num_tokens", 1.0),
-    ("max_running_requests", "max_running_requests", 1.0),
-    ("cuda_graph_max_batch_size", "cuda_graph_max_bs_captured", 1.0),
 )
 # Per-rank counters: catalog short name -> (state family, extra label name or None).
 RANK_COUNTERS: tuple[tuple[str, str, str | None], ...] = (

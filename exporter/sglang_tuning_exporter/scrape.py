@@ -156,6 +156,7 @@ COUNTERS: dict[tuple[str, str | None], str] = {
     ("realtime_tokens_total", "prefill_cache"): "prefill_cached_tokens",
     ("realtime_tokens_total", "prefill_compute"): "prefill_new_tokens",
 }
+COUNTED = frozenset(COUNTERS.values())  # observations that are counter deltas (the log has them line by line)
 # Tokenizer-side counters: the prefill-token fallback before realtime_tokens_total (0.5.7).
 TOKENIZER_COUNTERS = ("cached_tokens_total", "prompt_tokens_total")
 # Known broken or misleading families (sglang-metrics.md): never read.

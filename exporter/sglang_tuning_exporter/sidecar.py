@@ -15,14 +15,11 @@ from typing import Any, Protocol
 
 from .events import Event
 from .model import Finding, Observation, Rank, Sample, ServerState
-from .scrape import ScrapeInterpreter, parse_exposition, wanted
+from .scrape import COUNTED, ScrapeInterpreter, parse_exposition, wanted
 from .serverinfo import HttpError, HttpGet, ServerInfoClient
 from .state import LiveState
 
 log = logging.getLogger("sglang_tuning_exporter.sidecar")
-# Scrape observations that are counter deltas (the log has the same events line by line).
-COUNTED_OBSERVATIONS = frozenset({"retraction", "decode_cuda_graph_passes", "decode_eager_passes",
-                                  "prefill_new_tokens", "prefill_cached_tokens"})
 
 
 class LineSource(Protocol):
@@ -298,7 +295,7 @@ class Sidecar:
             return n
 
         observations = [o if (r := normalised(o.rank)) is o.rank or r == o.rank else Observation(o.time, o.name, o.value, r, o.source)
-                        for o in result.observations if not (log_up and o.name in COUNTED_OBSERVATIONS)]
+                        for o in result.observations if not (log_up and o.name in COUNTED)]
         self.state.add_observations(observations, now)
         if self.advisor.window is not None:
             for o in observations:

@@ -17,6 +17,7 @@ import operator
 from collections import Counter, deque
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from .model import Observation, Rank, Sample
 
@@ -369,6 +370,9 @@ class _RankState:
     summed: _WindowSum | None = None
 
 
+_Value = TypeVar("_Value", int, float)  # histogram keys: queue lengths (int) or batch sizes (float)
+
+
 def quantile(values: list[float], q: float) -> float:
     """Nearest-rank quantile (q in 0-1) of a non-empty list."""
     ordered = sorted(values)
@@ -376,7 +380,7 @@ def quantile(values: list[float], q: float) -> float:
     return ordered[idx]
 
 
-def hist_quantile(hist: dict[int, int], q: float) -> float | None:
+def hist_quantile(hist: Mapping[_Value, int], q: float) -> float | None:
     """Nearest-rank quantile of a value -> count histogram (the first value whose cumulative count
     reaches rank ceil(q * n); cumulative sums and the search run at C level)."""
     n = sum(hist.values())

@@ -13,21 +13,18 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from .catalog import RANK_GAUGES
 from .events import Event
 from .model import Finding, Observation, Rank, Sample, ServerState
+from .scrape import COUNTED
+from .signals import hist_quantile
 
 SOURCES = ("log", "metrics", "server_info")
-# Observation names kept as "latest value" gauges per rank.
-GAUGE_NAMES = frozenset({
-    "num_queue_reqs", "num_running_reqs", "token_usage", "gen_throughput",
-    "available_gpu_mem_gb", "gpu_mem_total_gb", "max_total_num_tokens", "max_running_requests",
-    "cuda_graph_max_bs_captured",
-})
+# Observation names kept as "latest value" gauges per rank: exactly the ones the collector exports.
+GAUGE_NAMES = frozenset(obs for _, obs, _ in RANK_GAUGES)
 _COUNTED_KINDS = frozenset({"decode", "retract", "prefill", "oom"})
 _DECODE_TRUE, _DECODE_FALSE, _DECODE_UNKNOWN = (("decode_samples", v) for v in ("true", "false", "unknown"))
 _PREFILL_KEYS = (("num_new_tokens", ("prefill_tokens", "new")), ("num_cached_tokens", ("prefill_tokens", "cached")))
-_METRICS_COUNTED = frozenset({"retraction", "decode_cuda_graph_passes", "decode_eager_passes",
-                              "prefill_new_tokens", "prefill_cached_tokens"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,35 +100,13 @@ class _RankData:
 
     def batch_p90(self) -> float | None:
         if self.no_graph_p90 is None and self.no_graph_counts:
-            self.no_graph_p90 = count_p90(self.no_graph_counts)
+            self.no_graph_p90 = hist_quantile(self.no_graph_counts, 0.9)
         return self.no_graph_p90
 
 
 def rank_key(rank: Rank) -> tuple[int, ...]:
     """Sort key for ranks (None dimensions first; Rank's own ordering cannot compare None with int)."""
     return tuple(-1 if v is None else v for v in (rank.dp, rank.pp, rank.tp, rank.ep))
-
-
-def p90(values: Iterable[float]) -> float | None:
-    """Nearest-rank 90th percentile; None when empty."""
-    ordered = sorted(values)
-    if not ordered:
-        return None
-    return ordered[max(0, math.ceil(0.9 * len(ordered)) - 1)]
-
-
-def count_p90(counts: Mapping[float, int]) -> float | None:
-    """`p90` of a multiset given as value -> count (counts > 0)."""
-    n = sum(counts.values())
-    if n == 0:
-        return None
-    need = max(1, math.ceil(0.9 * n))
-    seen = 0
-    for v in sorted(counts):
-        seen += counts[v]
-        if seen >= need:
-            return v
-    return None  # not reached: the counts add up to n
 
 
 class LiveState:
@@ -236,7 +211,7 @@ class LiveState:
                     last_rank = None  # the observation path below re-touches its rank
                     continue
                 gauge = o.name in GAUGE_NAMES
-                if not gauge and (o.source == "log" or o.name not in _METRICS_COUNTED):
+                if not gauge and (o.source == "log" or o.name not in COUNTED):
                     continue  # log counters come from events (add_events), not twice
                 if o.rank is not last_rank or data is None:
                     # One event's observations share their Rank object: touch it once.
