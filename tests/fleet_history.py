@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
-import socket
 import subprocess
 import tempfile
 import time
@@ -21,6 +20,8 @@ from pathlib import Path
 from typing import TextIO
 
 import requests
+
+from netutil import free_port, stop_process
 
 BLOCK_S = 7200
 GIB = float(1 << 30)
@@ -337,11 +338,6 @@ def build_blocks(files: list[Path], data_dir: Path, parallel: int = 2) -> None:
             raise RuntimeError(f"promtool failed on {f}: {err.decode(errors='replace')[:500]}")
 
 
-def free_port() -> int:
-    """A free TCP port on loopback."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @contextlib.contextmanager
@@ -372,12 +368,7 @@ def running_prometheus(data_dir: Path, *, lookback: str = "5m", ready_timeout_s:
             time.sleep(0.1)  # waiting for a real process to come up (integration harness, not a unit test)
         yield url
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=10)
+        stop_process(proc, 20.0)
         log.close()
         shutil.rmtree(cfg_dir, ignore_errors=True)
 

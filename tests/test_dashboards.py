@@ -15,6 +15,7 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from netutil import free_port, stop_process
 from promql_lint import (
     AGGREGATIONS,
     FUNCTIONS,
@@ -451,11 +452,6 @@ MUST_HAVE_DATA = {
 }
 
 
-def _free_port() -> int:
-    import socket
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _query(base: str, expr: str) -> list[dict[str, Any]]:
@@ -489,7 +485,7 @@ def test_live_panels_have_data_from_the_demo_log(tmp_path: Path) -> None:
     recorded = ROOT / "examples" / "recorded.log"
     log = tmp_path / "sglang.log"
     log.write_text(recorded.read_text(encoding="utf-8"), encoding="utf-8")
-    exporter_port, prom_port = _free_port(), _free_port()
+    exporter_port, prom_port = free_port(), free_port()
     serve = ("import argparse, sys\nfrom sglang_tuning_exporter import serve\n"
              "p = argparse.ArgumentParser(); serve.add_arguments(p)\nsys.exit(serve.run(p.parse_args()))")
     config = {"global": {"scrape_interval": "1s", "scrape_timeout": "1s", "evaluation_interval": "1s"},
@@ -544,10 +540,4 @@ def test_live_panels_have_data_from_the_demo_log(tmp_path: Path) -> None:
                    "Sidecars that cannot scrape SGLang")["targets"][0]["expr"]))[0]["value"][1] == "0"
     finally:
         for proc in procs:
-            proc.terminate()
-        for proc in procs:
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(timeout=5)
+            stop_process(proc)

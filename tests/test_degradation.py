@@ -11,7 +11,6 @@ import argparse
 import json
 import os
 import re
-import socket
 import subprocess
 import sys
 import threading
@@ -23,6 +22,7 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from netutil import free_port, stop_process
 from sglang_tuning_exporter.collector import BuildInfo
 from sglang_tuning_exporter.serve import build_sidecar, make_web
 from sglang_tuning_exporter.serveconfig import add_serve_flags, build_config
@@ -79,11 +79,7 @@ def standin() -> Iterator[StandIn]:
 
 
 def _closed_port_url() -> str:
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
-    sock.close()  # nothing listens there now
-    return f"http://127.0.0.1:{port}"
+    return f"http://127.0.0.1:{free_port()}"  # nothing listens there now
 
 
 def _sidecar(*argv: str) -> Sidecar:
@@ -253,10 +249,5 @@ def test_serve_process_answers_while_sglang_is_down(tmp_path: Path) -> None:
         with urllib.request.urlopen(base + "/", timeout=10) as r:
             assert b"SGLang tuning status" in r.read()
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=5)
+        stop_process(proc)
     assert proc.returncode == 0

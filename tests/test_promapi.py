@@ -18,6 +18,7 @@ from urllib.parse import parse_qs
 import pytest
 import requests
 
+from netutil import free_port
 from sglang_tuning_exporter.promapi import PromConfig, PrometheusClient, PrometheusError
 
 
@@ -160,9 +161,7 @@ def test_failures_are_one_line_errors(server: tuple[str, Recorder], answer: Cann
 
 def test_connection_refused_is_clear() -> None:
     """A Prometheus that is down gives 'cannot reach'."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     with pytest.raises(PrometheusError, match=rf"cannot reach Prometheus at http://127.0.0.1:{port}"):
         PrometheusClient(PromConfig(url=f"http://127.0.0.1:{port}", timeout_s=2)).instant("up", 1.0)
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
-import socket
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -17,6 +16,7 @@ from typing import Any
 import pytest
 
 import fleet_history as fh
+from netutil import free_port
 from sglang_tuning_exporter import report
 from sglang_tuning_exporter.cli import main
 
@@ -185,9 +185,7 @@ def test_html_has_charts_from_range_queries(prometheus: str, tmp_path: Path) -> 
 
 def test_prometheus_down_is_one_line_exit_1(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """A Prometheus that is not there: exit 1 and one line on stderr, no traceback."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     code, _ = run_report(f"http://127.0.0.1:{port}", tmp_path, "json")
     err = capsys.readouterr().err
     assert code == 1

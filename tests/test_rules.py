@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import re
 import shutil
-import socket
 import subprocess
 import time
 import urllib.request
@@ -16,6 +15,7 @@ from typing import Any
 import pytest
 import yaml
 
+from netutil import free_port, stop_process
 from sglang_tuning_exporter import catalog, render_rules
 from sglang_tuning_exporter.checks import load_table
 
@@ -367,10 +367,6 @@ def test_alertmanager_message_prints_the_flag_change(tmp_path: Path) -> None:
 ALERTMANAGER = shutil.which("prometheus-alertmanager") or shutil.which("alertmanager")
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _http(url: str, body: Any = None) -> Any:
@@ -388,7 +384,7 @@ def test_alertmanager_inhibits_checks_of_a_blind_exporter(tmp_path: Path) -> Non
     """A real Alertmanager with the example config: exporter down mutes that instance's checks only."""
     for name in ("alertmanager.example.yml", "alertmanager.templates.tmpl"):
         shutil.copy(ALERTS / name, tmp_path / name)
-    port = _free_port()
+    port = free_port()
     base = f"http://127.0.0.1:{port}"
     proc = subprocess.Popen([str(ALERTMANAGER), f"--config.file={tmp_path / 'alertmanager.example.yml'}",
                              f"--storage.path={tmp_path / 'data'}", f"--web.listen-address=127.0.0.1:{port}",
@@ -422,9 +418,4 @@ def test_alertmanager_inhibits_checks_of_a_blind_exporter(tmp_path: Path) -> Non
                           ("SGLangRetractionsFrequent", "a:9470"): "suppressed",
                           ("SGLangRetractionsFrequent", "b:9470"): "active"}
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=5)
+        stop_process(proc)

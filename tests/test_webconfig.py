@@ -7,7 +7,6 @@ import gzip
 import http.client
 import re
 import shutil
-import socket
 import ssl
 import subprocess
 import sys
@@ -19,6 +18,7 @@ from pathlib import Path
 import bcrypt
 import pytest
 
+from netutil import free_port, stop_process
 from sglang_tuning_exporter import cli
 from sglang_tuning_exporter.collector import BuildInfo, TuningCollector, make_registry
 from sglang_tuning_exporter.model import Observation, Rank
@@ -329,10 +329,6 @@ def test_serve_with_bad_web_config_exits_2_listing_every_problem(tmp_path: Path,
     assert "--web.config.file: " in capsys.readouterr().err
 
 
-def _closed_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def test_serve_process_over_https_with_auth(certs: dict[str, Path], tmp_path: Path) -> None:
@@ -340,7 +336,7 @@ def test_serve_process_over_https_with_auth(certs: dict[str, Path], tmp_path: Pa
     path = _write_config(tmp_path, f"tls_server_config:\n  cert_file: {certs['server_cert']}\n"
                                    f"  key_file: {certs['server_key']}\nbasic_auth_users:\n  alice: '{ALICE_HASH}'\n")
     cmd = [sys.executable, "-m", "sglang_tuning_exporter", "serve", "--web.listen-address", "127.0.0.1:0",
-           "--sglang.url", f"http://127.0.0.1:{_closed_port()}", "--sglang.scrape-timeout", "1s",
+           "--sglang.url", f"http://127.0.0.1:{free_port()}", "--sglang.scrape-timeout", "1s",
            "--web.config.file", str(path)]
     proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True)
     lines: list[str] = []
@@ -365,10 +361,5 @@ def test_serve_process_over_https_with_auth(certs: dict[str, Path], tmp_path: Pa
         assert status == 200 and headers["content-encoding"] == "gzip"
         assert b"sglang_tuning_up 0.0" in gzip.decompress(body)
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=5)
+        stop_process(proc)
     assert proc.returncode == 0

@@ -11,7 +11,6 @@ import contextlib
 import ctypes
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -20,18 +19,13 @@ from pathlib import Path
 
 import requests
 
+from netutil import free_port as free_port  # re-exported: the one definition is tests/netutil.py
+
 ROOT = Path(__file__).resolve().parents[2]
 TESTS = ROOT / "tests"
 LOOPBACK = "127.0.0.1"
 
 _RUNNING: list[ManagedProcess] = []
-
-
-def free_port() -> int:
-    """A TCP port free on 127.0.0.1 right now (the OS picks it)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((LOOPBACK, 0))
-        return int(s.getsockname()[1])
 
 
 def python_env(extra: dict[str, str] | None = None) -> dict[str, str]:

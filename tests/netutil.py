@@ -1,0 +1,25 @@
+"""Loopback helpers shared by the tests that start real processes (imported by name, as scenario_logs is)."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+
+LOOPBACK = "127.0.0.1"
+
+
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 right now (the OS picks it; nothing listens there after)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((LOOPBACK, 0))
+        return int(s.getsockname()[1])
+
+
+def stop_process(proc: subprocess.Popen[bytes] | subprocess.Popen[str], timeout_s: float = 10.0) -> None:
+    """SIGTERM, wait; SIGKILL when it does not stop in time (its exit code stays in proc.returncode)."""
+    proc.terminate()
+    try:
+        proc.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(timeout=timeout_s / 2)
