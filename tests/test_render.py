@@ -79,6 +79,17 @@ def test_exporter_config_overrides_reach_the_rules(tmp_path: Path) -> None:
     assert "alert: SGLangQueueEmpty" not in text
 
 
+def test_workload_flag_wins_over_the_config_file(tmp_path: Path) -> None:
+    """`--workload` on the command line beats the config file's workload (which applies without it)."""
+    cfg = tmp_path / "config.yaml"
+    cfg.write_text("workload: latency\n", encoding="utf-8")
+    from_file, from_flag = tmp_path / "file", tmp_path / "flag"
+    assert run(["--rules-only", "--out", str(from_file), "--config", str(cfg)]) == 0
+    assert run(["--rules-only", "--out", str(from_flag), "--config", str(cfg), "--workload", "throughput"]) == 0
+    assert "alert: SGLangQueueEmpty" not in (from_file / "alerts/checks.rules.yaml").read_text(encoding="utf-8")
+    assert "alert: SGLangQueueEmpty" in (from_flag / "alerts/checks.rules.yaml").read_text(encoding="utf-8")
+
+
 @pytest.mark.parametrize(("argv", "message"), [
     (["--override-for", "soon"], "override_for: not a duration"),
     (["--guide-profile", "nope"], "unknown guide profile 'nope'"),

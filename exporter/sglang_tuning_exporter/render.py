@@ -97,9 +97,10 @@ def build_options(args: argparse.Namespace, table: CheckTable) -> render_rules.R
     return opts
 
 
-def apply_config(table: CheckTable, path: str, opts: render_rules.RenderOptions
+def apply_config(table: CheckTable, path: str, opts: render_rules.RenderOptions, *, workload_flag: bool = False
                  ) -> tuple[CheckTable, render_rules.RenderOptions]:
-    """The exporter's config file applied to the table: overrides, disabled checks, profile, workload."""
+    """The exporter's config file applied to the table: overrides, disabled checks, profile, workload
+    (a --workload or --guide-profile given on the command line wins over the file)."""
     from .config import ConfigError, load_config  # the advisor's module; only needed with --config
 
     try:
@@ -110,7 +111,7 @@ def apply_config(table: CheckTable, path: str, opts: render_rules.RenderOptions
                                    for p in exc.problems)) from None
     if cfg.guide_profile and opts.profile is None:
         opts = replace(opts, profile=cfg.guide_profile)
-    if cfg.workload and opts.workload == render_rules.RenderOptions().workload:
+    if cfg.workload and not workload_flag and opts.workload == render_rules.RenderOptions().workload:
         opts = replace(opts, workload=cfg.workload)
     profile = render_rules.profile_of(table, opts)
     checks: list[Check] = []
@@ -198,7 +199,7 @@ def run(args: argparse.Namespace) -> int:
         opts = render_rules.RenderOptions()
     if args.config:
         try:
-            table, opts = apply_config(table, args.config, opts)
+            table, opts = apply_config(table, args.config, opts, workload_flag=args.workload is not None)
         except UsageError as exc:
             problems.append(str(exc))
     if problems:
