@@ -24,7 +24,7 @@ from typing import IO, Any, Generic, TypeVar
 
 from . import events as ev
 from .accel import SCAN
-from .events import Event, new_event
+from .events import Event
 from .logparse import (
     LineClassifier,
     ParseStats,
@@ -521,7 +521,6 @@ def _count_newlines(job: tuple[str, int, int]) -> int:
 
 
 T = TypeVar("T")
-_Row = tuple[int, str, str | None, dict[str, int], dict[str, Any]]
 _Job = tuple[str, int, int, int, int, tuple[int, str] | None]  # path, start, end, first line, limit, known OOM
 
 
@@ -630,17 +629,12 @@ def map_file_parallel(path: str, fn: Callable[[Iterator[Event]], T], workers: in
             yield part.value
 
 
-def _rows(events: Iterator[Event]) -> list[_Row]:
-    """Plain tuples: they cross the process boundary faster than Events."""
-    return [(e.line, e.kind, e.time, e.rank, e.fields) for e in events]
-
-
 def read_file_parallel(path: str, workers: int | None = None, *, stats: ParseStats | None = None,
                        max_line_bytes: int = MAX_LINE_BYTES, chunk_bytes: int = CHUNK_BYTES) -> Iterator[Event]:
     """read_file_events with the parsing done in a process pool (see map_file_parallel): the same
     events in the same order, delivered to this process. Rebuilding them here costs about as much
     as parsing, so this pays only with more than two cores; reduce in the workers when you can."""
-    for rows in map_file_parallel(path, _rows, workers, stats=stats, max_line_bytes=max_line_bytes,
-                                  chunk_bytes=chunk_bytes):
-        for row in rows:
-            yield new_event(*row)
+    # Events cross the process boundary as their five values (Event.__reduce__), kinds re-interned.
+    for events in map_file_parallel(path, list, workers, stats=stats, max_line_bytes=max_line_bytes,
+                                    chunk_bytes=chunk_bytes):
+        yield from events
