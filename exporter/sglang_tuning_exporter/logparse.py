@@ -913,6 +913,12 @@ class ParseStats:
     unparsed_examples: list[tuple[int, str]] = field(default_factory=list)
     max_examples: int = 20
 
+    def note_unparsed(self, line_no: int, text: str) -> None:
+        """Count a line with a recognised head and an unreadable body; keep the first few as examples."""
+        self.unparsed += 1
+        if len(self.unparsed_examples) < self.max_examples:
+            self.unparsed_examples.append((line_no, text.rstrip("\n")[:300]))
+
     def as_dict(self) -> dict[str, Any]:
         """A JSON-ready summary."""
         return {"lines": self.lines, "events": sum(self.by_kind.values()), "by_kind": dict(sorted(self.by_kind.items())),
@@ -934,9 +940,7 @@ class LineClassifier:
         if r is None:
             return None
         if isinstance(r, _Unparsed):
-            st.unparsed += 1
-            if len(st.unparsed_examples) < st.max_examples:
-                st.unparsed_examples.append((line_no, text.rstrip("\n")[:300]))
+            st.note_unparsed(line_no, text)
             return None
         if partial:
             st.partial += 1

@@ -280,9 +280,7 @@ class EventReader:
             return
         st = self.classifier.stats
         if r.__class__ is not Event:
-            st.unparsed += 1
-            if len(st.unparsed_examples) < st.max_examples:
-                st.unparsed_examples.append((n, line.rstrip("\n")[:300]))
+            st.note_unparsed(n, line)
             return
         e: Event = r
         if partial:
