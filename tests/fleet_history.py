@@ -22,6 +22,7 @@ from typing import TextIO
 import requests
 
 from netutil import free_port, stop_process
+from sglang_tuning_exporter.fleet import RULE_DECODE_SAMPLES, RULE_RETRACTIONS
 
 BLOCK_S = 7200
 GIB = float(1 << 30)
@@ -218,16 +219,16 @@ def _write_sglang(w: _Writer, prefix: str, specs: list[InstanceSpec], times: lis
 
 def _write_recorded(w: _Writer, specs: list[InstanceSpec], times: list[float]) -> None:
     """Series of alerts/recording.rules.yaml (per-second rates), as a long-term store keeps them."""
-    w.family("instance:sglang_tuning_retractions:rate5m", "gauge")
+    w.family(RULE_RETRACTIONS, "gauge")
     for s in specs:
         for dp in _ranks(s):
-            w.emit("instance:sglang_tuning_retractions:rate5m", _rule_labels(s, dp),
+            w.emit(RULE_RETRACTIONS, _rule_labels(s, dp),
                    [(t, _retr_rate(s, dp) / 60) for t in times])
-    w.family("instance:sglang_tuning_decode_samples:rate5m", "gauge")
+    w.family(RULE_DECODE_SAMPLES, "gauge")
     for s in specs:
         for dp in _ranks(s):
             for graph, share in (("true", 1 - s.graph_miss_ratio), ("false", s.graph_miss_ratio)):
-                w.emit("instance:sglang_tuning_decode_samples:rate5m", _rule_labels(s, dp, f'cuda_graph="{graph}"'),
+                w.emit(RULE_DECODE_SAMPLES, _rule_labels(s, dp, f'cuda_graph="{graph}"'),
                        [(t, share * 0.5) for t in times])
 
 

@@ -356,3 +356,14 @@ def test_server_arg_overrides_reach_the_advice_not_the_drift() -> None:
     assert seen == [{"mem_fraction_static": 0.9}, {"mem_fraction_static": 0.9}]
     assert data["b:1"].args == {"mem_fraction_static": 0.8}
     assert len(fleet.find_drift(data.values())) == 1
+
+
+def test_the_recorded_series_the_report_prefers_are_rendered() -> None:
+    """fleet's preferred recording-rule names are records of alerts/recording.rules.yaml (one source)."""
+    import yaml
+
+    from sglang_tuning_exporter import fleet
+    rules = yaml.safe_load((Path(__file__).resolve().parent.parent / "alerts" / "recording.rules.yaml")
+                           .read_text(encoding="utf-8"))
+    records = {r["record"] for g in rules["groups"] for r in g["rules"]}
+    assert {fleet.RULE_RETRACTIONS, fleet.RULE_DECODE_SAMPLES, fleet.RULE_PREFILL_TOKENS} <= records

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 from .model import Rank, ServerState
 from .promapi import Sample, Series
+from .render_rules import recorded
 from .signals import SignalParams
 
 GROUP = "instance, dp_rank"
@@ -111,9 +112,9 @@ def _sglang(name: str, sel: str, matchers: str = "") -> list[str]:
 
 # The alert engineer's recording rules (alerts/recording.rules.yaml), preferred where they exist: long-term
 # stores often keep only recorded series. Per-second rates over 5m, by (job, instance, model_name, dp_rank, ...).
-RULE_RETRACTIONS = "instance:sglang_tuning_retractions:rate5m"
-RULE_DECODE_SAMPLES = "instance:sglang_tuning_decode_samples:rate5m"
-RULE_PREFILL_TOKENS = "instance:sglang_tuning_prefill_tokens:rate5m"
+RULE_RETRACTIONS = recorded("retractions")
+RULE_DECODE_SAMPLES = recorded("decode_samples")
+RULE_PREFILL_TOKENS = recorded("prefill_tokens")
 
 
 def ratio_of_samples(cond: str, w: Window) -> str:

@@ -515,21 +515,30 @@ def native_group(table: CheckTable, opts: RenderOptions) -> Group:
                  tuple(rules))
 
 
+RECORDING_WINDOW_S = 300.0
+
+
+def recorded(stem: str, fn: str = "rate", window_s: float = RECORDING_WINDOW_S) -> str:
+    """The name of a recording rule of recording_group (the fleet report reads them by this name)."""
+    return f"instance:sglang_tuning_{stem}:{fn}{promql_duration(window_s)}"
+
+
 def recording_group(opts: RenderOptions) -> Group:
     """Per-rank rates of the exporter's counters; ratios are left to the reader (sum, then divide)."""
-    w = promql_duration(opts.override_window_s if opts.override_window_s is not None else 300)
+    ws = opts.override_window_s if opts.override_window_s is not None else RECORDING_WINDOW_S
+    w = promql_duration(ws)
     by = "job, instance, model_name, dp_rank"
     specs = [
-        (f"instance:sglang_tuning_retractions:rate{w}", "sglang_tuning_retractions_total", by,
+        (recorded("retractions", window_s=ws), "sglang_tuning_retractions_total", by,
          "retraction events per second (the guide: ~1 per minute is acceptable)"),
-        (f"instance:sglang_tuning_retracted_requests:rate{w}", "sglang_tuning_retracted_requests_total", by,
+        (recorded("retracted_requests", window_s=ws), "sglang_tuning_retracted_requests_total", by,
          "requests retracted per second"),
-        (f"instance:sglang_tuning_decode_samples:rate{w}", "sglang_tuning_decode_samples_total",
+        (recorded("decode_samples", window_s=ws), "sglang_tuning_decode_samples_total",
          by + ", cuda_graph", "decode samples per second by cuda_graph (true|false|unknown); "
          "coverage = sum of true / sum of all"),
-        (f"instance:sglang_tuning_prefill_tokens:rate{w}", "sglang_tuning_prefill_tokens_total",
+        (recorded("prefill_tokens", window_s=ws), "sglang_tuning_prefill_tokens_total",
          by + ", source", "prefill tokens per second by source (new|cached); hit ratio = cached / (new + cached)"),
-        (f"instance:sglang_tuning_oom_events:increase{w}", "sglang_tuning_oom_events_total",
+        (recorded("oom_events", "increase", ws), "sglang_tuning_oom_events_total",
          by + ", phase", "out-of-memory errors by phase"),
     ]
     rules = []
