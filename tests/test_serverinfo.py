@@ -70,10 +70,17 @@ def test_fallback_to_get_server_info_on_404_and_remembered() -> None:
 
 def test_server_down_stops_at_first_failure() -> None:
     """A connection failure is not a 404: no pointless fallbacks, a clear error."""
+    asked: list[str] = []
+
     def down(url: str, timeout: float) -> bytes:
+        asked.append(url)
         raise HttpError(f"GET {url} failed: connection refused")
     res = ServerInfoClient("http://x", 1.0, get=down, timer=lambda: 0.0).fetch()
     assert res.info is None and res.error is not None and "connection refused" in res.error
+    assert asked == ["http://x/server_info"]  # no fallback to older endpoints
+    http = FakeHttp({"/server_info": 500})
+    res = ServerInfoClient("http://sglang:30000", 1.0, get=http, timer=lambda: 0.0).fetch()
+    assert res.info is None and http.asked == ["http://sglang:30000/server_info"]  # only a 404 falls back
 
 
 def test_invalid_json_is_an_error_not_a_crash() -> None:

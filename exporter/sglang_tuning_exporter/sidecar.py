@@ -42,6 +42,8 @@ class SignalWindow(Protocol):
 
     def add(self, obs: Observation) -> None: ...
 
+    def add_items(self, items: Iterable[Observation | Sample]) -> None: ...  # what to_samples feeds
+
     def prune(self, now: float) -> None: ...
 
     def signals(self, now: float) -> Mapping[Rank, Mapping[str, float | None]]: ...
@@ -237,19 +239,7 @@ class Sidecar:
             self.state.add_observations(items, now)
             if window is None:
                 return
-            add_items = getattr(window, "add_items", None)
-            if add_items is not None:
-                add_items(items)
-                return
-            add_sample = getattr(window, "add_sample", None)
-            for o in items:
-                if not isinstance(o, Sample):
-                    window.add(o)
-                elif add_sample is not None:
-                    add_sample(o)
-                else:
-                    for so in o.observations():
-                        window.add(so)
+            window.add_items(items)
             return
         if adv.to_observations is not None:
             obs = [o if o.time == now else Observation(now, o.name, o.value, o.rank, o.source)
