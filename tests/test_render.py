@@ -79,6 +79,18 @@ def test_exporter_config_overrides_reach_the_rules(tmp_path: Path) -> None:
     assert "alert: SGLangQueueEmpty" not in text
 
 
+def test_bad_render_options_are_listed_not_dropped_or_crashing(tmp_path: Path,
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    """A typo in a render option and an invalid release label: exit 2, both listed, no traceback."""
+    opts = tmp_path / "render.yaml"
+    opts.write_text('render:\n  release_labl: x\n  release_label: "bad label"\n', encoding="utf-8")
+    assert run(["--out", str(tmp_path), "--render-options", str(opts)]) == 2
+    err = capsys.readouterr().err
+    assert "release_labl: unknown render option" in err
+    assert "release_label: 'bad label' is not a valid Kubernetes label value" in err
+    assert "Traceback" not in err
+
+
 def test_workload_flag_wins_over_the_config_file(tmp_path: Path) -> None:
     """`--workload` on the command line beats the config file's workload (which applies without it)."""
     cfg = tmp_path / "config.yaml"

@@ -8,24 +8,19 @@ rule files for end-to-end tests; the committed files stay as generated with the 
 from __future__ import annotations
 
 import argparse
-import importlib
-import inspect
 import sys
-from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from . import render_rules, render_runbook
+from . import render_dashboards, render_kubernetes, render_rules, render_runbook
 from .checks import Check, CheckTable, TableError, load_table
 from .flags import WORKLOADS, add_flag
 
 HELP = "regenerate alerts/, the runbook, dashboards/ and Kubernetes manifests from the checks table"
 EXIT_OK, EXIT_DRIFT, EXIT_USAGE = 0, 1, 2
-# Other renderers, imported lazily: module -> what it produces.
-OPTIONAL_RENDERERS = ("sglang_tuning_exporter.render_dashboards", "sglang_tuning_exporter.render_kubernetes")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -92,6 +87,9 @@ def build_options(args: argparse.Namespace, table: CheckTable) -> render_rules.R
         except render_rules.OptionsError as exc:
             problems.extend(exc.problems)
     problems.extend(render_rules.validate_options(table, opts))
+    unknown = sorted(set(opts.extra) - render_kubernetes.OPTION_KEYS)
+    problems.extend(f"{args.render_options}: {k}: unknown render option" for k in unknown)
+    problems.extend(f"{args.render_options}: {p}" for p in render_kubernetes.option_problems(opts.extra))
     if problems:
         raise UsageError("\n".join(problems))
     return opts
@@ -132,16 +130,6 @@ def apply_config(table: CheckTable, path: str, opts: render_rules.RenderOptions,
     return replace(table, checks=checks, profiles=profiles), opts
 
 
-def _call_renderer(fn: Callable[..., Any], table: CheckTable, opts: render_rules.RenderOptions) -> dict[str, str]:
-    # Other renderers take what they need by parameter name; unknown parameters keep their defaults.
-    offered: dict[str, Any] = {"table": table, "profile": render_rules.profile_of(table, opts), "options": opts,
-                               "opts": opts, "rule_groups": render_rules.rule_groups(table, opts),
-                               "workload": opts.workload, **opts.extra}
-    params = inspect.signature(fn).parameters
-    kwargs = {k: v for k, v in offered.items() if k in params}
-    return {str(k): v for k, v in fn(**kwargs).items()}
-
-
 def generate_all(table: CheckTable, opts: render_rules.RenderOptions, *, rules_only: bool = False
                  ) -> dict[str, str]:
     """Every generated artefact as `{path relative to the project root: text}`."""
@@ -149,14 +137,10 @@ def generate_all(table: CheckTable, opts: render_rules.RenderOptions, *, rules_o
     if rules_only:
         return out
     out[render_runbook.RUNBOOK_PATH] = render_runbook.generate(table, opts)
-    for module in OPTIONAL_RENDERERS:
-        try:
-            mod = importlib.import_module(module)
-        except ModuleNotFoundError as exc:
-            if exc.name == module:
-                continue  # that renderer is not part of this build
-            raise
-        out.update(_call_renderer(mod.generate, table, opts))
+    profile = render_rules.profile_of(table, opts)
+    out.update(render_dashboards.generate(table, profile))
+    out.update(render_kubernetes.generate(table, render_rules.rule_groups(table, opts), profile=profile,
+                                          options=opts, **opts.extra))
     return out
 
 

@@ -162,6 +162,18 @@ def kustomization(files: Sequence[str]) -> Json:
             "resources": list(files)}
 
 
+OPTION_KEYS = frozenset({"release_label", "sglang_image", "exporter_image"})  # its keys in render options
+
+
+def option_problems(extra: Mapping[str, Any]) -> list[str]:
+    """Problems with this renderer's render options (checked by `render` before anything is generated)."""
+    problems = [f"{k}: must be a string" for k in sorted(OPTION_KEYS & set(extra)) if not isinstance(extra[k], str)]
+    label = extra.get("release_label", DEFAULT_RELEASE)
+    if isinstance(label, str) and (not label or not _LABEL_VALUE.match(label)):
+        problems.append(f"release_label: {label!r} is not a valid Kubernetes label value")
+    return problems
+
+
 def generate(table: CheckTable, rule_groups: Sequence[Mapping[str, Any]],
              release_label: str = DEFAULT_RELEASE, *, sglang_image: str = SGLANG_IMAGE,
              exporter_image: str = EXPORTER_IMAGE, profile: str | None = None,
