@@ -35,7 +35,7 @@ from .flags import add_flag, add_guide_flags
 from .logparse import parse_line
 from .logreader import _DEDUP_DISTANCE, _MAX_BLOCK_LINES, EventReader, count_scanned, line_at, split_ranges
 from .model import STATUS_CODE, Finding, Rank, ServerState
-from .observations import EventConverter
+from .observations import EventConverter, batch_usage
 from .signals import Bucket, Window
 from .tail import InputError, InputLines, open_input
 from .timeparse import event_seconds
@@ -228,10 +228,8 @@ class Scanner:
             v = f.get(k)
             return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
 
-        usages = [u for u in (num(k) for k in ("token_usage", "full_token_usage", "swa_token_usage", "mamba_usage"))
-                  if u is not None]
-        usage = num("token_usage") if "token_usage" in f else (max(usages) if usages else None)
-        b.prefill.add(num("num_queue_reqs"), num("num_running_reqs"), usage, None, None, self.usage_good, self.band)
+        b.prefill.add(num("num_queue_reqs"), num("num_running_reqs"), batch_usage(f), None, None, self.usage_good,
+                      self.band)
         new, cached = num("num_new_tokens"), num("num_cached_tokens")
         if new is not None:
             b.prefill_new += new
@@ -277,10 +275,7 @@ class Scanner:
         if e is None or e.kind != "decode":
             return
         f = e.fields
-        usages = [float(f[k]) for k in ("token_usage", "full_token_usage", "swa_token_usage", "mamba_usage")
-                  if isinstance(f.get(k), (int, float))]
-        usage = float(f["token_usage"]) if isinstance(f.get("token_usage"), (int, float)) else (
-            max(usages) if usages else None)
+        usage = batch_usage(f)
         graph = f.get("cuda_graph")
         if isinstance(graph, bool):
             res.graph_field = True

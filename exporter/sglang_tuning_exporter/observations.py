@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 from .checks import version_tuple
@@ -30,6 +30,15 @@ _AFTER_POOL_STAGES = ("memory_pool_end", "cuda_graph_begin", "cuda_graph_end", "
 _new_sample = functools.partial(tuple.__new__, Sample)
 _ARG_FACTS = {"max_running_requests": "max_running_requests", "chunked_prefill_size": "chunked_prefill_size",
               "context_length": "context_len"}
+
+
+def batch_usage(f: Mapping[str, Any]) -> float | None:
+    """The token_usage a Decode/Prefill line stands for: its own, else the fullest pool (hybrid models log
+    each pool; SGLang's own gauge is their max); None when it has none."""
+    if "token_usage" in f:
+        return _num(f["token_usage"])
+    usages = [u for u in (_num(f.get(k)) for k in _USAGE_KEYS[1:]) if u is not None]
+    return max(usages) if usages else None
 
 
 def _num(v: Any) -> float | None:
@@ -193,10 +202,7 @@ class EventConverter:
     def _batch_sample(f: dict[str, Any], add: Callable[[str, Any], None], prefix: str) -> None:
         add(prefix + "num_queue_reqs", f.get("num_queue_reqs"))
         add(prefix + "num_running_reqs", f.get("num_running_reqs"))
-        usages = [u for u in (_num(f.get(k)) for k in _USAGE_KEYS) if u is not None]
-        if usages:
-            # Hybrid models log each pool; SGLang's own gauge is their max.
-            add(prefix + "token_usage", f["token_usage"] if "token_usage" in f else max(usages))
+        add(prefix + "token_usage", batch_usage(f))
 
     @staticmethod
     def _oom(t: float, rank: Rank, phase: str, message: str) -> list[Observation]:
@@ -270,7 +276,7 @@ class EventConverter:
             get: Callable[[str], Any] = f.get  # Any: the parser's values, classes checked below
             usage = get("token_usage")
             if usage.__class__ is not float:  # a float is what `_usage` would return for it
-                usage = self._usage(f)
+                usage = batch_usage(f)
             # `_num` inline for the parser's usual classes (exactly float and int; bool is neither):
             # five calls per line saved, the same values.
             q, r = get("num_queue_reqs"), get("num_running_reqs")
@@ -312,17 +318,6 @@ class EventConverter:
                 append(_new_sample((t, rank, True, q, r, usage, None, None, None, "log", new, cached)))
         return out
 
-    @staticmethod
-    def _usage(f: dict[str, Any]) -> float | None:
-        """The token_usage `_batch_sample` emits (None when it emits none)."""
-        if "token_usage" in f:
-            u = _num(f["token_usage"])
-            if u is not None:
-                return u
-        usages = [u for u in (_num(f.get(k)) for k in _USAGE_KEYS) if u is not None]
-        if not usages:
-            return None
-        return _num(f["token_usage"]) if "token_usage" in f else max(usages)
 
     def convert_all(self, events: Iterable[Event]) -> Iterator[Observation]:
         """Observations for many events, in order."""
