@@ -141,6 +141,16 @@ def test_server_args_are_typed_as_diagnose_types_them() -> None:
     assert err.value.problems == ["--server-arg 'novalue': expected KEY=VALUE"]
 
 
+def test_guide_profile_is_checked_with_the_flags() -> None:
+    """An unknown --guide-profile is listed with the other flag problems (the table is loaded once, there)."""
+    with pytest.raises(ServeConfigError) as err:
+        build_config(_args("--sglang.url", "ftp://x", "--guide-profile", "nope"))
+    assert any(p.startswith("--guide-profile: unknown profile 'nope'") for p in err.value.problems)
+    assert any(p.startswith("--sglang.url") for p in err.value.problems)
+    cfg = build_config(_args("--sglang.url", "http://127.0.0.1:30000"))
+    assert cfg.table is not None and cfg.guide_config is not None
+
+
 def test_every_problem_is_listed() -> None:
     """Bad flags: one error listing each problem."""
     with pytest.raises(ServeConfigError) as err:

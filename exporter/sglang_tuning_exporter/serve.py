@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import functools
-import importlib
 import json
 import logging
 import signal
@@ -13,17 +12,23 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Mapping
-from pathlib import Path
-from types import FrameType, ModuleType
+from types import FrameType
 from typing import Any
 
+from .advisor import evaluate as evaluate_checks
+from .advisor import findings_document, window_for
+from .checks import load_table
 from .collector import BuildInfo, TuningCollector, current_build, make_registry
+from .config import Config
 from .events import Event
+from .logreader import EventReader
 from .model import Finding, Observation, Rank, Sample, ServerState
+from .observations import EventConverter
 from .serveconfig import ServeConfig, ServeConfigError, add_serve_flags, build_config
 from .serverinfo import urllib_get
 from .sidecar import Advisor, LogInput, MetricsInput, Sidecar, ToObservations, ToSamples
 from .state import LiveState
+from .tail import Follower
 from .web import WebApp, start_http
 
 HELP = "run the sidecar: follow the log, scrape SGLang, serve /metrics, the status page and /api/findings"
@@ -33,14 +38,6 @@ EXIT_OK, EXIT_RUNTIME, EXIT_USAGE = 0, 1, 2
 # (All signals stay in /api/findings; exporting every one per rank would double the series.)
 EXTRA_SIGNALS = ("queue_under_band_ratio", "queue_p50", "token_usage_mean", "token_usage_max",
                  "retracted_requests_per_minute", "cuda_graph_miss_batch_p90", "gen_throughput_mean")
-
-
-class StartupError(Exception):
-    """A problem found while wiring the sidecar; `problems` lists every one."""
-
-    def __init__(self, problems: list[str]) -> None:
-        super().__init__("; ".join(problems))
-        self.problems = problems
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -85,50 +82,16 @@ def configure_logging(level: str, fmt: str) -> None:
 
 
 # --- wiring to the parser and advisor layers ---------------------------------------------------
-def _optional(module: str) -> ModuleType | None:
-    try:
-        return importlib.import_module(f"sglang_tuning_exporter.{module}")
-    except ModuleNotFoundError as exc:
-        if exc.name == f"sglang_tuning_exporter.{module}":
-            return None
-        raise
-
-
 def build_advisor(cfg: ServeConfig) -> Advisor:
     """Bind the guide layer (checks table, --config, window, evaluate) for this sidecar.
 
     Precedence: the --config file's window/rank/profile/workload settings when it sets them, else
-    the flags. A missing layer (partial build) leaves the sidecar serving without findings.
+    the flags. The table and the config come from build_config, which loaded and checked them.
     """
-    checks = _optional("checks")
-    advisor_mod = _optional("advisor")
-    observations = _optional("observations")
-    config_mod = _optional("config")
-    problems: list[str] = []
-    table: Any = None
-    config: Any = None
-    if checks is not None:
-        try:
-            table = checks.load_table()
-        except ValueError as exc:
-            problems.extend(getattr(exc, "problems", [str(exc)]))
-    if config_mod is not None and table is not None:
-        try:
-            config = config_mod.load_config(cfg.config_file, table)
-        except ValueError as exc:
-            problems.extend(getattr(exc, "problems", [f"--config: {exc}"]))
-    elif cfg.config_file is not None:
-        problems.extend(_plain_yaml_problems(cfg.config_file))
-    if table is not None and cfg.guide_profile and cfg.guide_profile not in table.profiles:
-        problems.append(f"--guide-profile: unknown profile {cfg.guide_profile!r} "
-                        f"(known: {', '.join(sorted(table.profiles))})")
-    if problems:
-        raise StartupError(problems)
-    to_obs, to_samples = _converters(observations)
-    if advisor_mod is None or table is None or config is None:
-        log.warning("checks unavailable in this build: serving raw signals without findings")
-        return Advisor(window=None, evaluate=None, document=None, to_observations=to_obs, to_samples=to_samples)
-    defaults = type(config)()
+    table = cfg.table if cfg.table is not None else load_table()
+    config = cfg.guide_config if cfg.guide_config is not None else Config()
+    to_obs, to_samples = _converters()
+    defaults = Config()
     changes: dict[str, Any] = {}
     if config.window_s == defaults.window_s:
         changes["window_s"] = cfg.window_s
@@ -140,15 +103,15 @@ def build_advisor(cfg: ServeConfig) -> Advisor:
     profile = config.guide_profile if (config.guide_profile and not cfg.guide_profile) else (
         cfg.guide_profile or table.default_profile())
     workload = config.workload or cfg.workload
-    window = advisor_mod.window_for(table, profile, config)
+    window = window_for(table, profile, config)
     window_s = float(config.window_s)
 
     def evaluate(signals: Mapping[Rank, Mapping[str, float | None]], server: ServerState) -> list[Finding]:
-        return list(advisor_mod.evaluate(table, signals, server, profile=profile, workload=workload, config=config))
+        return list(evaluate_checks(table, signals, server, profile=profile, workload=workload, config=config))
 
     def document(findings: list[Finding], signals: Mapping[Rank, Mapping[str, float | None]],
                  server: ServerState, now: float) -> Mapping[str, Any]:
-        return dict(advisor_mod.findings_document(findings=findings, signals=signals, server=server, profile=profile,
+        return dict(findings_document(findings=findings, signals=signals, server=server, profile=profile,
                                                   workload=workload, window=(now - window_s, now), table=table))
 
     exported = frozenset({c.signal for c in table.checks} | set(EXTRA_SIGNALS))
@@ -156,13 +119,11 @@ def build_advisor(cfg: ServeConfig) -> Advisor:
                    window_s=window_s, exported_signals=exported, to_samples=to_samples)
 
 
-def _converters(observations: ModuleType | None) -> tuple[ToObservations | None, ToSamples | None]:
+def _converters() -> tuple[ToObservations, ToSamples]:
     """Events -> observations, and the same with a Sample per Decode/Prefill line (one converter)."""
-    if observations is None:
-        return None, None
     clock_now = [0.0]
     # One converter for the life of the process: it pairs startup lines across ticks.
-    converter = observations.EventConverter(clock=lambda: clock_now[0])
+    converter = EventConverter(clock=lambda: clock_now[0])
 
     def to_obs(events: list[Event], now: float) -> list[Observation]:
         clock_now[0] = now
@@ -175,24 +136,11 @@ def _converters(observations: ModuleType | None) -> tuple[ToObservations | None,
     return to_obs, to_samples
 
 
-def _plain_yaml_problems(path: Path) -> list[str]:
-    import yaml
-    try:
-        doc = yaml.safe_load(path.read_text())
-    except (OSError, yaml.YAMLError) as exc:
-        return [f"--config {path}: {exc}"]
-    return [] if doc is None or isinstance(doc, dict) else [f"--config {path}: top level must be a mapping"]
-
-
 def build_log_input(cfg: ServeConfig) -> LogInput | None:
     """Follower + event reader for --sglang.log-file."""
     if cfg.log_file is None:
         return None
-    tail = _optional("tail")
-    logreader = _optional("logreader")
-    if tail is None or logreader is None:
-        raise StartupError(["--sglang.log-file: the log parser is not available in this build"])
-    return log_input_for(tail.Follower(str(cfg.log_file), from_start=cfg.from_start), logreader.EventReader())
+    return log_input_for(Follower(str(cfg.log_file), from_start=cfg.from_start), EventReader())
 
 
 def log_input_for(follower: Any, reader: Any) -> LogInput:
@@ -282,12 +230,7 @@ def run(args: argparse.Namespace) -> int:
             print(f"serve: {p}", file=sys.stderr)
         return EXIT_USAGE
     configure_logging(cfg.log_level, cfg.log_format)
-    try:
-        sidecar = build_sidecar(cfg)
-    except StartupError as exc:
-        for p in exc.problems:
-            print(f"serve: {p}", file=sys.stderr)
-        return EXIT_USAGE
+    sidecar = build_sidecar(cfg)
     app = make_web(cfg, sidecar, time.time)
     try:
         server, _ = start_http(app, cfg.listen_host, cfg.listen_port, cfg.web_config)

@@ -10,7 +10,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from .config import parse_server_arg_overrides
+from .checks import CheckTable, TableError, load_table
+from .config import Config, ConfigError, load_config, parse_server_arg_overrides
 from .flags import add_flag, add_guide_flags
 from .problems import ProblemsError
 from .webconfig import WebConfig, WebConfigError, load_web_config
@@ -52,6 +53,8 @@ class ServeConfig:
     config_file: Path | None
     server_args: Mapping[str, Any]  # --server-arg overrides, typed as diagnose and report type them
     web_config: WebConfig | None = None  # --web.config.file: TLS, basic auth, headers
+    table: CheckTable | None = None  # the checks table (loaded once by build_config)
+    guide_config: Config | None = None  # the --config file, or the defaults
 
 
 def parse_duration(text: str) -> float:
@@ -104,19 +107,6 @@ def add_serve_flags(parser: argparse.ArgumentParser) -> None:
     add_flag(parser, "--log.format", dest="log_format", default="logfmt", choices=LOG_FORMATS,
              help="format of the exporter's own logs")
     add_guide_flags(parser)
-
-
-def _config_file_problems(path: Path) -> list[str]:
-    """Every problem of the guide config file, so they are listed together with the flags' problems."""
-    from .config import load_config  # the guide layer; imported late to keep flag parsing light
-
-    try:
-        load_config(path)
-    except ProblemsError as exc:
-        return list(exc.problems)
-    except (OSError, ValueError) as exc:
-        return [f"--config: {exc}"]
-    return []
 
 
 def build_config(args: argparse.Namespace) -> ServeConfig:
@@ -174,8 +164,26 @@ def build_config(args: argparse.Namespace) -> ServeConfig:
     config_file = Path(args.config) if args.config else None
     if config_file is not None and not config_file.is_file():
         problems.append(f"--config: {config_file} does not exist")
-    elif config_file is not None:
-        problems.extend(_config_file_problems(config_file))
+    # The checks table and the guide config are loaded once, here, so that their problems are listed
+    # with the flags' and serve does not read them again.
+    table: CheckTable | None = None
+    guide_config: Config | None = None
+    try:
+        table = load_table()
+    except TableError as exc:
+        problems.extend(exc.problems)
+    if table is not None and config_file is not None and config_file.is_file():
+        try:
+            guide_config = load_config(config_file, table)
+        except ConfigError as exc:
+            problems.extend(exc.problems)
+        except (OSError, ValueError) as exc:
+            problems.append(f"--config: {exc}")
+    elif table is not None and config_file is None:
+        guide_config = Config()
+    if table is not None and args.guide_profile and args.guide_profile not in table.profiles:
+        problems.append(f"--guide-profile: unknown profile {args.guide_profile!r} "
+                        f"(known: {', '.join(sorted(table.profiles))})")
     server_args, arg_problems = parse_server_arg_overrides(list(args.server_arg or []))
     problems.extend(arg_problems)
     if args.log_level not in LOG_LEVELS:
@@ -196,4 +204,5 @@ def build_config(args: argparse.Namespace) -> ServeConfig:
         from_start=bool(args.from_start), scrape_timeout_s=timeout, scrape_interval_s=interval,
         evaluation_interval_s=evaluation, window_s=window, ranks_max=ranks_max, ranks_expire_after_s=expire, log_level=args.log_level,
         log_format=args.log_format, guide_profile=args.guide_profile, workload=args.workload,
-        config_file=config_file, server_args=server_args, web_config=web_config)
+        config_file=config_file, server_args=server_args, web_config=web_config, table=table,
+        guide_config=guide_config)
