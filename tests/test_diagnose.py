@@ -6,6 +6,8 @@ import gzip
 import io
 import itertools
 import json
+import multiprocessing
+import os
 import re
 import sys
 from pathlib import Path
@@ -421,3 +423,26 @@ def test_block_scan_on_the_corpus(shared_dir: Path) -> None:
         whole = _scan_doc(text, fast=True)
         assert {**whole, "events": None} == _scan_doc(text, fast=False), log.name
         assert _scan_doc(text, fast=True, via_bytes=True) == whole, log.name
+
+
+def _reader_dies(job: object) -> None:
+    os._exit(7)  # a worker killed mid-range (e.g. SIGBUS on a mapped file truncated meanwhile)
+
+
+def test_a_dead_reader_process_is_an_error_not_a_hang(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The parallel path maps ranges of the file: a worker that dies gives a clear error, not a pool
+    waiting for ever on its lost task."""
+    if "fork" not in multiprocessing.get_all_start_methods():
+        pytest.skip("needs the fork start method (the patched worker must reach the children)")
+    w = LogWriter("0.5.23")
+    for i in range(400):
+        w.decode(100, 0.5, i % 300)
+        w.tick(1)
+    p = tmp_path / "dies.log"
+    p.write_text(w.text(), encoding="utf-8")
+    monkeypatch.setattr(diagnose, "PARALLEL_MIN_BYTES", 1)
+    monkeypatch.setattr(diagnose, "MIN_CHUNK_BYTES", 1)
+    monkeypatch.setattr(diagnose, "CHUNK_BYTES", 4 << 10)
+    monkeypatch.setattr(diagnose, "_scan_range", _reader_dies)
+    got = diagnose_source(str(p), load_table(), Config(), "docs-2025", "throughput", {}, jobs=2)
+    assert got.error is not None and "reader process died" in got.error and "truncated" in got.error

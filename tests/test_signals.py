@@ -3,6 +3,8 @@ observations they are built from."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -290,3 +292,71 @@ def test_hist_quantile_is_the_nearest_rank_of_the_expanded_values(hist: dict[int
         assert got is None
     else:
         assert got == quantile(values, q)
+
+
+_COUNTS = st.dictionaries(st.integers(-(2**40), 2**40) | st.integers(-5, 5000), st.integers(1, 50), max_size=200)
+
+
+@settings(max_examples=300, deadline=None)
+@given(_COUNTS, st.floats(0.0, 1.0, allow_nan=False), st.floats(-(2.0**41), 2.0**41, allow_nan=False))
+def test_frozen_hist_answers_as_the_dict_it_froze(hist: dict[int, int], q: float, floor: float) -> None:
+    """A FrozenHist (what a diagnose worker sends back) gives the dict's quantile, max, count at least
+    a floor, items and pickle round trip; with and without the C accelerator's freeze_hist."""
+    import pickle
+
+    from sglang_tuning_exporter import signals
+
+    for frozen in (signals.FrozenHist.of(hist), _python_frozen(hist)):
+        assert dict(frozen) == hist and list(frozen.pairs()) == sorted(hist.items()) and len(frozen) == len(hist)
+        assert hist_quantile(frozen, q) == hist_quantile(hist, q)
+        assert signals.hist_at_least(frozen, floor) == signals.hist_at_least(hist, floor)
+        if hist:
+            assert signals.hist_max(frozen) == max(hist)
+        back = pickle.loads(pickle.dumps(frozen))
+        assert type(back) is signals.FrozenHist and dict(back) == hist
+
+
+def _python_frozen(hist: dict[int, int]) -> Any:
+    from sglang_tuning_exporter import signals
+
+    saved = signals.SCAN
+    signals.SCAN = None
+    try:
+        return signals.FrozenHist.of(hist)
+    finally:
+        signals.SCAN = saved
+
+
+def test_frozen_stats_thaw_on_write_and_merge_like_dicts() -> None:
+    """Frozen sample stats give the same signals, and every writer (add, merge, merge into a fresh
+    bucket) thaws them first, so a frozen bucket adopted by a window stays correct."""
+    params = SignalParams(queue_band=(100.0, 2000.0))
+
+    def filled() -> Bucket:
+        b = Bucket()
+        for i in range(40):
+            b.decode.add(50 + 37 * i % 3000, 10 + i % 17, 0.5 + (i % 5) / 10, float(i % 3 != 0), 100.0,
+                         0.9, params.queue_band)
+        return b
+
+    plain, frozen = filled(), filled()
+    frozen.freeze()
+    assert frozen.decode.frozen and type(frozen.decode.queue) is not dict
+    kw = {"span_s": 600.0, "from_log": True}
+    facts = {"max_running_requests": 20.0}
+    from sglang_tuning_exporter.signals import compute_signals
+
+    assert compute_signals(frozen, facts, params, **kw) == compute_signals(plain, facts, params, **kw)
+    merged_plain, merged_frozen = filled(), filled()
+    merged_frozen.freeze()
+    merged_plain.merge(plain)
+    merged_frozen.merge(frozen)  # frozen into frozen: thaws the receiver
+    assert not merged_frozen.decode.frozen
+    assert compute_signals(merged_frozen, facts, params, **kw) == compute_signals(merged_plain, facts, params, **kw)
+    frozen.decode.add(7, 3, 0.2, 0.0, 1.0, 0.9, params.queue_band)
+    plain.decode.add(7, 3, 0.2, 0.0, 1.0, 0.9, params.queue_band)
+    assert compute_signals(frozen, facts, params, **kw) == compute_signals(plain, facts, params, **kw)
+    odd = SampleStats()
+    odd.queue[2**70] = 1  # past int64: stays a dict
+    odd.freeze()
+    assert not odd.frozen and odd.queue == {2**70: 1}

@@ -19,6 +19,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <math.h>
+#include <limits.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -1064,7 +1065,85 @@ bad:
     return NULL;
 }
 
+/* freeze_hist(hist) -> (typecode, keys, cumulative counts): a dict of int value -> positive int count
+ * as two arrays of machine ints in value order ('i' when every key and the total fit 32 bits, else
+ * 'q'), for signals.FrozenHist. TypeError/ValueError/OverflowError when it is not such a dict. */
+typedef struct {
+    long long k, c;
+} KeyCount;
+
+static int key_order(const void *a, const void *b) {
+    long long x = ((const KeyCount *)a)->k, y = ((const KeyCount *)b)->k;
+    return (x > y) - (x < y);
+}
+
+static PyObject *freeze_hist(PyObject *self, PyObject *hist) {
+    (void)self;
+    if (!PyDict_Check(hist)) {
+        PyErr_SetString(PyExc_TypeError, "freeze_hist: a dict");
+        return NULL;
+    }
+    Py_ssize_t n = PyDict_GET_SIZE(hist), pos = 0, i = 0;
+    KeyCount *kc = PyMem_Malloc(sizeof(KeyCount) * (size_t)(n > 0 ? n : 1));
+    if (kc == NULL) return PyErr_NoMemory();
+    PyObject *k, *v, *keys = NULL, *cum = NULL;
+    while (PyDict_Next(hist, &pos, &k, &v) && i < n) {
+        int ok = 0, vk = 0;
+        if (!PyLong_CheckExact(k) || !PyLong_CheckExact(v)) {
+            PyErr_SetString(PyExc_TypeError, "freeze_hist: int keys and counts");
+            goto done;
+        }
+        kc[i].k = PyLong_AsLongLongAndOverflow(k, &ok);
+        kc[i].c = PyLong_AsLongLongAndOverflow(v, &vk);
+        if (ok || vk) {
+            PyErr_SetString(PyExc_OverflowError, "freeze_hist: past 64 bits");
+            goto done;
+        }
+        if (kc[i].c < 1) {
+            PyErr_SetString(PyExc_ValueError, "freeze_hist: counts must be positive");
+            goto done;
+        }
+        i++;
+    }
+    qsort(kc, (size_t)n, sizeof(KeyCount), key_order);
+    int narrow = 1;
+    long long total = 0;
+    for (i = 0; i < n; i++) {
+        if (kc[i].c > LLONG_MAX - total) {
+            PyErr_SetString(PyExc_OverflowError, "freeze_hist: total past 64 bits");
+            goto done;
+        }
+        total += kc[i].c;
+        kc[i].c = total;
+        if (kc[i].k < INT32_MIN || kc[i].k > INT32_MAX) narrow = 0;
+    }
+    if (total > INT32_MAX) narrow = 0;
+    size_t width = narrow ? sizeof(int32_t) : sizeof(int64_t);
+    keys = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(width * (size_t)n));
+    cum = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(width * (size_t)n));
+    if (keys == NULL || cum == NULL) goto done;
+    char *kp = PyBytes_AS_STRING(keys), *cp = PyBytes_AS_STRING(cum);
+    for (i = 0; i < n; i++) {
+        if (narrow) {
+            int32_t a = (int32_t)kc[i].k, b = (int32_t)kc[i].c;
+            memcpy(kp + 4 * i, &a, 4);
+            memcpy(cp + 4 * i, &b, 4);
+        } else {
+            memcpy(kp + 8 * i, &kc[i].k, 8);
+            memcpy(cp + 8 * i, &kc[i].c, 8);
+        }
+    }
+    PyMem_Free(kc);
+    return Py_BuildValue("(CNN)", narrow ? 'i' : 'q', keys, cum);
+done:
+    PyMem_Free(kc);
+    Py_XDECREF(keys);
+    Py_XDECREF(cum);
+    return NULL;
+}
+
 static PyMethodDef methods[] = {
+    {"freeze_hist", freeze_hist, METH_O, "freeze_hist(hist) -> (typecode, keys, cumulative counts)"},
     {"configure", configure, METH_VARARGS, "Take the parser's tables (see logparse)."},
     {"scan_lines", scan_lines, METH_VARARGS,
      "scan_lines(lines, start, first_line, out) -> (stop, decode, prefill, retract)"},

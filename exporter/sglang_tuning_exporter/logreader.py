@@ -13,6 +13,7 @@ from __future__ import annotations
 import functools
 import gzip
 import itertools
+import mmap
 import multiprocessing
 import os
 import re
@@ -142,7 +143,7 @@ def count_scanned(by_kind: Counter[str], decode: int, prefill: int, retract: int
         by_kind[ev.RETRACT] += retract
 
 
-def line_at(data: bytes, pos: int) -> tuple[str, int]:
+def line_at(data: bytes | mmap.mmap, pos: int) -> tuple[str, int]:
     """The line of `data` starting at `pos` (decoded, invalid bytes replaced) and where the next starts."""
     end = data.find(b"\n", pos)
     if end < 0:

@@ -10,15 +10,17 @@ aggregates: counts and exact value histograms.  Adding is O(1), pruning pops who
 
 from __future__ import annotations
 
+import array
 import bisect
 import itertools
 import math
 import operator
 from collections import Counter, deque
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TypeVar
 
+from .accel import SCAN
 from .model import Observation, Rank, Sample
 
 # Per-sample values of a Decode line (or a scrape); observations of one line share a time.
@@ -86,18 +88,87 @@ class SignalParams:
     min_samples: int = 3  # below this a windowed ratio is unknown
 
 
+class FrozenHist(Mapping[int, int]):
+    """A read-only value -> count histogram held as sorted machine-int values and their cumulative
+    counts.  It pickles as two byte strings (a diagnose worker's histograms reach the parent without
+    a dict built value by value) and answers a quantile with one binary search.  Writers thaw it."""
+
+    __slots__ = ("cum", "values_sorted")
+
+    def __init__(self, values_sorted: array.array[int], cum: array.array[int]) -> None:
+        self.values_sorted = values_sorted
+        self.cum = cum
+
+    @classmethod
+    def of(cls, hist: dict[int, int]) -> FrozenHist:
+        """The frozen copy of a histogram of int counts (OverflowError past int64; TypeError or
+        ValueError when it is no such histogram)."""
+        if SCAN is not None:
+            code, vb, cb = SCAN.freeze_hist(hist)
+            vals, cum = array.array(code), array.array(code)
+            vals.frombytes(vb)
+            cum.frombytes(cb)
+            return cls(vals, cum)
+        if not all(type(k) is int and type(c) is int and c > 0 for k, c in hist.items()):
+            raise TypeError("a histogram of positive int counts")
+        ordered = sorted(hist)
+        return cls(array.array("q", ordered), array.array("q", itertools.accumulate(map(hist.__getitem__, ordered))))
+
+    def __getitem__(self, key: int) -> int:
+        vals = self.values_sorted
+        i = bisect.bisect_left(vals, key)
+        if i == len(vals) or vals[i] != key:
+            raise KeyError(key)
+        return self.cum[i] - (self.cum[i - 1] if i else 0)
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self.values_sorted)
+
+    def __len__(self) -> int:
+        return len(self.values_sorted)
+
+    def __reduce__(self) -> tuple[type[FrozenHist], tuple[array.array[int], array.array[int]]]:
+        return FrozenHist, (self.values_sorted, self.cum)
+
+    def pairs(self) -> Iterator[tuple[int, int]]:
+        """(value, count) in value order."""
+        cum = self.cum
+        return zip(self.values_sorted, map(operator.sub, cum, itertools.chain((0,), cum)), strict=False)
+
+    def total(self) -> int:
+        """The sum of the counts."""
+        return self.cum[-1] if self.cum else 0
+
+
+def _pairs(h: Mapping[int, int]) -> Iterable[tuple[int, int]]:
+    return h.pairs() if type(h) is FrozenHist else h.items()
+
+
 def _merge_counts(into: dict[int, int], add: Mapping[int, int]) -> None:
     if not into:
-        into.update(add)
+        into.update(_pairs(add))
         return
-    for k, v in add.items():
+    for k, v in _pairs(add):
         into[k] = into.get(k, 0) + v
+
+
+def hist_max(hist: Mapping[int, int]) -> int:
+    """The largest value of a non-empty histogram."""
+    return hist.values_sorted[-1] if type(hist) is FrozenHist else max(hist)
+
+
+def hist_at_least(hist: Mapping[int, int], floor: float) -> int:
+    """The count of values >= floor."""
+    if type(hist) is FrozenHist:
+        i = bisect.bisect_left(hist.values_sorted, floor)
+        return hist.total() - (hist.cum[i - 1] if i else 0)
+    return sum(map(hist.__getitem__, filter(floor.__le__, hist)))
 
 
 class SampleStats:
     """Mergeable statistics of batch samples (queue, running, usage, graph, throughput)."""
 
-    __slots__ = ("capped_base", "capped_cand", "graph_miss", "graph_n", "kv_n", "kv_under", "missed",
+    __slots__ = ("capped_base", "capped_cand", "frozen", "graph_miss", "graph_n", "kv_n", "kv_under", "missed",
                  "queue", "queue_n", "queue_over", "queue_under", "queue_zero", "running", "running_n", "tp_n",
                  "tp_sum", "usage_max", "usage_sum")
 
@@ -121,10 +192,31 @@ class SampleStats:
         self.tp_sum = 0.0
         self.capped_base = 0  # samples with running, queue and usage
         self.capped_cand: dict[int, int] = {}  # running values of those with queue > 0 and usage < good
+        self.frozen = False  # the four histograms are FrozenHists (read-only): writers thaw them first
+
+    def freeze(self) -> None:
+        """Hold the histograms as FrozenHists (cheap to pickle); no-op past int64."""
+        if self.frozen:
+            return
+        try:
+            hists = [FrozenHist.of(h) for h in (self.queue, self.running, self.missed, self.capped_cand)]
+        except (OverflowError, TypeError, ValueError):
+            return  # not plain int counts: stays a dict
+        self.queue, self.running, self.missed, self.capped_cand = hists  # type: ignore[assignment]
+        self.frozen = True
+
+    def thaw(self) -> None:
+        """Make the histograms writable dicts again."""
+        if self.frozen:
+            self.queue, self.running, self.missed, self.capped_cand = (
+                dict(_pairs(h)) for h in (self.queue, self.running, self.missed, self.capped_cand))
+            self.frozen = False
 
     def add(self, queue: float | None, running: float | None, usage: float | None, graph: float | None,
             throughput: float | None, usage_good: float, band: tuple[float, float]) -> None:
         """Add one sample; None = the line did not have that field."""
+        if self.frozen:
+            self.thaw()
         if queue is not None:
             self.queue_n += 1
             if queue == 0:
@@ -181,6 +273,8 @@ class SampleStats:
                     band: tuple[float, float]) -> None:
         """Add many Decode samples at once (aligned columns; running and queue always present, None =
         the line did not have that field): the same result as `add` per sample, with C-level builtins."""
+        if self.frozen:
+            self.thaw()
         n = len(queue)
         if n == 0:
             return
@@ -222,6 +316,8 @@ class SampleStats:
                    missed: Mapping[int, int], capped: Mapping[int, int]) -> None:
         """Add samples already summed elsewhere (the C accelerator's accumulator, which does what `add`
         does per sample): counts and sums by field name, and the four value histograms."""
+        if self.frozen:
+            self.thaw()
         t = totals
         self.queue_n += int(t["queue_n"])
         self.queue_zero += int(t["queue_zero"])
@@ -245,6 +341,8 @@ class SampleStats:
 
     def merge(self, o: SampleStats) -> None:
         """Add another aggregate into this one."""
+        if self.frozen:
+            self.thaw()
         _merge_counts(self.queue, o.queue)
         _merge_counts(self.running, o.running)
         _merge_counts(self.missed, o.missed)
@@ -253,9 +351,11 @@ class SampleStats:
 
     def subtract_histograms(self, o: SampleStats) -> None:
         """Remove the value histograms of `o` (merged into this one earlier); scalars are left alone."""
+        if self.frozen:
+            self.thaw()
         for into, sub in ((self.queue, o.queue), (self.running, o.running), (self.missed, o.missed),
                           (self.capped_cand, o.capped_cand)):
-            for k, v in sub.items():
+            for k, v in _pairs(sub):
                 left = into[k] - v
                 if left:
                     into[k] = left
@@ -298,6 +398,11 @@ class Bucket:
         self.prefill_n = 0
         self.graph_passes = 0.0
         self.eager_passes = 0.0
+
+    def freeze(self) -> None:
+        """Hold the sample histograms as FrozenHists (see SampleStats.freeze)."""
+        self.decode.freeze()
+        self.prefill.freeze()
 
     def copy(self) -> Bucket:
         """An independent copy."""
@@ -383,6 +488,13 @@ def quantile(values: list[float], q: float) -> float:
 def hist_quantile(hist: Mapping[_Value, int], q: float) -> float | None:
     """Nearest-rank quantile of a value -> count histogram (the first value whose cumulative count
     reaches rank ceil(q * n); cumulative sums and the search run at C level)."""
+    if type(hist) is FrozenHist:
+        n = hist.total()
+        if n == 0:
+            return None
+        fk = hist.values_sorted
+        i = bisect.bisect_left(hist.cum, max(1, math.ceil(q * n)))
+        return float(fk[i] if i < len(fk) else fk[-1])
     n = sum(hist.values())
     if n == 0:
         return None
@@ -787,13 +899,13 @@ def compute_signals(total: Bucket, facts: dict[str, float], p: SignalParams, *, 
         out["token_usage_mean"] = round(s.usage_sum / s.kv_n, 4)  # merge order must not show
     if s.running_n >= enough:
         out["decode_batch_p90"] = hist_quantile(s.running, 0.9)
-        out["running_max"] = float(max(s.running))
+        out["running_max"] = float(hist_max(s.running))
     if s.tp_n:
         out["gen_throughput_mean"] = round(s.tp_sum / s.tp_n, 2)
     cap = facts.get("max_running_requests")
     if cap and s.capped_base >= enough:
         floor = p.capped_fraction * cap
-        capped = sum(map(s.capped_cand.__getitem__, filter(floor.__le__, s.capped_cand)))  # running >= floor
+        capped = hist_at_least(s.capped_cand, floor)  # running >= floor
         out["running_capped_ratio"] = capped / s.capped_base
     # CUDA graph coverage: exact counters (scrape) win over sampled Decode lines.
     passes, eager = total.graph_passes, total.eager_passes
