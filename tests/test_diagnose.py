@@ -393,7 +393,28 @@ def _block_logs() -> list[str]:
         if i % 41 == 0:
             w.retract(1)
         w.tick(1)
-    return [make() for make in ALL_LOGS] + [_oom_straddling_log(), w.text(), w.text()[:-1]]
+    return [make() for make in ALL_LOGS] + [_oom_straddling_log(), w.text(), w.text()[:-1], _tp_retraction_log()]
+
+
+def _tp_retraction_log() -> str:
+    """Retractions printed by every TP rank of a replica (counted once each), two in one second with one
+    value, prints without rank tags, a TP rank alone: the de-duplication diagnose's scanner does while
+    summing retractions read in C must equal the window's, wherever blocks are cut."""
+    w = LogWriter("0.5.23", tp_size=2)
+    for i in range(300):
+        w.decode(100 + i % 90, 0.6, i % 300, dp=i % 2, tp=0)
+        if i % 3 == 0:
+            for tp in (0, 1):
+                w.retract(1 + i % 2, dp=0, tp=tp)
+        if i % 5 == 0:
+            for tp in (0, 1, 0, 1):
+                w.retract(2, dp=1, tp=tp)
+        if i % 7 == 0:
+            w.retract(3)
+            w.retract(1, dp=0, tp=1)
+        if i % 2:
+            w.tick(1)
+    return w.text()
 
 
 BLOCK_LOGS = _block_logs()

@@ -13,9 +13,11 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import gzip
+import heapq
 import math
 import mmap
 import multiprocessing
+import operator
 import os
 import re
 import struct
@@ -33,13 +35,13 @@ from .accel import SCAN
 from .advisor import aggregate_signals, evaluate, findings_document, statuses, time_text, window_for
 from .checks import CheckTable, TableError, load_table
 from .config import Config, ConfigError, load_config, parse_server_arg_overrides
-from .events import Event, new_event
+from .events import RETRACT, Event, new_event
 from .flags import add_flag, add_guide_flags
 from .logparse import parse_line
 from .logreader import _DEDUP_DISTANCE, _MAX_BLOCK_LINES, EventReader, count_scanned, line_at, split_ranges
 from .model import STATUS_CODE, Finding, Rank, ServerState
-from .observations import EventConverter, batch_usage
-from .signals import Bucket, Window
+from .observations import EventConverter, batch_usage, number
+from .signals import Bucket, EventKey, Window, tp_dedup
 from .tail import InputError, InputLines, open_input
 from .timeparse import event_seconds
 
@@ -100,6 +102,9 @@ class ChunkResult:
     first_line: int = 1  # the scanner's number for the chunk's first line (its events are numbered alike)
     last_oom: tuple[int, str] | None = None  # the reader's last OOM (line, message) after this chunk
     blind_check: int | None = None  # line of a re-raised-OOM check made before any OOM was known
+    summed_events: int = 0  # retraction events summed into `buckets` here instead of sent (still events)
+    retract_keys: dict[tuple[int | None, int | None], EventKey] = field(default_factory=dict)  # dedup state after
+    retract_floor: bool = False  # a summed retraction line had `#new_tokens_gained` (release >= 0.5.7)
 
 
 def _iso_of(t: float) -> str:
@@ -140,6 +145,7 @@ class Scanner:
         self._prows: dict[_BucketKey, _Pending] = {}  # the same for fast Prefill lines
         # Decode and Prefill lines summed by the C accelerator: bucket key -> [totals, 4 histograms]
         self._cols: tuple[dict[_BucketKey, list[Any]], dict[_BucketKey, list[Any]]] = ({}, {})
+        self._c_retracts: list[Event] = []  # retraction events read in C (summed in _end when possible)
 
     def _stamp(self, line: str, p: int) -> tuple[float, int | None, int | None] | None:
         """(time, dp, pp) of `[YYYY-MM-DD HH:MM:SS(.fff)? TAGS]` ending at `p`, or None."""
@@ -317,6 +323,7 @@ class Scanner:
         if final:
             for e in reader.flush():
                 res.events.append(self._timed(e, res))
+        self._sum_retractions(res)
         self._flush_columns(res)
         self._flush_rows(res)
         self._flush_prefill(res)
@@ -325,6 +332,55 @@ class Scanner:
         res.last_oom = reader._last_oom
         res.blind_check = reader.first_blind_oom_check
         return res
+
+    def _sum_retractions(self, res: ChunkResult) -> None:
+        """Sum the retractions read in C into their buckets (the parent then converts no event per
+        retraction), with the window's TP de-duplication (signals.tp_dedup) in the parent's order (by
+        time, stable).  Per replica, the leading prints that share the first one's time and value depend
+        on the previous chunk's last retraction: they stay events for the parent, and the state after
+        the rest is handed over in `retract_keys`."""
+        evs, self._c_retracts = self._c_retracts, []
+        if not evs:
+            return
+        timed = [(event_seconds(e.time), number(e.fields.get("num_retracted_reqs", 1)), e) for e in evs]
+        if any(e.kind == RETRACT for e in res.events) or any(
+                t is None or v is None or not math.isfinite(v) for t, v, _ in timed):
+            # Retractions read in Python interleave with these (or one is odd): all go to the parent.
+            res.events = list(heapq.merge(res.events, evs, key=operator.attrgetter("line")))
+            return
+        lead: list[Event] = []
+        first: dict[tuple[int | None, int | None], tuple[float, float]] = {}
+        known = res.retract_keys
+        timed.sort(key=operator.itemgetter(0))
+        for t, v, e in cast(list[tuple[float, float, Event]], timed):
+            rank = e.rank
+            replica = (rank.get("dp"), rank.get("pp"))
+            tp = rank.get("tp")
+            if tp is not None:
+                prev = known.get(replica)
+                if prev is None:
+                    if first.setdefault(replica, (t, v)) == (t, v):
+                        lead.append(e)  # the parent de-duplicates it against the previous chunk
+                        continue
+                    known[replica] = (t, v, frozenset({tp}))  # differs from the lead: counts whatever came before
+                else:
+                    counts, known[replica] = tp_dedup(prev, t, v, tp)
+                    if not counts:
+                        res.summed_events += 1
+                        continue
+            key = (replica[0], replica[1], (t // self.res) * self.res)
+            b = res.buckets.get(key)
+            if b is None:
+                b = res.buckets[key] = Bucket()
+            b.retractions += 1
+            b.retracted += v
+            self._span_bounds(res, key, t, t)
+            res.summed_events += 1
+            if "num_new_tokens_gained" in e.fields:
+                res.retract_floor = True
+        if lead:
+            lead.sort(key=operator.attrgetter("line"))
+            res.events = list(heapq.merge(res.events, lead, key=operator.attrgetter("line")))
 
     def _feed(self, lines: list[str], res: ChunkResult) -> None:
         """Lines that hold no fast-path head, through the event reader (which numbers them)."""
@@ -554,7 +610,7 @@ class Scanner:
                 count_scanned(reader.stats.by_kind, 0, 0, nr)
                 res.fast += nd + np_
                 for e in out:  # retractions, read in C as the reader would
-                    res.events.append(self._timed(e, res))
+                    self._c_retracts.append(self._timed(e, res))
                 if last_t is not None:
                     self._last_t = last_t
                 if pos >= size:
@@ -732,6 +788,10 @@ class Diagnosis:
                 span = chunk.rank_span.get((rank.dp, rank.pp))
                 self.window.add_bucket(rank, start, b, first=span[0] if span else None,
                                        last=span[1] if span else None)
+        for (dp, pp), key in chunk.retract_keys.items():
+            self.window.carry_event_key(Rank(dp=dp, pp=pp), "retraction", key)
+        if chunk.retract_floor:
+            self.conv.note_version_floor("0.5.7")
         if chunk.graph_field:
             self.conv.note_version_floor("0.4.7")
         if chunk.first_t is not None:
@@ -741,7 +801,7 @@ class Diagnosis:
             self.conv.note_time(chunk.last_t)
         self.line_offset += chunk.lines
         self.lines += chunk.lines
-        self.events += len(chunk.events)
+        self.events += len(chunk.events) + chunk.summed_events
         self.fast += chunk.fast
         self.unparsed += chunk.unparsed
         self.nul += chunk.nul_lines

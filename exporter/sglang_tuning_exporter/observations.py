@@ -36,12 +36,13 @@ def batch_usage(f: Mapping[str, Any]) -> float | None:
     """The token_usage a Decode/Prefill line stands for: its own, else the fullest pool (hybrid models log
     each pool; SGLang's own gauge is their max); None when it has none."""
     if "token_usage" in f:
-        return _num(f["token_usage"])
-    usages = [u for u in (_num(f.get(k)) for k in _USAGE_KEYS[1:]) if u is not None]
+        return number(f["token_usage"])
+    usages = [u for u in (number(f.get(k)) for k in _USAGE_KEYS[1:]) if u is not None]
     return max(usages) if usages else None
 
 
-def _num(v: Any) -> float | None:
+def number(v: Any) -> float | None:
+    """An event field's value as a float (bools 0/1, numeric strings, `12%`), or None."""
     c = v.__class__
     if c is float:
         return v  # type: ignore[no-any-return]
@@ -148,7 +149,7 @@ class EventConverter:
         out: list[Observation] = []
 
         def add(name: str, value: Any) -> None:
-            v = _num(value)
+            v = number(value)
             if v is not None:
                 out.append(Observation(t, name, v, rank, "log"))
 
@@ -217,12 +218,12 @@ class EventConverter:
 
     def _startup(self, f: dict[str, Any], rank: Rank, add: Callable[[str, Any], None]) -> None:
         stage = str(f.get("stage") or "")
-        avail = _num(f.get("avail_mem_gb"))
+        avail = number(f.get("avail_mem_gb"))
         if stage == "load_weight_begin" and avail is not None:
             self._weight_begin[rank] = avail
             add("gpu_mem_total_gb", avail)
         elif stage == "load_weight_end":
-            usage = _num(f.get("mem_usage_gb"))
+            usage = number(f.get("mem_usage_gb"))
             if usage is None and avail is not None and rank in self._weight_begin:
                 usage = self._weight_begin[rank] - avail
             add("weights_gb", usage)
@@ -230,8 +231,8 @@ class EventConverter:
             if avail is not None and usage is not None and rank not in self._weight_begin:
                 add("gpu_mem_total_gb", avail + usage)  # no begin line: avail + weights estimates capacity
         elif stage == "kv_cache_allocated":
-            kv = _num(f.get("kv_size_gb"))
-            if kv is None and _num(f.get("k_size_gb")) is not None and _num(f.get("v_size_gb")) is not None:
+            kv = number(f.get("kv_size_gb"))
+            if kv is None and number(f.get("k_size_gb")) is not None and number(f.get("v_size_gb")) is not None:
                 kv = float(f["k_size_gb"]) + float(f["v_size_gb"])
             add("kv_cache_gb", kv)
         elif stage in _AFTER_POOL_STAGES and avail is not None:
@@ -282,27 +283,27 @@ class EventConverter:
             q, r = get("num_queue_reqs"), get("num_running_reqs")
             c = q.__class__
             if c is not float:
-                q = float(q) if c is int else _num(q)
+                q = float(q) if c is int else number(q)
             c = r.__class__
             if c is not float:
-                r = float(r) if c is int else _num(r)
+                r = float(r) if c is int else number(r)
             if kind == "decode":
                 graph = None
                 if "cuda_graph" in f:
                     if server is not None:
                         self.note_version_floor("0.4.7")
                     graph = f["cuda_graph"]
-                    graph = 1.0 if graph is True else (0.0 if graph is False else _num(graph))
+                    graph = 1.0 if graph is True else (0.0 if graph is False else number(graph))
                 used = get("num_used_tokens")
                 if used is None and "num_used_tokens" not in f:
                     used = get("num_full_tokens")
                 tp = get("gen_throughput")
                 c = tp.__class__
                 if c is not float:
-                    tp = float(tp) if c is int else _num(tp)
+                    tp = float(tp) if c is int else number(tp)
                 c = used.__class__
                 if c is not float:
-                    used = float(used) if c is int else _num(used)
+                    used = float(used) if c is int else number(used)
                 if (q is not None or r is not None or usage is not None or tp is not None or used is not None
                         or graph is not None):
                     append(_new_sample((t, rank, False, q, r, usage, tp, used, graph, "log", None, None)))
@@ -310,10 +311,10 @@ class EventConverter:
             new, cached = get("num_new_tokens"), get("num_cached_tokens")
             c = new.__class__
             if c is not float:
-                new = float(new) if c is int else _num(new)
+                new = float(new) if c is int else number(new)
             c = cached.__class__
             if c is not float:
-                cached = float(cached) if c is int else _num(cached)
+                cached = float(cached) if c is int else number(cached)
             if q is not None or r is not None or usage is not None or new is not None or cached is not None:
                 append(_new_sample((t, rank, True, q, r, usage, None, None, None, "log", new, cached)))
         return out

@@ -463,6 +463,9 @@ class _WindowSum:
     scalars_stale: bool = False
 
 
+EventKey = tuple[float, float, frozenset[int | None]]  # (time, value, TP ranks) of the last counted event
+
+
 @dataclass(slots=True)
 class _RankState:
     first_seen: float
@@ -471,7 +474,7 @@ class _RankState:
     facts: dict[str, float] = field(default_factory=dict)
     pending: _Pending | None = None
     from_log: bool = False
-    last_event_key: dict[str, tuple[float, float, frozenset[int | None]]] = field(default_factory=dict)
+    last_event_key: dict[str, EventKey] = field(default_factory=dict)
     summed: _WindowSum | None = None
 
 
@@ -503,6 +506,14 @@ def hist_quantile(hist: Mapping[_Value, int], q: float) -> float | None:
     cum = list(itertools.accumulate(map(hist.__getitem__, keys)))
     i = bisect.bisect_left(cum, need)
     return float(keys[i] if i < len(keys) else keys[-1])
+
+
+def tp_dedup(prev: EventKey | None, t: float, value: float, tp: int) -> tuple[bool, EventKey]:
+    """The same event printed by every TP rank of a replica counts once: whether this print counts,
+    and the replica's state after it (the one rule for the window and diagnose's workers)."""
+    if prev is not None and prev[0] == t and prev[1] == value and tp not in prev[2]:
+        return False, (t, value, prev[2] | {tp})
+    return True, (t, value, frozenset({tp}))
 
 
 def fold_rank(rank: Rank) -> Rank:
@@ -595,12 +606,10 @@ class Window:
             self._sample_value(st, PREFILL_SAMPLE_NAMES.get(name, name), obs.value, obs.time, prefill)
         elif name in EVENT_NAMES:
             if self.fold_tp and (name == "retraction" or name.startswith("oom_")) and obs.rank.tp is not None:
-                # The same event printed by every TP rank of the replica counts once.
-                prev = st.last_event_key.get(name)
-                if prev is not None and prev[0] == obs.time and prev[1] == obs.value and obs.rank.tp not in prev[2]:
-                    st.last_event_key[name] = (prev[0], prev[1], prev[2] | {obs.rank.tp})
+                counts, st.last_event_key[name] = tp_dedup(st.last_event_key.get(name), obs.time, obs.value,
+                                                           obs.rank.tp)
+                if not counts:
                     return
-                st.last_event_key[name] = (obs.time, obs.value, frozenset({obs.rank.tp}))
             b = self._bucket(st, obs.time)
             if name == "retraction":
                 b.retractions += 1
@@ -793,6 +802,12 @@ class Window:
             b.append((start, bucket))  # adopt: the caller hands the bucket over
         else:
             self._bucket(st, start).merge(bucket)
+
+    def carry_event_key(self, rank: Rank, name: str, key: EventKey) -> None:
+        """The de-duplication state after events of `rank` summed elsewhere (diagnose's workers)."""
+        st = self._ranks.get(self._fold(rank))
+        if st is not None:
+            st.last_event_key[name] = key
 
     def _commit(self, st: _RankState) -> None:
         p = st.pending
