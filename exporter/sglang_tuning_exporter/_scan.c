@@ -566,30 +566,184 @@ typedef struct {
     unsigned next;
 } Hints;
 
-static int hist_inc(PyObject *hist, long long v) {
-    PyObject *k = int_of(v);
-    if (k == NULL) return -1;
-    PyObject *old = PyDict_GetItemWithError(hist, k);
-    long long c = 1;
-    if (old != NULL) {
-        c = PyLong_AsLongLong(old) + 1;
-        if (c == 0 && PyErr_Occurred()) {
-            Py_DECREF(k);
-            return -1;
-        }
-    } else if (PyErr_Occurred()) {
-        Py_DECREF(k);
+/* A group's value histograms (queue, running, missed, capped) in C: open addressing, int64 value ->
+ * count, so a line costs no Python object; group_hists() hands them over sorted, as FrozenHist
+ * arrays. Held by a capsule in the group list. */
+#define N_HISTS 4
+#define HIST_EMPTY LLONG_MIN /* no value: plain_int reads at most 18 digits */
+typedef struct {
+    long long *key, *count;
+    Py_ssize_t cap, n; /* cap a power of two, or 0 before the first value */
+} CHist;
+
+typedef struct {
+    CHist h[N_HISTS];
+} GroupHists;
+
+static const char *const hists_capsule = "sglang_tuning_exporter._scan.hists";
+
+static void hists_free(PyObject *capsule) {
+    GroupHists *g = PyCapsule_GetPointer(capsule, hists_capsule);
+    if (g == NULL) return;
+    for (int i = 0; i < N_HISTS; i++) {
+        PyMem_Free(g->h[i].key);
+        PyMem_Free(g->h[i].count);
+    }
+    PyMem_Free(g);
+}
+
+static inline size_t hist_slot(long long v, Py_ssize_t cap) {
+    return (size_t)(((uint64_t)v * 0x9E3779B97F4A7C15ULL) >> 17) & (size_t)(cap - 1);
+}
+
+static int hist_grow(CHist *h) {
+    Py_ssize_t cap = h->cap ? h->cap * 2 : 64;
+    long long *key = PyMem_Malloc(sizeof(long long) * (size_t)cap), *count = PyMem_Malloc(sizeof(long long) * (size_t)cap);
+    if (key == NULL || count == NULL) {
+        PyMem_Free(key);
+        PyMem_Free(count);
+        PyErr_NoMemory();
         return -1;
     }
-    PyObject *cv = int_of(c);
-    int rc = cv == NULL ? -1 : PyDict_SetItem(hist, k, cv);
-    Py_XDECREF(cv);
-    Py_DECREF(k);
-    return rc;
+    for (Py_ssize_t i = 0; i < cap; i++) key[i] = HIST_EMPTY;
+    for (Py_ssize_t i = 0; i < h->cap; i++) {
+        if (h->key[i] == HIST_EMPTY) continue;
+        size_t j = hist_slot(h->key[i], cap);
+        while (key[j] != HIST_EMPTY) j = (j + 1) & (size_t)(cap - 1);
+        key[j] = h->key[i];
+        count[j] = h->count[i];
+    }
+    PyMem_Free(h->key);
+    PyMem_Free(h->count);
+    h->key = key;
+    h->count = count;
+    h->cap = cap;
+    return 0;
+}
+
+static int hist_inc(CHist *h, long long v) {
+    if ((h->n + 1) * 4 > h->cap * 3 && hist_grow(h) < 0) return -1; /* load at most 3/4 */
+    size_t j = hist_slot(v, h->cap);
+    while (h->key[j] != HIST_EMPTY) {
+        if (h->key[j] == v) {
+            h->count[j]++;
+            return 0;
+        }
+        j = (j + 1) & (size_t)(h->cap - 1);
+    }
+    h->key[j] = v;
+    h->count[j] = 1;
+    h->n++;
+    return 0;
+}
+
+/* Sort (value, count) pairs by value: quicksort with an inline compare, insertion sort for short runs. */
+typedef struct {
+    long long k, c;
+} KeyCount;
+
+static void sort_pairs(KeyCount *a, Py_ssize_t n) {
+    while (n > 16) {
+        long long p = a[n / 2].k;
+        Py_ssize_t i = 0, j = n - 1;
+        for (;;) {
+            while (a[i].k < p) i++;
+            while (a[j].k > p) j--;
+            if (i >= j) break;
+            KeyCount t = a[i];
+            a[i++] = a[j];
+            a[j--] = t;
+        }
+        /* [0, j] <= p <= [j+1, n): recurse into the smaller part, loop on the larger */
+        Py_ssize_t left = j + 1;
+        if (left < n - left) {
+            sort_pairs(a, left);
+            a += left;
+            n -= left;
+        } else {
+            sort_pairs(a + left, n - left);
+            n = left;
+        }
+    }
+    for (Py_ssize_t i = 1; i < n; i++) {
+        KeyCount t = a[i];
+        Py_ssize_t j = i;
+        while (j > 0 && a[j - 1].k > t.k) {
+            a[j] = a[j - 1];
+            j--;
+        }
+        a[j] = t;
+    }
+}
+
+/* (typecode, values, cumulative counts) of n pairs sorted here: 'i' when every value and the total fit
+ * 32 bits, else 'q'. */
+static PyObject *frozen_arrays(KeyCount *kc, Py_ssize_t n) {
+    sort_pairs(kc, n);
+    int narrow = 1;
+    long long total = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (kc[i].c > LLONG_MAX - total) {
+            PyErr_SetString(PyExc_OverflowError, "histogram total past 64 bits");
+            return NULL;
+        }
+        total += kc[i].c;
+        kc[i].c = total;
+        if (kc[i].k < INT32_MIN || kc[i].k > INT32_MAX) narrow = 0;
+    }
+    if (total > INT32_MAX) narrow = 0;
+    size_t width = narrow ? sizeof(int32_t) : sizeof(int64_t);
+    PyObject *keys = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(width * (size_t)n));
+    PyObject *cum = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(width * (size_t)n));
+    if (keys == NULL || cum == NULL) {
+        Py_XDECREF(keys);
+        Py_XDECREF(cum);
+        return NULL;
+    }
+    char *kp = PyBytes_AS_STRING(keys), *cp = PyBytes_AS_STRING(cum);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (narrow) {
+            int32_t a = (int32_t)kc[i].k, b = (int32_t)kc[i].c;
+            memcpy(kp + 4 * i, &a, 4);
+            memcpy(cp + 4 * i, &b, 4);
+        } else {
+            memcpy(kp + 8 * i, &kc[i].k, 8);
+            memcpy(cp + 8 * i, &kc[i].c, 8);
+        }
+    }
+    return Py_BuildValue("(CNN)", narrow ? 'i' : 'q', keys, cum);
+}
+
+/* group_hists(capsule) -> four (typecode, values, cumulative counts): a group's histograms, sorted. */
+static PyObject *group_hists(PyObject *self, PyObject *capsule) {
+    (void)self;
+    GroupHists *g = PyCapsule_GetPointer(capsule, hists_capsule);
+    if (g == NULL) return NULL;
+    PyObject *out = PyTuple_New(N_HISTS);
+    if (out == NULL) return NULL;
+    for (int i = 0; i < N_HISTS; i++) {
+        const CHist *h = &g->h[i];
+        KeyCount *kc = PyMem_Malloc(sizeof(KeyCount) * (size_t)(h->n > 0 ? h->n : 1));
+        if (kc == NULL) {
+            Py_DECREF(out);
+            return PyErr_NoMemory();
+        }
+        Py_ssize_t n = 0;
+        for (Py_ssize_t j = 0; j < h->cap; j++)
+            if (h->key[j] != HIST_EMPTY) kc[n++] = (KeyCount){h->key[j], h->count[j]};
+        PyObject *arrays = frozen_arrays(kc, n);
+        PyMem_Free(kc);
+        if (arrays == NULL) {
+            Py_DECREF(out);
+            return NULL;
+        }
+        PyTuple_SET_ITEM(out, i, arrays);
+    }
+    return out;
 }
 
 static PyObject *new_group(void) {
-    PyObject *g = PyList_New(5);
+    PyObject *g = PyList_New(2);
     if (g == NULL) return NULL;
     PyObject *acc = PyByteArray_FromStringAndSize(NULL, (Py_ssize_t)(ACC_N * sizeof(double)));
     if (acc == NULL) {
@@ -600,14 +754,18 @@ static PyObject *new_group(void) {
     for (int i = 0; i < ACC_N; i++) A[i] = 0.0;
     A[A_usage_max] = -1.0; /* SampleStats' own start */
     PyList_SET_ITEM(g, 0, acc);
-    for (int i = 1; i < 5; i++) {
-        PyObject *h = PyDict_New();
-        if (h == NULL) {
-            Py_DECREF(g);
-            return NULL;
-        }
-        PyList_SET_ITEM(g, i, h);
+    GroupHists *gh = PyMem_Calloc(1, sizeof(GroupHists));
+    if (gh == NULL) {
+        Py_DECREF(g);
+        return PyErr_NoMemory();
     }
+    PyObject *cap = PyCapsule_New(gh, hists_capsule, hists_free);
+    if (cap == NULL) {
+        PyMem_Free(gh);
+        Py_DECREF(g);
+        return NULL;
+    }
+    PyList_SET_ITEM(g, 1, cap);
     return g;
 }
 
@@ -672,8 +830,9 @@ static int line_accumulate(const char *s, const Line *L, const Params *P, PyObje
         hint->entry[hint->next++ % N_HINTS] = (GroupHint){1, ki, has_dp, has_pp, dp, pp, start, group};
     }
     double *A = (double *)PyByteArray_AS_STRING(PyList_GET_ITEM(group, 0));
-    PyObject *qh = PyList_GET_ITEM(group, 1), *rh = PyList_GET_ITEM(group, 2);
-    PyObject *mh = PyList_GET_ITEM(group, 3), *ch = PyList_GET_ITEM(group, 4);
+    GroupHists *gh = PyCapsule_GetPointer(PyList_GET_ITEM(group, 1), hists_capsule);
+    if (gh == NULL) return FAIL;
+    CHist *qh = &gh->h[0], *rh = &gh->h[1], *mh = &gh->h[2], *ch = &gh->h[3];
     if (A[A_lines] == 0.0 || t < A[A_t_min]) A[A_t_min] = t;
     if (A[A_lines] == 0.0 || t > A[A_t_max]) A[A_t_max] = t;
     A[A_lines] += 1.0;
@@ -842,7 +1001,7 @@ static PyObject *scan_buffer(PyObject *self, PyObject *args) {
 /* scan_buckets(data, pos, first_line, out, decode_groups, prefill_groups, resolution, usage_good,
  *              band_lo, band_hi) -> (stop, line, decode, prefill, retract, last_time or None)
  * As scan_buffer, but each Decode/Prefill line is added to its group
- * groups[(dp, pp, (t // resolution) * resolution)] = [acc, queue, running, missed, capped] (see
+ * groups[(dp, pp, (t // resolution) * resolution)] = [acc, histograms (a capsule: group_hists)] (see
  * line_accumulate) instead of becoming an Event; last_time is the epoch time of the last line read. */
 static PyObject *scan_buckets(PyObject *self, PyObject *args) {
     (void)self;
@@ -1065,18 +1224,9 @@ bad:
     return NULL;
 }
 
-/* freeze_hist(hist) -> (typecode, keys, cumulative counts): a dict of int value -> positive int count
- * as two arrays of machine ints in value order ('i' when every key and the total fit 32 bits, else
- * 'q'), for signals.FrozenHist. TypeError/ValueError/OverflowError when it is not such a dict. */
-typedef struct {
-    long long k, c;
-} KeyCount;
-
-static int key_order(const void *a, const void *b) {
-    long long x = ((const KeyCount *)a)->k, y = ((const KeyCount *)b)->k;
-    return (x > y) - (x < y);
-}
-
+/* freeze_hist(hist) -> (typecode, values, cumulative counts): a dict of int value -> positive int
+ * count as FrozenHist arrays (see frozen_arrays). TypeError/ValueError/OverflowError when it is not
+ * such a dict. */
 static PyObject *freeze_hist(PyObject *self, PyObject *hist) {
     (void)self;
     if (!PyDict_Check(hist)) {
@@ -1086,7 +1236,7 @@ static PyObject *freeze_hist(PyObject *self, PyObject *hist) {
     Py_ssize_t n = PyDict_GET_SIZE(hist), pos = 0, i = 0;
     KeyCount *kc = PyMem_Malloc(sizeof(KeyCount) * (size_t)(n > 0 ? n : 1));
     if (kc == NULL) return PyErr_NoMemory();
-    PyObject *k, *v, *keys = NULL, *cum = NULL;
+    PyObject *k, *v, *out = NULL;
     while (PyDict_Next(hist, &pos, &k, &v) && i < n) {
         int ok = 0, vk = 0;
         if (!PyLong_CheckExact(k) || !PyLong_CheckExact(v)) {
@@ -1105,45 +1255,15 @@ static PyObject *freeze_hist(PyObject *self, PyObject *hist) {
         }
         i++;
     }
-    qsort(kc, (size_t)n, sizeof(KeyCount), key_order);
-    int narrow = 1;
-    long long total = 0;
-    for (i = 0; i < n; i++) {
-        if (kc[i].c > LLONG_MAX - total) {
-            PyErr_SetString(PyExc_OverflowError, "freeze_hist: total past 64 bits");
-            goto done;
-        }
-        total += kc[i].c;
-        kc[i].c = total;
-        if (kc[i].k < INT32_MIN || kc[i].k > INT32_MAX) narrow = 0;
-    }
-    if (total > INT32_MAX) narrow = 0;
-    size_t width = narrow ? sizeof(int32_t) : sizeof(int64_t);
-    keys = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(width * (size_t)n));
-    cum = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(width * (size_t)n));
-    if (keys == NULL || cum == NULL) goto done;
-    char *kp = PyBytes_AS_STRING(keys), *cp = PyBytes_AS_STRING(cum);
-    for (i = 0; i < n; i++) {
-        if (narrow) {
-            int32_t a = (int32_t)kc[i].k, b = (int32_t)kc[i].c;
-            memcpy(kp + 4 * i, &a, 4);
-            memcpy(cp + 4 * i, &b, 4);
-        } else {
-            memcpy(kp + 8 * i, &kc[i].k, 8);
-            memcpy(cp + 8 * i, &kc[i].c, 8);
-        }
-    }
-    PyMem_Free(kc);
-    return Py_BuildValue("(CNN)", narrow ? 'i' : 'q', keys, cum);
+    out = frozen_arrays(kc, n);
 done:
     PyMem_Free(kc);
-    Py_XDECREF(keys);
-    Py_XDECREF(cum);
-    return NULL;
+    return out;
 }
 
 static PyMethodDef methods[] = {
-    {"freeze_hist", freeze_hist, METH_O, "freeze_hist(hist) -> (typecode, keys, cumulative counts)"},
+    {"freeze_hist", freeze_hist, METH_O, "freeze_hist(hist) -> (typecode, values, cumulative counts)"},
+    {"group_hists", group_hists, METH_O, "group_hists(hists) -> four (typecode, values, cumulative counts)"},
     {"configure", configure, METH_VARARGS, "Take the parser's tables (see logparse)."},
     {"scan_lines", scan_lines, METH_VARARGS,
      "scan_lines(lines, start, first_line, out) -> (stop, decode, prefill, retract)"},

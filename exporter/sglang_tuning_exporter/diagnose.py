@@ -41,7 +41,7 @@ from .logparse import parse_line
 from .logreader import _DEDUP_DISTANCE, _MAX_BLOCK_LINES, EventReader, count_scanned, line_at, split_ranges
 from .model import STATUS_CODE, Finding, Rank, ServerState
 from .observations import EventConverter, batch_usage, number
-from .signals import Bucket, EventKey, Window, tp_dedup
+from .signals import Bucket, EventKey, FrozenHist, Window, tp_dedup
 from .tail import InputError, InputLines, open_input
 from .timeparse import event_seconds
 
@@ -192,11 +192,12 @@ class Scanner:
             return
         names = SCAN.ACC_FIELDS
         for kind, groups in enumerate(self._cols):
-            for key, (acc, queue, running, missed, capped) in groups.items():
+            for key, (acc, hists) in groups.items():
                 b = res.buckets.get(key)
                 if b is None:
                     b = res.buckets[key] = Bucket()
                 t = dict(zip(names, _ACC.unpack(acc), strict=True))
+                queue, running, missed, capped = (FrozenHist.of_arrays(*h) for h in SCAN.group_hists(hists))
                 if kind == 0:
                     b.decode.add_totals(t, queue, running, missed, capped)
                     if t["graph_n"]:

@@ -104,15 +104,19 @@ class FrozenHist(Mapping[int, int]):
         """The frozen copy of a histogram of int counts (OverflowError past int64; TypeError or
         ValueError when it is no such histogram)."""
         if SCAN is not None:
-            code, vb, cb = SCAN.freeze_hist(hist)
-            vals, cum = array.array(code), array.array(code)
-            vals.frombytes(vb)
-            cum.frombytes(cb)
-            return cls(vals, cum)
+            return cls.of_arrays(*SCAN.freeze_hist(hist))
         if not all(type(k) is int and type(c) is int and c > 0 for k, c in hist.items()):
             raise TypeError("a histogram of positive int counts")
         ordered = sorted(hist)
         return cls(array.array("q", ordered), array.array("q", itertools.accumulate(map(hist.__getitem__, ordered))))
+
+    @classmethod
+    def of_arrays(cls, code: str, values: bytes, cum: bytes) -> FrozenHist:
+        """From the C accelerator's (typecode, sorted values, cumulative counts) byte strings."""
+        vals, counts = array.array(code), array.array(code)
+        vals.frombytes(values)
+        counts.frombytes(cum)
+        return cls(vals, counts)
 
     def __getitem__(self, key: int) -> int:
         vals = self.values_sorted
@@ -315,8 +319,12 @@ class SampleStats:
     def add_totals(self, totals: Mapping[str, float], queue: Mapping[int, int], running: Mapping[int, int],
                    missed: Mapping[int, int], capped: Mapping[int, int]) -> None:
         """Add samples already summed elsewhere (the C accelerator's accumulator, which does what `add`
-        does per sample): counts and sums by field name, and the four value histograms."""
-        if self.frozen:
+        does per sample): counts and sums by field name, and the four value histograms (FrozenHists
+        are adopted as they are by stats that hold no sample yet)."""
+        hists = (queue, running, missed, capped)
+        adopt = (not (self.queue or self.running or self.missed or self.capped_cand)
+                 and all(type(h) is FrozenHist for h in hists))
+        if self.frozen and not adopt:
             self.thaw()
         t = totals
         self.queue_n += int(t["queue_n"])
@@ -334,6 +342,10 @@ class SampleStats:
         self.graph_miss += int(t["graph_miss"])
         self.tp_n += int(t["tp_n"])
         self.tp_sum += t["tp_sum"]
+        if adopt:
+            self.queue, self.running, self.missed, self.capped_cand = hists  # type: ignore[assignment]
+            self.frozen = True
+            return
         _merge_counts(self.queue, queue)
         _merge_counts(self.running, running)
         _merge_counts(self.missed, missed)
