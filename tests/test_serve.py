@@ -7,7 +7,7 @@ import json
 import logging
 import re
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
 import pytest
@@ -87,6 +87,9 @@ class FakeWindow:
 
     def signals(self, now: float) -> Mapping[Rank, Mapping[str, float | None]]:
         return {Rank(): {"observations": float(len(self.obs)), "unknown": None}}
+
+    def set_server_facts(self, by_dp: Sequence[Mapping[str, float]]) -> None:
+        self.server_facts = list(by_dp)
 
 
 def _fake_advisor(window: FakeWindow, ticked: threading.Event | None = None) -> Advisor:
@@ -345,3 +348,58 @@ def test_source_health_changes_are_logged_once(caplog: pytest.LogCaptureFixture,
             sc.tick(float(t))
     metrics_msgs = [r.getMessage() for r in caplog.records if "source metrics" in r.getMessage()]
     assert metrics_msgs == ["source metrics down: GET failed: refused", "source metrics recovered"]
+
+
+def _metrics_only(dp_size: int) -> tuple[object, float]:
+    """A sidecar without a log on a server exporting only running/queue gauges (no fact gauges, as
+    before 0.5.6), whose server info carries one internal state per DP rank."""
+    states = [{"memory_usage": {"startup_available": 6.5 - dp}, "decode_cuda_graph_bs": [1, 2, 4, 8 * (dp + 1)],
+               "effective_max_running_requests_per_dp": 64 * (dp + 1)} for dp in range(dp_size)]
+    doc = {"version": "0.5.23", "served_model_name": "m", "max_total_num_tokens": 421888, "dp_size": dp_size,
+           "internal_states": states}
+    tick = {"n": 0}
+
+    def http(url: str, timeout: float) -> bytes:
+        if url.endswith("/metrics"):
+            tick["n"] += 1
+            dp_label = (lambda dp: f'dp_rank="{dp}",') if dp_size > 1 else (lambda dp: "")
+            return "".join(
+                f'sglang:num_running_reqs{{{dp_label(dp)}pp_rank="0",tp_rank="{dp}"}} {60 + tick["n"] % 5}\n'
+                f'sglang:num_queue_reqs{{{dp_label(dp)}pp_rank="0",tp_rank="{dp}"}} 10\n'
+                f'sglang:token_usage{{{dp_label(dp)}pp_rank="0",tp_rank="{dp}"}} 0.5\n'
+                for dp in range(dp_size)).encode()
+        return json.dumps(doc).encode()
+
+    cfg = build_config(_args("--sglang.url", "http://sglang:30000", "--sglang.scrape-interval", "1s",
+                             "--evaluation-interval", "1s"))
+    sc = build_sidecar(cfg, timer=lambda: 0.0, http_get=http)
+    t = 0.0
+    for t in range(30):
+        sc.tick(float(t))
+    return sc, float(t)
+
+
+@pytest.mark.parametrize("dp_size", [1, 2])
+def test_server_info_facts_reach_every_rank_without_a_log(dp_size: int) -> None:
+    """Without a log, the server-info facts (startup headroom, captured graph ceiling, effective max
+    running requests per DP rank, token capacity) are each scraped rank's facts: its signals and its
+    fact gauges; no extra rank appears for them."""
+    from sglang_tuning_exporter.collector import BuildInfo, build_families
+
+    sc, t = _metrics_only(dp_size)
+    signals = sc.advisor.window.signals(t)  # type: ignore[attr-defined]
+    ranks = sorted(signals)
+    assert ranks == [Rank(dp=dp if dp_size > 1 else None, pp=0) for dp in range(dp_size)]
+    for i, rank in enumerate(ranks):
+        sig = signals[rank]
+        assert sig["max_running_requests"] == 64 * (i + 1) and sig["cuda_graph_max_bs_captured"] == 8 * (i + 1)
+        assert sig["available_gpu_mem_gb"] == 6.5 - i and sig["max_total_num_tokens"] == 421888
+        assert sig["running_capped_ratio"] is not None and sig["cuda_graph_ceiling_ratio"] is not None
+    snap = sc.state.snapshot(t)  # type: ignore[attr-defined]
+    fams = {f.name: f for f in build_families(snap, BuildInfo("0.0.0-test", "3.11"))}
+    for name in ("sglang_tuning_available_gpu_memory_bytes", "sglang_tuning_max_total_tokens",
+                 "sglang_tuning_max_running_requests", "sglang_tuning_cuda_graph_max_batch_size"):
+        assert name in fams, name
+        assert len(fams[name].samples) == dp_size, name
+    by_tp = {s.labels["tp_rank"]: s.value for s in fams["sglang_tuning_max_running_requests"].samples}
+    assert by_tp == {str(dp): 64.0 * (dp + 1) for dp in range(dp_size)}

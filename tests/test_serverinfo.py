@@ -42,11 +42,33 @@ def test_parse_real_0523_server_info() -> None:
 
 
 def test_parse_internal_states_memory() -> None:
-    """internal_states[0] gives the startup headroom and captured decode batch sizes."""
-    doc = {"version": "0.5.23", "served_model_name": "m", "max_total_num_tokens": 1000,
-           "internal_states": [{"memory_usage": {"startup_available": 6.5}, "decode_cuda_graph_bs": [1, 2, 4]}]}
+    """internal_states[i] (one per DP rank) gives each rank's startup headroom, largest captured decode
+    batch and effective max running requests; max_total_num_tokens is server-wide."""
+    doc = {"version": "0.5.23", "served_model_name": "m", "max_total_num_tokens": 1000, "max_running_requests": None,
+           "internal_states": [
+               {"memory_usage": {"startup_available": 6.5}, "decode_cuda_graph_bs": [1, 2, 4],
+                "effective_max_running_requests_per_dp": 2048},
+               {"memory_usage": {"startup_available": 4.25}, "decode_cuda_graph_bs": [1, 2, 4, 8, True],
+                "effective_max_running_requests_per_dp": 1024}]}
     info = parse_server_info(doc)
-    assert (info.available_gpu_mem_gb, info.decode_cuda_graph_bs, info.max_total_num_tokens) == (6.5, (1, 2, 4), 1000)
+    assert info.max_total_num_tokens == 1000
+    assert [dict(f) for f in info.rank_facts] == [
+        {"max_total_num_tokens": 1000.0, "available_gpu_mem_gb": 6.5, "cuda_graph_max_bs_captured": 4.0,
+         "max_running_requests": 2048.0},
+        {"max_total_num_tokens": 1000.0, "available_gpu_mem_gb": 4.25, "cuda_graph_max_bs_captured": 8.0,
+         "max_running_requests": 1024.0}]
+
+
+def test_rank_facts_of_older_documents() -> None:
+    """Before `effective_max_running_requests_per_dp` (0.5.8) the flag's value stands in when set; 0.4.4-0.4.6
+    merged the internal state into the top level; odd values are skipped, never raised."""
+    old = parse_server_info({"version": "0.4.5", "max_running_requests": 512, "max_total_num_tokens": 9000,
+                             "memory_usage": {"startup_available": 7.0}})
+    assert [dict(f) for f in old.rank_facts] == [
+        {"max_total_num_tokens": 9000.0, "available_gpu_mem_gb": 7.0, "max_running_requests": 512.0}]
+    odd = parse_server_info({"version": "x", "internal_states": ["?", {"memory_usage": "full",
+                                                                      "decode_cuda_graph_bs": "1,2"}]})
+    assert [dict(f) for f in odd.rank_facts] == [{}, {}]
 
 
 def test_parse_rejects_non_object() -> None:

@@ -60,9 +60,36 @@ class ServerInfo:
     model_name: str | None
     args: Mapping[str, Any]  # scalar server args (numbers, bools, strings, None)
     max_total_num_tokens: int | None = None
-    available_gpu_mem_gb: float | None = None  # internal_states[0].memory_usage.startup_available
-    decode_cuda_graph_bs: tuple[int, ...] = ()
     start_marker: str | None = None  # changes when SGLang restarts (startup_time / launch record)
+    # Startup facts per DP rank (internal_states[i], one per DP rank), the server-wide ones repeated
+    # in each: what a log's startup lines would give, for a sidecar that sees no log.
+    rank_facts: tuple[Mapping[str, float], ...] = ()
+
+
+def _rank_facts(doc: Mapping[str, Any], states: list[Any]) -> tuple[dict[str, float], ...]:
+    common: dict[str, float] = {}
+    mtt = _num(doc.get("max_total_num_tokens"))
+    if mtt is not None:
+        common["max_total_num_tokens"] = mtt
+    cap = _num(doc.get("max_running_requests"))  # the flag; None when SGLang sized it
+    out = []
+    for st in states or [doc]:  # 0.4.4-0.4.6 merged the one internal state into the top level
+        facts = dict(common)
+        st = st if isinstance(st, dict) else {}
+        memory = st.get("memory_usage")
+        avail = _num(memory.get("startup_available")) if isinstance(memory, dict) else None
+        if avail is not None:
+            facts["available_gpu_mem_gb"] = avail
+        listed = st.get("decode_cuda_graph_bs")
+        bs = [b for b in listed if isinstance(b, int) and not isinstance(b, bool)] if isinstance(listed, list) else []
+        if bs:
+            facts["cuda_graph_max_bs_captured"] = float(max(bs))
+        eff = _num(st.get("effective_max_running_requests_per_dp"))  # 0.5.8+: what the summary line prints
+        running = eff if eff is not None else cap
+        if running is not None:
+            facts["max_running_requests"] = running
+        out.append(facts)
+    return tuple(out)
 
 
 def _num(v: Any) -> float | None:
@@ -79,11 +106,6 @@ def parse_server_info(doc: Any) -> ServerInfo:
             if isinstance(k, str) and (v is None or isinstance(v, (int, float, str, bool)))
             and k not in ("version", "launch_command")}
     states = doc.get("internal_states")
-    first = states[0] if isinstance(states, list) and states and isinstance(states[0], dict) else {}
-    memory = first.get("memory_usage") if isinstance(first.get("memory_usage"), dict) else {}
-    avail = _num(memory.get("startup_available")) if memory else None
-    bs_raw = first.get("decode_cuda_graph_bs")
-    bs = tuple(int(b) for b in bs_raw if isinstance(b, int)) if isinstance(bs_raw, list) else ()
     model = doc.get("served_model_name") or doc.get("model_path")
     mtt = _num(doc.get("max_total_num_tokens"))
     version = doc.get("version")
@@ -93,9 +115,8 @@ def parse_server_info(doc: Any) -> ServerInfo:
         model_name=str(model) if model is not None else None,
         args=args,
         max_total_num_tokens=int(mtt) if mtt is not None else None,
-        available_gpu_mem_gb=avail,
-        decode_cuda_graph_bs=bs,
         start_marker=json.dumps(marker, sort_keys=True) if marker is not None else None,
+        rank_facts=_rank_facts(doc, states if isinstance(states, list) else []),
     )
 
 

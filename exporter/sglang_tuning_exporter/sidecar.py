@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -47,6 +47,8 @@ class SignalWindow(Protocol):
     def prune(self, now: float) -> None: ...
 
     def signals(self, now: float) -> Mapping[Rank, Mapping[str, float | None]]: ...
+
+    def set_server_facts(self, by_dp: Sequence[Mapping[str, float]]) -> None: ...
 
 
 ToObservations = Callable[[list[Event], float], list[Observation]]  # events read at `now`
@@ -317,15 +319,10 @@ class Sidecar:
             args["max_total_num_tokens"] = info.max_total_num_tokens
         args.update(self.server_overrides)
         self.state.set_server(version=info.version, args=args, model_name=info.model_name, endpoint=res.endpoint)
-        facts = []
-        if info.available_gpu_mem_gb is not None:
-            facts.append(Observation(now, "available_gpu_mem_gb", info.available_gpu_mem_gb, Rank(), "server_info"))
-        if info.decode_cuda_graph_bs:
-            facts.append(Observation(now, "cuda_graph_max_bs_captured", float(max(info.decode_cuda_graph_bs)),
-                                     Rank(), "server_info"))
-        if facts and self.advisor.window is not None:
-            for o in facts:
-                self.advisor.window.add(o)
+        # Per DP rank, as fallbacks of the ranks' own (log) facts: no rank of their own.
+        self.state.set_server_facts(info.rank_facts)
+        if self.advisor.window is not None:
+            self.advisor.window.set_server_facts(info.rank_facts)
         self._record("server_info", ok=True, duration_s=res.duration_s, now=now,
                                  detail=res.endpoint or "")
         self._next_info = now + self.metrics.server_info_interval

@@ -528,6 +528,13 @@ def tp_dedup(prev: EventKey | None, t: float, value: float, tp: int) -> tuple[bo
     return True, (t, value, frozenset({tp}))
 
 
+def server_facts_for(by_dp: Sequence[Mapping[str, float]], dp: int | None) -> Mapping[str, float]:
+    """A rank's share of the server-info facts (one mapping per DP rank; a single one serves all)."""
+    if not by_dp:
+        return {}
+    return by_dp[dp] if dp is not None and 0 <= dp < len(by_dp) else by_dp[0]
+
+
 def fold_rank(rank: Rank) -> Rank:
     """TP/EP ranks of one DP replica print the same batch numbers: one series per (dp, pp)."""
     return Rank(dp=rank.dp, pp=rank.pp)
@@ -551,6 +558,7 @@ class Window:
         self.expired = 0  # ranks dropped for staleness or the cap
         self._ranks: dict[Rank, _RankState] = {}
         self._folded: dict[Rank, Rank] = {}  # rank -> its folded rank (bounded in _fold)
+        self._server_facts: tuple[Mapping[str, float], ...] = ()  # set_server_facts
 
     # ---------------------------------------------------------------- input
     def ranks(self) -> list[Rank]:
@@ -849,9 +857,14 @@ class Window:
         for st in self._ranks.values():
             self._commit(st)
         self.prune(now)
-        return {rank: self._rank_signals(st, now) for rank, st in sorted(self._ranks.items())}
+        return {rank: self._rank_signals(rank, st, now) for rank, st in sorted(self._ranks.items())}
 
-    def _rank_signals(self, st: _RankState, now: float) -> dict[str, float | None]:
+    def set_server_facts(self, by_dp: Sequence[Mapping[str, float]]) -> None:
+        """Startup facts from the server-info document, one mapping per DP rank: each rank's fallback
+        for the facts its own log lines did not give (without a log, the only source). Adds no rank."""
+        self._server_facts = tuple(by_dp)
+
+    def _rank_signals(self, rank: Rank, st: _RankState, now: float) -> dict[str, float | None]:
         p = self.params
         start = now - self.length_s
         inside = [b for s, b in st.buckets if start <= s <= now]
@@ -864,7 +877,10 @@ class Window:
         else:
             total = self._sum_of(st, inside[:-1]).copy()  # the same as merging them all afresh
             total.merge(inside[-1])
-        return compute_signals(total, st.facts, p, span_s=min(self.length_s, max(0.0, now - st.first_seen)),
+        facts = st.facts
+        if self._server_facts:
+            facts = {**server_facts_for(self._server_facts, rank.dp), **facts}
+        return compute_signals(total, facts, p, span_s=min(self.length_s, max(0.0, now - st.first_seen)),
                                from_log=st.from_log)
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 import threading
 from collections import deque
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -17,7 +17,7 @@ from .catalog import RANK_GAUGES
 from .events import Event
 from .model import Finding, Observation, Rank, Sample, ServerState
 from .scrape import COUNTED
-from .signals import hist_quantile
+from .signals import hist_quantile, server_facts_for
 
 SOURCES = ("log", "metrics", "server_info")
 # Observation names kept as "latest value" gauges per rank: exactly the ones the collector exports.
@@ -124,6 +124,7 @@ class LiveState:
         self._counters: dict[Rank, dict[tuple[str, str], float]] = {}
         self._sources = {s: SourceStatus(enabled=bool(enabled.get(s, False))) for s in SOURCES}
         self._server = ServerState()
+        self._server_facts: tuple[Mapping[str, float], ...] = ()  # set_server_facts
         self._model_from_metrics: str | None = None
         self._log_lines: dict[str, float] = {}
         self._log_unparsed = 0.0
@@ -372,6 +373,12 @@ class LiveState:
             if endpoint:
                 self._endpoint = endpoint
 
+    def set_server_facts(self, by_dp: Sequence[Mapping[str, float]]) -> None:
+        """Startup facts from the server-info document, one mapping per DP rank: the fact gauges of
+        ranks whose own lines did not give them (a sidecar without a log)."""
+        with self._lock:
+            self._server_facts = tuple(by_dp)
+
     def server_state(self) -> ServerState:
         """A copy of the server configuration, for the advisor."""
         with self._lock:
@@ -400,8 +407,11 @@ class LiveState:
             for rank in sorted(self._ranks, key=rank_key):
                 data = self._ranks[rank]
                 self._prune_no_graph(data, now)
+                gauges = dict(data.gauges)
+                if self._server_facts:
+                    gauges = {**server_facts_for(self._server_facts, rank.dp), **gauges}
                 ranks.append(RankSnapshot(
-                    rank=rank, last_seen=data.last_seen, gauges=dict(data.gauges),
+                    rank=rank, last_seen=data.last_seen, gauges=gauges,
                     counters=dict(self._counters.get(rank, {})),
                     no_graph_batch_p90=data.batch_p90()))
             return Snapshot(
