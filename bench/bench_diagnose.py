@@ -163,8 +163,8 @@ def main() -> int:
     results = []
 
     def run_diagnose() -> None:
-        results.append(diagnose_source(str(log), table, Config(), table.default_profile(), "throughput", {},
-                                       jobs=a.jobs))
+        results[:] = [diagnose_source(str(log), table, Config(), table.default_profile(), "throughput", {},
+                                        jobs=a.jobs)]
 
     t_diag = best(run_diagnose)
     res = results[-1]

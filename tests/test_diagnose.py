@@ -393,7 +393,23 @@ def _block_logs() -> list[str]:
         if i % 41 == 0:
             w.retract(1)
         w.tick(1)
-    return [make() for make in ALL_LOGS] + [_oom_straddling_log(), w.text(), w.text()[:-1], _tp_retraction_log()]
+    return [make() for make in ALL_LOGS] + [_oom_straddling_log(), w.text(), w.text()[:-1], _tp_retraction_log(),
+                                            _release_floor_log()]
+
+
+def _release_floor_log() -> str:
+    """The release is known only from a retraction line's `#new_tokens_gained` (>= 0.5.7: the default
+    schedule policy, hence the fcfs-with-reuse check, depends on it), and the reuse that check needs is
+    in the first windows only: however the retraction is read, the floor holds for every window."""
+    w = LogWriter("0.5.23")
+    for i in range(1800):
+        w.decode(100, 0.6, 10, graph=None)
+        if i % 5 == 0:
+            w.prefill(1000, 3000 if i < 900 else 10, 0.6, 100, 10)
+        if i == 3:
+            w.retract(1)
+        w.tick(1)
+    return w.text()
 
 
 def _tp_retraction_log() -> str:
@@ -467,3 +483,28 @@ def test_a_dead_reader_process_is_an_error_not_a_hang(tmp_path: Path, monkeypatc
     monkeypatch.setattr(diagnose, "_scan_range", _reader_dies)
     got = diagnose_source(str(p), load_table(), Config(), "docs-2025", "throughput", {}, jobs=2)
     assert got.error is not None and "reader process died" in got.error and "truncated" in got.error
+
+
+def test_a_file_shrunk_after_the_split_is_read_as_it_is(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A log truncated (rotated by copytruncate) between the split into ranges and their mapping: the
+    ranges past the new end are empty and the rest is read, never an uncaught exception."""
+    w = LogWriter("0.5.23")
+    for i in range(2000):
+        w.decode(100, 0.5, i % 300)
+        w.tick(1)
+    p = tmp_path / "shrinks.log"
+    p.write_text(w.text(), encoding="utf-8")
+    real = diagnose.split_ranges
+
+    def split_then_truncate(path: str, size: int, chunk: int) -> list[tuple[int, int]]:
+        ranges = real(path, size, chunk)
+        with open(path, "r+b") as fh:
+            fh.truncate(size // 2)
+        return ranges
+
+    monkeypatch.setattr(diagnose, "split_ranges", split_then_truncate)
+    monkeypatch.setattr(diagnose, "PARALLEL_MIN_BYTES", 1)
+    monkeypatch.setattr(diagnose, "MIN_CHUNK_BYTES", 1)
+    monkeypatch.setattr(diagnose, "CHUNK_BYTES", 16 << 10)
+    got = diagnose_source(str(p), load_table(), Config(), "docs-2025", "throughput", {}, jobs=2)
+    assert got.error is None and 0 < got.lines <= len(w.lines) // 2 + 1

@@ -308,6 +308,7 @@ def test_frozen_hist_answers_as_the_dict_it_froze(hist: dict[int, int], q: float
 
     for frozen in (signals.FrozenHist.of(hist), _python_frozen(hist)):
         assert dict(frozen) == hist and list(frozen.pairs()) == sorted(hist.items()) and len(frozen) == len(hist)
+        assert "x" not in frozen and frozen.get(2**41 + 1) is None  # absent, as in a dict
         assert hist_quantile(frozen, q) == hist_quantile(hist, q)
         assert signals.hist_at_least(frozen, floor) == signals.hist_at_least(hist, floor)
         if hist:

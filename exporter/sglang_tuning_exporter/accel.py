@@ -7,6 +7,7 @@ tests/test_scan_accel.py holds it to: the same events, line numbers and statisti
 
 from __future__ import annotations
 
+import array
 import os
 from types import ModuleType
 from typing import Any
@@ -43,6 +44,11 @@ def configure(mod: ModuleType) -> None:
     mod.configure_columns(DECODE_COLUMNS, PREFILL_COLUMNS)
 
 
+# What the rest of the package calls; `_scan.c`'s histograms are int32 ('i') or int64 ('q') arrays.
+_ENTRY_POINTS = ("configure", "configure_columns", "configure_retract", "scan_lines", "scan_buffer",
+                 "scan_buckets", "freeze_hist", "group_hists")
+
+
 def load(disabled: bool | None = None) -> ModuleType | None:
     """The configured accelerator, or None (not built, or turned off)."""
     if disabled is None:
@@ -53,6 +59,8 @@ def load(disabled: bool | None = None) -> ModuleType | None:
         from . import _scan
     except ImportError:
         return None
+    if not all(hasattr(_scan, name) for name in _ENTRY_POINTS) or array.array("i").itemsize != 4:
+        return None  # a stale build from an older source (or an odd platform): the Python path is safe
     configure(_scan)
     return _scan
 

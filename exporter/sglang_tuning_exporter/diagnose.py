@@ -352,6 +352,8 @@ class Scanner:
             # Retractions read in Python interleave with these (or one is odd): all go to the parent.
             res.events = list(heapq.merge(res.events, evs, key=operator.attrgetter("line")))
             return
+        # Converting any of them would note the release floor (observations.EventConverter.convert).
+        res.retract_floor = any("num_new_tokens_gained" in e.fields for e in evs)
         lead: list[Event] = []
         first: dict[tuple[int | None, int | None], tuple[float, float]] = {}
         known = res.retract_keys
@@ -372,7 +374,7 @@ class Scanner:
                     if not counts:
                         res.summed_events += 1
                         continue
-            key = (replica[0], replica[1], (t // self.res) * self.res)
+            key = (replica[0], replica[1], math.floor(t / self.res) * self.res)  # the window's own bucket
             b = res.buckets.get(key)
             if b is None:
                 b = res.buckets[key] = Bucket()
@@ -380,8 +382,6 @@ class Scanner:
             b.retracted += v
             self._span_bounds(res, key, t, t)
             res.summed_events += 1
-            if "num_new_tokens_gained" in e.fields:
-                res.retract_floor = True
         if lead:
             lead.sort(key=operator.attrgetter("line"))
             res.events = list(heapq.merge(res.events, lead, key=operator.attrgetter("line")))
@@ -661,14 +661,23 @@ def _scan_range(job: _Job) -> ChunkResult:
 
 
 def _scan_mapped(path: str, start: int, end: int, scanner: Scanner) -> ChunkResult:
-    """Scan a range through a read-only map of it; the buckets come back frozen (cheap to pickle)."""
-    if end <= start:
-        res = scanner.scan_bytes(b"")
-    else:
-        # A map of the range, not a read: reading copies it into fresh pages (a third of a worker's time).
-        base = start - start % mmap.ALLOCATIONGRANULARITY
-        with open(path, "rb") as fh, mmap.mmap(fh.fileno(), end - base, offset=base, access=mmap.ACCESS_READ) as m:
-            res = scanner.scan_bytes(m, start=start - base)
+    """Scan a range through a read-only map of it (a read where mapping fails); the buckets come back
+    frozen (cheap to pickle)."""
+    with open(path, "rb") as fh:
+        end = min(end, os.fstat(fh.fileno()).st_size)  # the file may have shrunk since it was split
+        if end <= start:
+            res = scanner.scan_bytes(b"")
+        else:
+            # A map of the range, not a read: reading copies it into fresh pages (a third of a worker's time).
+            base = start - start % mmap.ALLOCATIONGRANULARITY
+            try:
+                m = mmap.mmap(fh.fileno(), end - base, offset=base, access=mmap.ACCESS_READ)
+            except (OSError, ValueError):  # a file system without mmap, or a file shrunk meanwhile
+                fh.seek(start)
+                res = scanner.scan_bytes(fh.read(end - start))
+            else:
+                with m:
+                    res = scanner.scan_bytes(m, start=start - base)
     for b in res.buckets.values():
         b.freeze()  # the parent unpickles two byte strings per histogram, not a dict built value by value
     return res
@@ -783,6 +792,8 @@ class Diagnosis:
     def add_chunk(self, chunk: ChunkResult) -> None:
         """Merge one chunk (in file order)."""
         off = self.line_offset - (chunk.first_line - 1)  # chunks of one scanner are numbered across calls
+        if chunk.retract_floor:  # as converting those retraction events would, before any evaluation
+            self.conv.note_version_floor("0.5.7")
         items: list[tuple[float, int, Any]] = []
         for e in chunk.events:
             if off:
@@ -804,8 +815,6 @@ class Diagnosis:
                                        last=span[1] if span else None)
         for (dp, pp), key in chunk.retract_keys.items():
             self.window.carry_event_key(Rank(dp=dp, pp=pp), "retraction", key)
-        if chunk.retract_floor:
-            self.conv.note_version_floor("0.5.7")
         if chunk.graph_field:
             self.conv.note_version_floor("0.4.7")
         if chunk.first_t is not None:
@@ -1016,7 +1025,8 @@ def _results(pool: ProcessPoolExecutor, jobs: Sequence[_Job], source: str, ahead
                 pending.append(pool.submit(_scan_range, nxt))
             yield res
     except BrokenProcessPool as exc:
-        raise InputError(f"{source}: a reader process died ({exc}); was the file truncated while being read?") from None
+        raise InputError(f"{source}: a reader process died ({exc}): the file was truncated while being read, or "
+                         "the process was killed (out of memory?)") from None
 
 
 # --- command ------------------------------------------------------------------------------------

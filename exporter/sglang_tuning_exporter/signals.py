@@ -120,7 +120,10 @@ class FrozenHist(Mapping[int, int]):
 
     def __getitem__(self, key: int) -> int:
         vals = self.values_sorted
-        i = bisect.bisect_left(vals, key)
+        try:
+            i = bisect.bisect_left(vals, key)
+        except TypeError:
+            raise KeyError(key) from None  # not a number: absent, as in a dict
         if i == len(vals) or vals[i] != key:
             raise KeyError(key)
         return self.cum[i] - (self.cum[i - 1] if i else 0)
