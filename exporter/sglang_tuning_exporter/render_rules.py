@@ -21,6 +21,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from .checks import Check, CheckTable
+from .durations import parse_duration
 from .problems import ProblemsError
 
 DEFAULT_RUNBOOK_URL = ("https://github.com/sglang-tuning-exporter/sglang-tuning-exporter/blob/main/"
@@ -71,20 +72,6 @@ class RenderOptions:
 
 OPTION_KEYS = {"exporter_job", "sglang_job", "runbook_url", "profile", "workload", "override_for",
                "override_window", "min_for", "dedup_on", "log_stale", "native"}
-
-
-def parse_duration(text: str | float | int) -> float:
-    """'90s', '15m', '1h', '1h30m' or a number of seconds -> seconds; ValueError on anything else."""
-    if isinstance(text, (int, float)) and not isinstance(text, bool):
-        if text < 0:
-            raise ValueError(f"duration must be >= 0, got {text}")
-        return float(text)
-    s = str(text).strip()
-    m = re.fullmatch(r"(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?", s)
-    if not s or m is None:
-        raise ValueError(f"not a duration (use e.g. 30s, 5m, 1h): {text!r}")
-    h, mi, se = (int(g) if g else 0 for g in m.groups())
-    return float(h * 3600 + mi * 60 + se)
 
 
 def promql_duration(seconds: float) -> str:

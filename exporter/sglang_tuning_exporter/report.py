@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import fleet
+from . import durations, fleet
 from .flags import add_flag, add_guide_flags
 from .model import STATUS_CODE, Finding, Rank
 from .promapi import PromConfig, PrometheusClient, PrometheusError, Sample, Series
@@ -30,8 +30,6 @@ from .signals import SignalParams
 HELP = "fleet review from a Prometheus server: every instance x check, drift, mis-tuned servers and their flags"
 EXIT_OK, EXIT_RUNTIME, EXIT_USAGE = 0, 1, 2
 FORMATS = ("markdown", "html", "json")
-_DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d|w|y)")
-_UNIT_S = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800, "y": 31536000}
 # Worst first; `unknown` only wins when no check had data.
 STATUS_ORDER = ("critical", "warning", "ok", "unknown")
 
@@ -45,16 +43,13 @@ class OutputError(OSError):
 
 
 def parse_duration(text: str) -> float:
-    """Prometheus-style duration (`7d`, `12h`, `1d12h`, `90m`) in seconds."""
-    raw = text.strip()
-    pos, total = 0, 0.0
-    for m in _DURATION.finditer(raw):
-        if m.start() != pos:
-            break
-        total += float(m.group(1)) * _UNIT_S[m.group(2)]
-        pos = m.end()
-    if pos != len(raw) or not raw or total <= 0:
-        raise UsageError(f"invalid duration {text!r} (use e.g. 7d, 12h, 1d12h, 90m)")
+    """A Prometheus duration (`7d`, `12h`, `1d12h`, `90m`; a unit is required) in seconds, > 0."""
+    try:
+        total = durations.parse_duration(text, bare_seconds=False)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    if total <= 0:
+        raise UsageError(f"invalid duration {text!r}: must be more than 0")
     return total
 
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -12,13 +11,12 @@ from urllib.parse import urlsplit
 
 from .checks import CheckTable, TableError, load_table
 from .config import Config, ConfigError, load_config, parse_server_arg_overrides
+from .durations import parse_duration
 from .flags import add_flag, add_guide_flags
 from .problems import ProblemsError
 from .webconfig import WebConfig, WebConfigError, load_web_config
 
 DEFAULT_PORT = 9470
-_DURATION_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
-_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, None: 1.0}
 LOG_LEVELS = ("debug", "info", "warn", "error")
 LOG_FORMATS = ("logfmt", "json")
 
@@ -55,14 +53,6 @@ class ServeConfig:
     web_config: WebConfig | None = None  # --web.config.file: TLS, basic auth, headers
     table: CheckTable | None = None  # the checks table (loaded once by build_config)
     guide_config: Config | None = None  # the --config file, or the defaults
-
-
-def parse_duration(text: str) -> float:
-    """`30s`, `10m`, `1h`, `500ms` or a number of seconds -> seconds."""
-    m = _DURATION_RE.match(str(text))
-    if m is None:
-        raise ValueError(f"not a duration: {text!r} (use e.g. 30s, 10m, 1h)")
-    return float(m.group(1)) * _UNITS[m.group(2)]
 
 
 def parse_listen_address(text: str) -> tuple[str, int]:
