@@ -462,6 +462,23 @@ def test_block_scan_on_the_corpus(shared_dir: Path) -> None:
         assert _scan_doc(text, fast=True, via_bytes=True) == whole, log.name
 
 
+def _decode_log(path: Path, n: int) -> tuple[Path, int]:
+    """A plain Decode log of n lines at `path` (and its line count)."""
+    w = LogWriter("0.5.23")
+    for i in range(n):
+        w.decode(100, 0.5, i % 300)
+        w.tick(1)
+    path.write_text(w.text(), encoding="utf-8")
+    return path, len(w.lines)
+
+
+def _small_ranges(monkeypatch: pytest.MonkeyPatch, chunk: int) -> None:
+    """Any file goes the parallel way, cut into ranges of about `chunk` bytes."""
+    monkeypatch.setattr(diagnose, "PARALLEL_MIN_BYTES", 1)
+    monkeypatch.setattr(diagnose, "MIN_CHUNK_BYTES", 1)
+    monkeypatch.setattr(diagnose, "CHUNK_BYTES", chunk)
+
+
 def _reader_dies(job: object) -> None:
     os._exit(7)  # a worker killed mid-range (e.g. SIGBUS on a mapped file truncated meanwhile)
 
@@ -471,15 +488,8 @@ def test_a_dead_reader_process_is_an_error_not_a_hang(tmp_path: Path, monkeypatc
     waiting for ever on its lost task."""
     if "fork" not in multiprocessing.get_all_start_methods():
         pytest.skip("needs the fork start method (the patched worker must reach the children)")
-    w = LogWriter("0.5.23")
-    for i in range(400):
-        w.decode(100, 0.5, i % 300)
-        w.tick(1)
-    p = tmp_path / "dies.log"
-    p.write_text(w.text(), encoding="utf-8")
-    monkeypatch.setattr(diagnose, "PARALLEL_MIN_BYTES", 1)
-    monkeypatch.setattr(diagnose, "MIN_CHUNK_BYTES", 1)
-    monkeypatch.setattr(diagnose, "CHUNK_BYTES", 4 << 10)
+    p, _ = _decode_log(tmp_path / "dies.log", 400)
+    _small_ranges(monkeypatch, 4 << 10)
     monkeypatch.setattr(diagnose, "_scan_range", _reader_dies)
     got = diagnose_source(str(p), load_table(), Config(), "docs-2025", "throughput", {}, jobs=2)
     assert got.error is not None and "reader process died" in got.error and "truncated" in got.error
@@ -488,12 +498,7 @@ def test_a_dead_reader_process_is_an_error_not_a_hang(tmp_path: Path, monkeypatc
 def test_a_file_shrunk_after_the_split_is_read_as_it_is(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A log truncated (rotated by copytruncate) between the split into ranges and their mapping: the
     ranges past the new end are empty and the rest is read, never an uncaught exception."""
-    w = LogWriter("0.5.23")
-    for i in range(2000):
-        w.decode(100, 0.5, i % 300)
-        w.tick(1)
-    p = tmp_path / "shrinks.log"
-    p.write_text(w.text(), encoding="utf-8")
+    p, lines = _decode_log(tmp_path / "shrinks.log", 2000)
     real = diagnose.split_ranges
 
     def split_then_truncate(path: str, size: int, chunk: int) -> list[tuple[int, int]]:
@@ -503,8 +508,6 @@ def test_a_file_shrunk_after_the_split_is_read_as_it_is(tmp_path: Path, monkeypa
         return ranges
 
     monkeypatch.setattr(diagnose, "split_ranges", split_then_truncate)
-    monkeypatch.setattr(diagnose, "PARALLEL_MIN_BYTES", 1)
-    monkeypatch.setattr(diagnose, "MIN_CHUNK_BYTES", 1)
-    monkeypatch.setattr(diagnose, "CHUNK_BYTES", 16 << 10)
+    _small_ranges(monkeypatch, 16 << 10)
     got = diagnose_source(str(p), load_table(), Config(), "docs-2025", "throughput", {}, jobs=2)
-    assert got.error is None and 0 < got.lines <= len(w.lines) // 2 + 1
+    assert got.error is None and 0 < got.lines <= lines // 2 + 1
