@@ -403,3 +403,52 @@ def test_server_info_facts_reach_every_rank_without_a_log(dp_size: int) -> None:
         assert len(fams[name].samples) == dp_size, name
     by_tp = {s.labels["tp_rank"]: s.value for s in fams["sglang_tuning_max_running_requests"].samples}
     assert by_tp == {str(dp): 64.0 * (dp + 1) for dp in range(dp_size)}
+
+
+def test_serve_follows_standard_input() -> None:
+    """`--sglang.log-file -` follows a pipe (e.g. `kubectl logs -f`): its lines are read as they come, and
+    the log source is down once the writer closes it."""
+    import subprocess
+    import sys
+    import time
+    import urllib.request
+
+    from netutil import stop_process
+
+    cmd = [sys.executable, "-m", "sglang_tuning_exporter", "serve", "--web.listen-address", "127.0.0.1:0",
+           "--sglang.log-file", "-"]
+    proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert proc.stdin is not None and proc.stderr is not None
+
+    def metrics(port: int) -> str:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
+            return str(r.read().decode())
+
+    def wait_for(port: int, text: str) -> str:
+        body = ""
+        for _ in range(100):
+            body = metrics(port)
+            if text in body:
+                return body
+            time.sleep(0.1)
+        raise AssertionError(f"{text!r} never in /metrics:\n{body[:2000]}")
+
+    try:
+        port = None
+        for _ in range(50):
+            found = re.search(r"listening on 127\.0\.0\.1:(\d+)", proc.stderr.readline())
+            if found:
+                port = int(found.group(1))
+                break
+        assert port, "serve did not report its port"
+        proc.stdin.write("".join(f"[2026-11-22 10:00:0{i}] Decode batch, #running-req: 12, #token: 900, token usage: "
+                                 f"0.40, cuda graph: True, gen throughput (token/s): 300.00, #queue-req: 0\n"
+                                 for i in range(3)))
+        proc.stdin.flush()
+        wait_for(port, 'sglang_tuning_log_lines_total{kind="decode"} 3.0')
+        assert 'sglang_tuning_source_up{source="log"} 1.0' in metrics(port)
+        proc.stdin.close()
+        wait_for(port, 'sglang_tuning_source_up{source="log"} 0.0')
+    finally:
+        stop_process(proc)
+    assert proc.returncode == 0

@@ -28,7 +28,7 @@ from .serveconfig import ServeConfig, ServeConfigError, add_serve_flags, build_c
 from .serverinfo import urllib_get
 from .sidecar import Advisor, LogInput, MetricsInput, Sidecar, ToObservations, ToSamples
 from .state import LiveState
-from .tail import Follower
+from .tail import follow
 from .web import WebApp, start_http
 
 HELP = "run the sidecar: follow the log, scrape SGLang, serve /metrics, the status page and /api/findings"
@@ -140,7 +140,9 @@ def build_log_input(cfg: ServeConfig) -> LogInput | None:
     """Follower + event reader for --sglang.log-file."""
     if cfg.log_file is None:
         return None
-    return log_input_for(Follower(str(cfg.log_file), from_start=cfg.from_start), EventReader())
+    # `-`: standard input (e.g. `kubectl logs -f POD | ... --sglang.log-file -`); the log source goes
+    # down when the writer closes it.
+    return log_input_for(follow(str(cfg.log_file), from_start=cfg.from_start), EventReader())
 
 
 def log_input_for(follower: Any, reader: Any) -> LogInput:

@@ -76,7 +76,7 @@ def add_serve_flags(parser: argparse.ArgumentParser) -> None:
     add_flag(parser, "--sglang.api-key-file", dest="sglang_api_key_file", default=None, metavar="FILE",
              help="file holding the key SGLang was started with (--api-key), sent as a bearer token")
     add_flag(parser, "--sglang.log-file", dest="log_file", default=None, metavar="FILE",
-             help="SGLang server log to follow (rotation and truncation are handled)")
+             help="SGLang server log to follow (rotation and truncation are handled), or - for standard input")
     add_flag(parser, "--from-start", dest="from_start", action="store_true", default=False,
              help="read the log from its beginning instead of its end")
     add_flag(parser, "--sglang.scrape-timeout", dest="scrape_timeout", default="5s", metavar="DURATION",
@@ -135,7 +135,7 @@ def build_config(args: argparse.Namespace) -> ServeConfig:
         except (OSError, UnicodeDecodeError) as exc:
             problems.append(f"--sglang.api-key-file: cannot read {args.sglang_api_key_file}: {exc}")
     log_file = Path(args.log_file) if args.log_file else None
-    if log_file is not None and log_file.exists() and not log_file.is_file():
+    if log_file is not None and str(log_file) != "-" and log_file.exists() and not log_file.is_file():
         problems.append(f"--sglang.log-file: {log_file} is not a file")
     if url is None and log_file is None:
         problems.append("nothing to watch: give --sglang.log-file, --sglang.url, or both")
