@@ -73,6 +73,7 @@ def test_text_output_table_and_flag_change(tmp_path: Path) -> None:
     assert "CHECK" in out and "retractions_frequent" in out
     assert "increase --schedule-conservativeness: 1 -> 1.3" in out
     assert "evidence:" in out and "trade-off:" in out
+    assert "SGLang version unknown (>= 0.5.7 by its line formats)" in out
     assert not ANSI.search(out)
 
 
@@ -91,6 +92,8 @@ def test_json_schema_single_and_multiple(tmp_path: Path) -> None:
     doc = json.loads(out)
     assert code == 0 and doc["profile"] == "docs-2025" and doc["workload"] == "throughput"
     assert doc["server"]["args"]["schedule_conservativeness"] == 1.0
+    # No version line: the release floor from the line formats, `version` stays a release or null.
+    assert (doc["server"]["version"], doc["server"]["version_floor"]) == (None, "0.5.7")
     assert set(doc["window"]) == {"start", "end"} and doc["window"]["start"].startswith("2025-03-01T10:00")
     f = next(x for x in doc["findings"] if x["check"] == "retractions_frequent")
     assert (f["status"], f["flag"], f["action"], f["current"], f["suggested"]) == \

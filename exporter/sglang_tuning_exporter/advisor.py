@@ -306,6 +306,10 @@ def findings_document(*, findings: list[Finding], signals: RankSignals, server: 
         "status": worst_status(findings),
         "status_code": STATUS_CODE[worst_status(findings)],
     }
+    if server.version and server.version.startswith(">="):
+        # Known only from line formats: `version` stays a release or null for tools that parse it.
+        doc["server"]["version"] = None
+        doc["server"]["version_floor"] = server.version[2:]
     if server.model_name:
         doc["server"]["model_name"] = server.model_name
     if extra:

@@ -97,7 +97,8 @@ def _header_lines(r: FileDiagnosis) -> list[str]:
     srv = d.get("server", {})
     win = d.get("window", {})
     inp = d.get("input", {})
-    out = [f"server: SGLang {srv.get('version') or 'version unknown'}"
+    floor = f" (>= {srv['version_floor']} by its line formats)" if srv.get("version_floor") else ""
+    out = [f"server: SGLang {srv.get('version') or 'version unknown' + floor}"
            + (f", model {srv['model_name']}" if srv.get("model_name") else "")
            + f" | guide profile {d.get('profile')} | workload {d.get('workload')}",
            f"log: {win.get('start')} .. {win.get('end')}, {inp.get('lines', 0)} lines, "
