@@ -452,3 +452,35 @@ def test_serve_follows_standard_input() -> None:
     finally:
         stop_process(proc)
     assert proc.returncode == 0
+
+
+def test_log_only_sidecar_names_flags_by_the_release_its_lines_reveal(tmp_path: Path) -> None:
+    """Tailing a log from its end (no startup lines, no server info), the release floor the line formats
+    reveal (`#new_tokens_gained`: >= 0.5.7) decides flag names and defaults live as in diagnose; the
+    findings document keeps `version` a release or null; a version line wins over any floor."""
+    from sglang_tuning_exporter.logreader import EventReader
+    from sglang_tuning_exporter.serve import log_input_for
+
+    follower = FakeFollower()
+    cfg = build_config(_args("--sglang.log-file", str(tmp_path / "x.log"), "--evaluation-interval", "1s"))
+    sc = build_sidecar(cfg, timer=lambda: 0.0, log_input=log_input_for(follower, EventReader()))
+    decode = ("[2026-11-22 10:00:00] Decode batch, #running-req: 12, #token: 900, token usage: 0.40, "
+              "cuda graph: True, gen throughput (token/s): 300.00, #queue-req: 0")
+    follower.pending = [decode]
+    sc.tick(1.0)
+    assert sc.state.server_version() == ">=0.4.7"
+    follower.pending = ["[2026-11-22 10:00:01] KV cache pool is full. Retract requests. #retracted_reqs: 1, "
+                        "#new_tokens_gained: 4608, #new_token_ratio: 0.3811 -> 0.5127", decode]
+    sc.tick(2.0)
+    assert sc.state.server_version() == ">=0.5.7"
+    sc.tick(10.0)  # an evaluation
+    build = sc.state.snapshot(10.0).document
+    assert build is not None
+    doc = build()
+    assert doc["server"]["version"] is None and doc["server"]["version_floor"] == "0.5.7"
+    follower.pending = ["[2026-11-22 10:00:02] sglang version: 0.5.9", decode]
+    sc.tick(11.0)
+    assert sc.state.server_version() == "0.5.9"
+    follower.pending = [decode]
+    sc.tick(12.0)
+    assert sc.state.server_version() == "0.5.9"

@@ -9,7 +9,7 @@ from typing import Any
 
 from .checks import Check, CheckTable
 from .config import Config
-from .model import STATUS_CODE, Finding, Rank, ServerState
+from .model import STATUS_CODE, Finding, Rank, ServerState, version_fields
 from .signals import FACT_NAMES, SAMPLE_COUNT_OF, SignalParams, Window
 from .suggest import default_schedule_policy, flag_name, suggest
 
@@ -297,7 +297,7 @@ def findings_document(*, findings: list[Finding], signals: RankSignals, server: 
     start, end = window if window is not None else (None, None)
     doc: dict[str, Any] = {
         "profile": prof, "workload": workload or "throughput",
-        "server": {"version": server.version, "args": _jsonable(dict(server.args))},
+        "server": {**version_fields(server.version), "args": _jsonable(dict(server.args))},
         "window": {"start": time_text(start), "end": time_text(end)},
         "signals": {k: _jsonable(v) for k, v in sorted(aggregate_signals(signals).items())},
         "signals_by_rank": [{"rank": r.as_dict(), "signals": {k: _jsonable(v) for k, v in sorted(s.items())}}
@@ -306,10 +306,6 @@ def findings_document(*, findings: list[Finding], signals: RankSignals, server: 
         "status": worst_status(findings),
         "status_code": STATUS_CODE[worst_status(findings)],
     }
-    if server.version and server.version.startswith(">="):
-        # Known only from line formats: `version` stays a release or null for tools that parse it.
-        doc["server"]["version"] = None
-        doc["server"]["version_floor"] = server.version[2:]
     if server.model_name:
         doc["server"]["model_name"] = server.model_name
     if extra:

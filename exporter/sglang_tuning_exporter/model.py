@@ -112,6 +112,14 @@ class ServerState:
     model_name: str | None = None
 
 
+def version_fields(version: str | None) -> dict[str, str | None]:
+    """A release for JSON documents: `{"version": "0.5.23"}`, or `{"version": null, "version_floor":
+    "0.5.14"}` when only line formats told (`>=0.5.14`), so `version` is a release or null for tools."""
+    if version and version.startswith(">="):
+        return {"version": None, "version_floor": version[2:]}
+    return {"version": version}
+
+
 @dataclass(frozen=True, slots=True)
 class Finding:
     """The verdict of one check for one rank, as in the `findings` array of interfaces.md."""

@@ -23,7 +23,7 @@ from typing import Any
 
 from . import durations, fleet
 from .flags import add_flag, add_guide_flags
-from .model import STATUS_CODE, Finding, Rank
+from .model import STATUS_CODE, Finding, Rank, version_fields
 from .promapi import PromConfig, PrometheusClient, PrometheusError, Sample, Series
 from .signals import SignalParams
 
@@ -111,7 +111,7 @@ class InstanceReport:
 
     def to_json_dict(self) -> dict[str, Any]:
         """The `instances[]` entry of interfaces.md."""
-        return {"instance": self.instance, "model_name": self.model_name, "version": self.version,
+        return {"instance": self.instance, "model_name": self.model_name, **version_fields(self.version),
                 "status": self.status, "args": dict(self.args),
                 "findings": [f.to_json_dict() for f in self.findings],
                 "signals": {rank: {k: v for k, v in sig.items() if v is not None}

@@ -90,7 +90,7 @@ def build_advisor(cfg: ServeConfig) -> Advisor:
     """
     table = cfg.table if cfg.table is not None else load_table()
     config = cfg.guide_config if cfg.guide_config is not None else Config()
-    to_obs, to_samples = _converters()
+    to_obs, to_samples, version_floor = _converters()
     defaults = Config()
     changes: dict[str, Any] = {}
     if config.window_s == defaults.window_s:
@@ -116,14 +116,18 @@ def build_advisor(cfg: ServeConfig) -> Advisor:
 
     exported = frozenset({c.signal for c in table.checks} | set(EXTRA_SIGNALS))
     return Advisor(window=window, evaluate=evaluate, document=document, to_observations=to_obs,
-                   window_s=window_s, exported_signals=exported, to_samples=to_samples)
+                   window_s=window_s, exported_signals=exported, to_samples=to_samples, version_floor=version_floor)
 
 
-def _converters() -> tuple[ToObservations, ToSamples]:
-    """Events -> observations, and the same with a Sample per Decode/Prefill line (one converter)."""
+def _converters() -> tuple[ToObservations, ToSamples, Callable[[], str | None]]:
+    """Events -> observations, the same with a Sample per Decode/Prefill line (one converter), and the
+    release floor its line formats revealed (`>=X.Y.Z`, or a version line's release, or None)."""
     clock_now = [0.0]
-    # One converter for the life of the process: it pairs startup lines across ticks.
-    converter = EventConverter(clock=lambda: clock_now[0])
+    # One converter for the life of the process: it pairs startup lines across ticks, and keeps the
+    # floor on a server state of its own (the sidecar's own state learns releases from elsewhere too).
+    converter = EventConverter(clock=lambda: clock_now[0], server=ServerState())
+    seen = converter.server
+    assert seen is not None
 
     def to_obs(events: list[Event], now: float) -> list[Observation]:
         clock_now[0] = now
@@ -133,7 +137,7 @@ def _converters() -> tuple[ToObservations, ToSamples]:
         clock_now[0] = now
         return list(converter.convert_batch(events))
 
-    return to_obs, to_samples
+    return to_obs, to_samples, lambda: seen.version
 
 
 def build_log_input(cfg: ServeConfig) -> LogInput | None:

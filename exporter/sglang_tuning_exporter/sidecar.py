@@ -70,6 +70,9 @@ class Advisor:
     window_s: float | None = None  # the window actually used (a --config file may set it)
     exported_signals: frozenset[str] | None = None  # signals put on /metrics (None: all)
     to_samples: ToSamples | None = None  # preferred over to_observations when set
+    # The release the log's line formats reveal (`>=X.Y.Z`): flag names and defaults follow it until
+    # a version line or the server info names the release.
+    version_floor: Callable[[], str | None] | None = None
 
 
 @dataclass(slots=True)
@@ -206,6 +209,7 @@ class Sidecar:
         self.state.add_events(events, now)
         if events:
             self._observe(events, now)
+            self._note_version_floor()
         exists = src.exists()
         self._record("log", ok=exists, duration_s=self.timer() - start, now=now,
                                  detail="" if exists else "log file not found (waiting for it)")
@@ -250,6 +254,14 @@ class Sidecar:
             if window is not None:
                 for o in obs:
                     window.add(o)
+
+    def _note_version_floor(self) -> None:
+        floor = self.advisor.version_floor() if self.advisor.version_floor is not None else None
+        if not floor or not floor.startswith(">="):
+            return
+        cur = self.state.server_version()
+        if cur is None or (cur.startswith(">=") and cur != floor):
+            self.state.set_server(version=floor)  # a real release (version line, server info) is kept
 
     def _apply_config_events(self, events: Iterable[Event]) -> None:
         for e in events:

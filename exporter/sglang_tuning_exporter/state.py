@@ -379,6 +379,11 @@ class LiveState:
         with self._lock:
             self._server_facts = tuple(by_dp)
 
+    def server_version(self) -> str | None:
+        """The release known so far (`>=X.Y.Z` when only line formats told)."""
+        with self._lock:
+            return self._server.version
+
     def server_state(self) -> ServerState:
         """A copy of the server configuration, for the advisor."""
         with self._lock:
