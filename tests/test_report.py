@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from sglang_tuning_exporter import fleet, report_formats
+from sglang_tuning_exporter import fleet, report, report_formats
 from sglang_tuning_exporter.cli import main
 from sglang_tuning_exporter.model import Finding, Rank
 from sglang_tuning_exporter.promapi import Sample
@@ -126,6 +126,20 @@ def test_collect_folds_answers_per_instance_and_rank() -> None:
     assert data["b:1"].signals[Rank(dp=1)]["metrics_enabled"] == 1.0
     assert data["d:1"].signals == {Rank(): {"metrics_enabled": 1.0}}
     assert "metrics_enabled" not in a.signals[Rank()]
+
+
+@pytest.mark.parametrize("order", [0, 1])
+def test_a_real_release_beats_a_floor_whatever_the_series_order(order: int) -> None:
+    """Over a range a sidecar may export a floor (`>=0.5.7`, before server info answered) and then the
+    release: the report shows the release, and its JSON keeps `version` a release or null."""
+    infos = [s(1, instance="a:1", version=">=0.5.7"), s(1, instance="a:1", version="0.5.23")]
+    data = fleet.collect({"info": infos if order else infos[::-1]})
+    assert data["a:1"].version == "0.5.23"
+    only_floor = fleet.collect({"info": [s(1, instance="b:1", version=">=0.5.7")]})
+    assert only_floor["b:1"].version == ">=0.5.7"
+    doc = report.InstanceReport("b:1", None, ">=0.5.7", {}, ()).to_json_dict()
+    assert (doc["version"], doc["version_floor"]) == (None, "0.5.7")
+    assert "version_floor" not in report.InstanceReport("a:1", None, "0.5.23", {}, ()).to_json_dict()
 
 
 def inst(name: str, model: str | None, **args: float | str) -> fleet.InstanceData:

@@ -308,6 +308,15 @@ def test_options_errors_are_listed() -> None:
     assert len(exc.value.problems) == 3
 
 
+def test_render_durations_are_whole_seconds() -> None:
+    """PromQL ranges and `for:` are written in whole seconds: `500ms` (which would become `[0s]`, rejected
+    by Prometheus) and `1.4s` are listed problems, `1.5m` is 90 s."""
+    with pytest.raises(render_rules.OptionsError) as exc:
+        render_rules.options_from_mapping({"override_window": "500ms", "override_for": "1.4s"})
+    assert len(exc.value.problems) == 2 and all("whole number of seconds" in p for p in exc.value.problems)
+    assert render_rules.options_from_mapping({"override_window": "1.5m"}).override_window_s == 90
+
+
 def test_durations() -> None:
     """PromQL durations round-trip through the parser."""
     assert render_rules.promql_duration(600) == "10m"

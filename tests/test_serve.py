@@ -405,6 +405,16 @@ def test_server_info_facts_reach_every_rank_without_a_log(dp_size: int) -> None:
     assert by_tp == {str(dp): 64.0 * (dp + 1) for dp in range(dp_size)}
 
 
+def test_following_a_closed_standard_input_is_a_listed_problem(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`--sglang.log-file -` with standard input closed (`0<&-`) fails at start with the other problems."""
+    import sys
+
+    monkeypatch.setattr(sys, "stdin", None)
+    with pytest.raises(ServeConfigError) as exc:
+        build_config(_args("--sglang.log-file", "-", "--sglang.scrape-interval", "soon"))
+    assert any("standard input is closed" in p for p in exc.value.problems) and len(exc.value.problems) == 2
+
+
 def test_serve_follows_standard_input() -> None:
     """`--sglang.log-file -` follows a pipe (e.g. `kubectl logs -f`): its lines are read as they come, and
     the log source is down once the writer closes it."""

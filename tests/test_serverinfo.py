@@ -116,3 +116,15 @@ def test_non_finite_numbers_are_ignored() -> None:
     """`Infinity` (which Python's json accepts) does not crash the parse."""
     info = parse_server_info(json.loads('{"version": "x", "max_total_num_tokens": Infinity}'))
     assert info.max_total_num_tokens is None
+
+
+def test_max_running_requests_per_dp_rank_under_dp_attention() -> None:
+    """Before `effective_max_running_requests_per_dp` (0.5.8), DP attention splits the flag across the DP
+    ranks as SGLang does (max_running_requests // dp_size); without DP attention each rank has it whole."""
+    doc = {"version": "0.5.4", "max_running_requests": 1024, "dp_size": 8, "enable_dp_attention": True,
+           "internal_states": [{"decode_cuda_graph_bs": [1, 128]} for _ in range(8)]}
+    assert {f["max_running_requests"] for f in parse_server_info(doc).rank_facts} == {128.0}
+    plain = {**doc, "enable_dp_attention": False}
+    assert {f["max_running_requests"] for f in parse_server_info(plain).rank_facts} == {1024.0}
+    newer = {**doc, "internal_states": [{"effective_max_running_requests_per_dp": 100}]}
+    assert [f["max_running_requests"] for f in parse_server_info(newer).rank_facts] == [100.0]

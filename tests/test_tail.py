@@ -162,6 +162,9 @@ def test_stream_follower_reads_a_pipe_without_blocking() -> None:
         w = -1
         assert f.poll() == ["three"] and f.eof and f.last_data_at == 7.0
         assert f.poll() == []
+        assert not os.get_blocking(r)
+        f.close()
+        assert os.get_blocking(r)  # the stream's own mode is given back (a shell's terminal stays usable)
     finally:
         if w >= 0:
             os.close(w)

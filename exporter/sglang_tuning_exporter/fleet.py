@@ -72,6 +72,16 @@ def series(metric: str, selector: str, matchers: str = "") -> str:
     return f"{metric}{{{inner}}}"
 
 
+def _release(known: str | None, seen: str | None) -> str | None:
+    """The version to report when a sidecar exported several over the range: a real release beats a
+    floor from line formats (`>=0.5.7`), whatever order the series come in."""
+    if not seen:
+        return known
+    if known and not known.startswith(">=") and seen.startswith(">="):
+        return known
+    return seen
+
+
 def duration(seconds: float) -> str:
     """A PromQL duration in whole seconds (`604800s`)."""
     return f"{max(1, round(seconds))}s"
@@ -342,7 +352,7 @@ def collect(results: Mapping[str, Sequence[Sample]]) -> dict[str, InstanceData]:
         if not name:
             continue
         data = inst(name)
-        data.version = s.labels.get("version") or data.version
+        data.version = _release(data.version, s.labels.get("version"))
         data.model_name = s.labels.get("model_name") or data.model_name
         if s.labels.get("schedule_policy"):
             data.args.setdefault("schedule_policy", s.labels["schedule_policy"])

@@ -107,9 +107,14 @@ def options_from_mapping(raw: Any, base: RenderOptions | None = None) -> RenderO
                       ("min_for", "min_for_s"), ("log_stale", "log_stale_s")):
         if key in raw and raw[key] is not None:
             try:
-                changes[attr] = parse_duration(raw[key])
+                value = parse_duration(raw[key])
             except ValueError as exc:
                 problems.append(f"{key}: {exc}")
+                continue
+            if not value.is_integer():  # PromQL ranges and `for:` are written in whole seconds
+                problems.append(f"{key}: {raw[key]!r} is not a whole number of seconds")
+                continue
+            changes[attr] = value
     if "dedup_on" in raw:
         v = raw["dedup_on"]
         if not isinstance(v, list) or not all(isinstance(x, str) and x for x in v):

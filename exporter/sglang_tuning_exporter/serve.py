@@ -263,4 +263,8 @@ def run(args: argparse.Namespace) -> int:
     loop.stop()
     server.shutdown()
     server.server_close()
+    if sidecar.log_input is not None:
+        close = getattr(sidecar.log_input.follower, "close", None)
+        if callable(close):
+            close()  # e.g. gives standard input its blocking mode back
     return EXIT_OK

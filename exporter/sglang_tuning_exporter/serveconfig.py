@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -55,6 +56,13 @@ class ServeConfig:
     guide_config: Config | None = None  # the --config file, or the defaults
 
 
+def _stdin_open() -> bool:
+    try:
+        return sys.stdin is not None and not sys.stdin.closed and sys.stdin.fileno() >= 0
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
 def parse_listen_address(text: str) -> tuple[str, int]:
     """`:9470`, `0.0.0.0:9470`, `127.0.0.1:0` or `[::1]:9470` -> (host, port)."""
     host, sep, port = text.rpartition(":")
@@ -76,7 +84,8 @@ def add_serve_flags(parser: argparse.ArgumentParser) -> None:
     add_flag(parser, "--sglang.api-key-file", dest="sglang_api_key_file", default=None, metavar="FILE",
              help="file holding the key SGLang was started with (--api-key), sent as a bearer token")
     add_flag(parser, "--sglang.log-file", dest="log_file", default=None, metavar="FILE",
-             help="SGLang server log to follow (rotation and truncation are handled), or - for standard input")
+             help="SGLang server log to follow (rotation and truncation are handled), or - for standard input "
+             "(read as it arrives: pipe only new lines, e.g. kubectl logs -f --tail=0)")
     add_flag(parser, "--from-start", dest="from_start", action="store_true", default=False,
              help="read the log from its beginning instead of its end")
     add_flag(parser, "--sglang.scrape-timeout", dest="scrape_timeout", default="5s", metavar="DURATION",
@@ -135,6 +144,8 @@ def build_config(args: argparse.Namespace) -> ServeConfig:
         except (OSError, UnicodeDecodeError) as exc:
             problems.append(f"--sglang.api-key-file: cannot read {args.sglang_api_key_file}: {exc}")
     log_file = Path(args.log_file) if args.log_file else None
+    if log_file is not None and str(log_file) == "-" and not _stdin_open():
+        problems.append("--sglang.log-file -: standard input is closed")
     if log_file is not None and str(log_file) != "-" and log_file.exists() and not log_file.is_file():
         problems.append(f"--sglang.log-file: {log_file} is not a file")
     if url is None and log_file is None:

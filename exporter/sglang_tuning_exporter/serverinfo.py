@@ -72,6 +72,9 @@ def _rank_facts(doc: Mapping[str, Any], states: list[Any]) -> tuple[dict[str, fl
     if mtt is not None:
         common["max_total_num_tokens"] = mtt
     cap = _num(doc.get("max_running_requests"))  # the flag; None when SGLang sized it
+    dp = _num(doc.get("dp_size"))
+    if cap is not None and doc.get("enable_dp_attention") is True and dp is not None and dp > 1:
+        cap = float(int(cap) // int(dp))  # with DP attention SGLang splits the flag across DP ranks
     out = []
     for st in states or [doc]:  # 0.4.4-0.4.6 merged the one internal state into the top level
         facts = dict(common)

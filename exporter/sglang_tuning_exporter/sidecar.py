@@ -211,8 +211,8 @@ class Sidecar:
             self._observe(events, now)
             self._note_version_floor()
         exists = src.exists()
-        self._record("log", ok=exists, duration_s=self.timer() - start, now=now,
-                                 detail="" if exists else "log file not found (waiting for it)")
+        gone = "input closed by its writer" if getattr(src.follower, "eof", False) else "log file not found (waiting for it)"
+        self._record("log", ok=exists, duration_s=self.timer() - start, now=now, detail="" if exists else gone)
 
     @staticmethod
     def _parse(reader: EventFeed, lines: list[str]) -> list[Event]:

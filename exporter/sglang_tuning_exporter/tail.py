@@ -13,6 +13,7 @@ handles what a log does to a reader in production, in the manner of mtail:
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import io
 import os
@@ -242,6 +243,7 @@ class StreamFollower:
     def __init__(self, fd: int | None = None, *, clock: Callable[[], float] = time.monotonic,
                  max_line_bytes: int = MAX_LINE_BYTES) -> None:
         self.fd = sys.stdin.fileno() if fd is None else fd
+        self._was_blocking = os.get_blocking(self.fd)
         os.set_blocking(self.fd, False)
         self.clock = clock
         self.rotations = 0
@@ -275,7 +277,11 @@ class StreamFollower:
         return lines
 
     def close(self) -> None:
-        """Nothing to release: the stream belongs to the caller."""
+        """The stream belongs to the caller: only its blocking mode is given back (a terminal or a file
+        description shared with the shell must not stay non-blocking)."""
+        if self._was_blocking:
+            with contextlib.suppress(OSError):  # already closed by its owner
+                os.set_blocking(self.fd, True)
 
 
 def follow(path_or_dash: str, *, from_start: bool = False, clock: Callable[[], float] = time.monotonic,
