@@ -27,6 +27,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tests"))
+from netutil import announced_port  # noqa: E402  (the tests' helper: how serve announces its port)
+
 METRICS = (ROOT / "tests" / "fixtures" / "metrics" / "sglang-0.5.23-metrics.txt").read_bytes()
 SERVER_INFO = (ROOT / "tests" / "fixtures" / "sglang-0.5.23-server_info-toplevel.json").read_bytes()
 CLK_TCK = os.sysconf("SC_CLK_TCK")
@@ -127,12 +130,7 @@ def main() -> int:
         env = dict(os.environ, SGLANG_TUNING_LOG_LEVEL="info")
         child = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True, env=env)
         assert child.stderr is not None
-        port = None
-        for _ in range(50):
-            found = re.search(r"listening on 127\.0\.0\.1:(\d+)", child.stderr.readline())
-            if found:
-                port = int(found.group(1))
-                break
+        port = announced_port(child.stderr)
         if port is None:
             child.kill()
             print("serve did not start", file=sys.stderr)

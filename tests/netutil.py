@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import re
 import socket
 import subprocess
+from typing import IO
 
 LOOPBACK = "127.0.0.1"
 
@@ -23,3 +25,14 @@ def stop_process(proc: subprocess.Popen[bytes] | subprocess.Popen[str], timeout_
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.wait(timeout=timeout_s / 2)
+
+
+def announced_port(stream: IO[str], *, lines: int = 50, suffix: str = "") -> int | None:
+    """The port `serve` says it listens on (`listening on 127.0.0.1:PORT<suffix>` on its stderr), read
+    from at most `lines` lines; None when it never says so."""
+    pattern = re.compile(r"listening on 127\.0\.0\.1:(\d+)" + re.escape(suffix))
+    for _ in range(lines):
+        found = pattern.search(stream.readline())
+        if found:
+            return int(found.group(1))
+    return None

@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import subprocess
 import sys
 import threading
@@ -22,7 +21,7 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from netutil import free_port, stop_process
+from netutil import announced_port, free_port, stop_process
 from sglang_tuning_exporter.collector import BuildInfo
 from sglang_tuning_exporter.serve import build_sidecar, make_web
 from sglang_tuning_exporter.serveconfig import add_serve_flags, build_config
@@ -231,13 +230,7 @@ def test_serve_process_answers_while_sglang_is_down(tmp_path: Path) -> None:
     proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True)
     try:
         assert proc.stderr is not None
-        port = None
-        for _ in range(50):
-            line = proc.stderr.readline()
-            found = re.search(r"listening on 127\.0\.0\.1:(\d+)", line)
-            if found:
-                port = int(found.group(1))
-                break
+        port = announced_port(proc.stderr)
         assert port, "serve did not report its port"
         base = f"http://127.0.0.1:{port}"
         with urllib.request.urlopen(base + "/-/healthy", timeout=10) as r:

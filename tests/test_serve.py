@@ -423,7 +423,7 @@ def test_serve_follows_standard_input() -> None:
     import time
     import urllib.request
 
-    from netutil import stop_process
+    from netutil import announced_port, stop_process
 
     cmd = [sys.executable, "-m", "sglang_tuning_exporter", "serve", "--web.listen-address", "127.0.0.1:0",
            "--sglang.log-file", "-"]
@@ -444,12 +444,7 @@ def test_serve_follows_standard_input() -> None:
         raise AssertionError(f"{text!r} never in /metrics:\n{body[:2000]}")
 
     try:
-        port = None
-        for _ in range(50):
-            found = re.search(r"listening on 127\.0\.0\.1:(\d+)", proc.stderr.readline())
-            if found:
-                port = int(found.group(1))
-                break
+        port = announced_port(proc.stderr)
         assert port, "serve did not report its port"
         proc.stdin.write("".join(f"[2026-11-22 10:00:0{i}] Decode batch, #running-req: 12, #token: 900, token usage: "
                                  f"0.40, cuda graph: True, gen throughput (token/s): 300.00, #queue-req: 0\n"
