@@ -135,8 +135,9 @@ def test_a_real_release_beats_a_floor_whatever_the_series_order(order: int) -> N
     infos = [s(1, instance="a:1", version=">=0.5.7"), s(1, instance="a:1", version="0.5.23")]
     data = fleet.collect({"info": infos if order else infos[::-1]})
     assert data["a:1"].version == "0.5.23"
-    only_floor = fleet.collect({"info": [s(1, instance="b:1", version=">=0.5.7")]})
-    assert only_floor["b:1"].version == ">=0.5.7"
+    floors = [s(1, instance="b:1", version=">=0.4.7"), s(1, instance="b:1", version=">=0.5.7")]
+    only_floor = fleet.collect({"info": floors if order else floors[::-1]})
+    assert only_floor["b:1"].version == ">=0.5.7"  # the higher floor, in either order
     doc = report.InstanceReport("b:1", None, ">=0.5.7", {}, ()).to_json_dict()
     assert (doc["version"], doc["version_floor"]) == (None, "0.5.7")
     assert "version_floor" not in report.InstanceReport("a:1", None, "0.5.23", {}, ()).to_json_dict()

@@ -478,6 +478,11 @@ def test_log_only_sidecar_names_flags_by_the_release_its_lines_reveal(tmp_path: 
                         "#new_tokens_gained: 4608, #new_token_ratio: 0.3811 -> 0.5127", decode]
     sc.tick(2.0)
     assert sc.state.server_version() == ">=0.5.7"
+    from sglang_tuning_exporter.collector import BuildInfo, build_families
+
+    info = next(f for f in build_families(sc.state.snapshot(2.0), BuildInfo("0.0.0-test", "3.11"))
+                if f.name == "sglang_tuning_server")  # an info family: `_info` is the sample suffix
+    assert [(x.labels["version"], x.labels["schedule_policy"]) for x in info.samples] == [(">=0.5.7", "fcfs")]
     sc.tick(10.0)  # an evaluation
     build = sc.state.snapshot(10.0).document
     assert build is not None

@@ -186,6 +186,18 @@ def version_tuple(version: str) -> tuple[int, ...]:
     return tuple(parts)
 
 
+def merge_version(known: str | None, seen: str | None) -> str | None:
+    """What is known of the release after `seen`: a release (`0.5.23`) beats a floor from line formats
+    (`>=0.5.7`), a higher floor beats a lower one, and between releases the later wins (a restart)."""
+    if not seen:
+        return known
+    if known is None or not seen.startswith(">="):
+        return seen
+    if not known.startswith(">="):
+        return known
+    return seen if version_tuple(seen) > version_tuple(known) else known
+
+
 def flag_for_version(check: Check, version: str | None) -> str | None:
     """The flag name the SGLang `version` accepts (the guide's name when the version is unknown)."""
     if version is None or not check.flags_by_version:

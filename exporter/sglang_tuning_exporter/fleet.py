@@ -14,6 +14,7 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from .checks import merge_version
 from .model import Rank, ServerState
 from .promapi import Sample, Series
 from .render_rules import recorded
@@ -70,16 +71,6 @@ def series(metric: str, selector: str, matchers: str = "") -> str:
     """`metric{matchers,selector}`; works for names with a colon."""
     inner = ",".join(p for p in (matchers, selector) if p)
     return f"{metric}{{{inner}}}"
-
-
-def _release(known: str | None, seen: str | None) -> str | None:
-    """The version to report when a sidecar exported several over the range: a real release beats a
-    floor from line formats (`>=0.5.7`), whatever order the series come in."""
-    if not seen:
-        return known
-    if known and not known.startswith(">=") and seen.startswith(">="):
-        return known
-    return seen
 
 
 def duration(seconds: float) -> str:
@@ -352,7 +343,7 @@ def collect(results: Mapping[str, Sequence[Sample]]) -> dict[str, InstanceData]:
         if not name:
             continue
         data = inst(name)
-        data.version = _release(data.version, s.labels.get("version"))
+        data.version = merge_version(data.version, s.labels.get("version"))
         data.model_name = s.labels.get("model_name") or data.model_name
         if s.labels.get("schedule_policy"):
             data.args.setdefault("schedule_policy", s.labels["schedule_policy"])

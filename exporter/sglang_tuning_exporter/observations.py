@@ -12,7 +12,7 @@ import re
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
-from .checks import version_tuple
+from .checks import merge_version
 from .events import Event
 from .model import Observation, Rank, Sample, ServerState
 from .timeparse import event_seconds, has_date
@@ -129,8 +129,7 @@ class EventConverter:
         cur = srv.version
         if self._floor_seen == (cur, version):
             return  # called per Decode line: skip re-parsing the same two versions
-        if cur is None or (cur.startswith(">=") and version_tuple(version) > version_tuple(cur[2:])):
-            srv.version = ">=" + version
+        srv.version = merge_version(cur, ">=" + version)
         self._floor_seen = (srv.version, version)
 
     def note_time(self, t: float) -> None:

@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from .checks import merge_version
 from .events import Event
 from .model import Finding, Observation, Rank, Sample, ServerState
 from .scrape import COUNTED, ScrapeInterpreter, parse_exposition, wanted
@@ -141,6 +142,7 @@ class Sidecar:
     _version: str | None = None
     _last_line_at: float | None = None
     _next_eval: float = float("-inf")
+    _floor_noted: str | None = None  # the last release floor the log's line formats gave
     evaluations: int = 0
 
     def __post_init__(self) -> None:
@@ -257,11 +259,13 @@ class Sidecar:
 
     def _note_version_floor(self) -> None:
         floor = self.advisor.version_floor() if self.advisor.version_floor is not None else None
-        if not floor or not floor.startswith(">="):
-            return
+        if floor is None or floor == self._floor_noted:
+            return  # most ticks: nothing new
+        self._floor_noted = floor
         cur = self.state.server_version()
-        if cur is None or (cur.startswith(">=") and cur != floor):
-            self.state.set_server(version=floor)  # a real release (version line, server info) is kept
+        known = merge_version(cur, floor)  # a real release (version line, server info) is kept
+        if known != cur:
+            self.state.set_server(version=known)
 
     def _apply_config_events(self, events: Iterable[Event]) -> None:
         for e in events:
