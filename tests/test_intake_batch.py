@@ -18,7 +18,7 @@ from sglang_tuning_exporter.model import Observation, Rank, Sample
 from sglang_tuning_exporter.observations import EventConverter
 from sglang_tuning_exporter.serve import build_advisor, build_sidecar, log_input_for, make_web
 from sglang_tuning_exporter.serveconfig import add_serve_flags, build_config
-from sglang_tuning_exporter.signals import Bucket, Window, quantile, sample_observations
+from sglang_tuning_exporter.signals import Bucket, Window, quantile
 from sglang_tuning_exporter.state import LiveState
 
 VALUES: list[Any] = [0, 1, 7, 150, 2500, 0.42, 0.95, float("nan"), float("inf"), True, False, "0.5", "x", None]
@@ -116,7 +116,7 @@ def test_convert_batch_samples_stand_for_the_same_observations() -> None:
     a = list(EventConverter(clock=lambda: 5.0).convert_all(events))
     b: list[Observation] = []
     for i in EventConverter(clock=lambda: 5.0).convert_batch(events):
-        b.extend(sample_observations(i) if isinstance(i, Sample) else [i])
+        b.extend(i.observations() if isinstance(i, Sample) else [i])
     def key(o: Observation) -> Any:
         return o.time, o.name, "nan" if math.isnan(o.value) else o.value, o.rank, o.source
 

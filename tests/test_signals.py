@@ -354,6 +354,7 @@ def test_frozen_stats_thaw_on_write_and_merge_like_dicts() -> None:
     merged_frozen.merge(frozen)  # frozen into frozen: thaws the receiver
     assert not merged_frozen.decode.frozen
     assert compute_signals(merged_frozen, facts, params, **kw) == compute_signals(merged_plain, facts, params, **kw)
+    assert compute_signals(frozen.copy(), facts, params, **kw) == compute_signals(plain, facts, params, **kw)
     frozen.decode.add(7, 3, 0.2, 0.0, 1.0, 0.9, params.queue_band)
     plain.decode.add(7, 3, 0.2, 0.0, 1.0, 0.9, params.queue_band)
     assert compute_signals(frozen, facts, params, **kw) == compute_signals(plain, facts, params, **kw)

@@ -5,7 +5,6 @@ from __future__ import annotations
 import base64
 import gzip
 import http.client
-import re
 import shutil
 import ssl
 import subprocess
@@ -18,7 +17,7 @@ from pathlib import Path
 import bcrypt
 import pytest
 
-from netutil import free_port, stop_process
+from netutil import announced_port, free_port, stop_process
 from sglang_tuning_exporter import cli
 from sglang_tuning_exporter.collector import BuildInfo, TuningCollector, make_registry
 from sglang_tuning_exporter.model import Observation, Rank
@@ -339,21 +338,14 @@ def test_serve_process_over_https_with_auth(certs: dict[str, Path], tmp_path: Pa
            "--sglang.url", f"http://127.0.0.1:{free_port()}", "--sglang.scrape-timeout", "1s",
            "--web.config.file", str(path)]
     proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True)
-    lines: list[str] = []
     try:
         assert proc.stderr is not None
-        port = None
         # readline blocks: a watchdog ends the process if it never reports its port.
         watchdog = threading.Timer(30, proc.kill)
         watchdog.start()
-        for line in iter(proc.stderr.readline, ""):
-            lines.append(line)
-            found = re.search(r"listening on 127\.0\.0\.1:(\d+) \(metrics /metrics, https, basic auth\)", line)
-            if found:
-                port = int(found.group(1))
-                break
+        port = announced_port(proc.stderr, suffix=" (metrics /metrics, https, basic auth)")
         watchdog.cancel()
-        assert port, lines
+        assert port, "serve did not report listening with https and basic auth"
         ctx = ssl.create_default_context(cafile=str(certs["server_cert"]))
         assert _https_get(port, "/-/healthy", ctx)[0] == 401
         status, headers, body = _https_get(port, "/metrics", ctx, {"Authorization": _basic("alice", "s3cret"),

@@ -17,7 +17,6 @@ from typing import Any
 
 from .advisor import evaluate as evaluate_checks
 from .advisor import findings_document, window_for
-from .checks import load_table
 from .collector import BuildInfo, TuningCollector, current_build, make_registry
 from .config import Config
 from .events import Event
@@ -88,8 +87,7 @@ def build_advisor(cfg: ServeConfig) -> Advisor:
     Precedence: the --config file's window/rank/profile/workload settings when it sets them, else
     the flags. The table and the config come from build_config, which loaded and checked them.
     """
-    table = cfg.table if cfg.table is not None else load_table()
-    config = cfg.guide_config if cfg.guide_config is not None else Config()
+    table, config = cfg.table, cfg.guide_config
     to_obs, to_samples, version_floor = _converters()
     defaults = Config()
     changes: dict[str, Any] = {}
@@ -120,14 +118,14 @@ def build_advisor(cfg: ServeConfig) -> Advisor:
 
 
 def _converters() -> tuple[ToObservations, ToSamples, Callable[[], str | None]]:
-    """Events -> observations, the same with a Sample per Decode/Prefill line (one converter), and the
+    """Events -> observations, the same with a Sample per Decode/Prefill line (the sidecar's path; the
+    other is the per-observation reference the intake tests compare it with), one converter, and the
     release floor its line formats revealed (`>=X.Y.Z`, or a version line's release, or None)."""
     clock_now = [0.0]
     # One converter for the life of the process: it pairs startup lines across ticks, and keeps the
     # floor on a server state of its own (the sidecar's own state learns releases from elsewhere too).
-    converter = EventConverter(clock=lambda: clock_now[0], server=ServerState())
-    seen = converter.server
-    assert seen is not None
+    seen = ServerState()
+    converter = EventConverter(clock=lambda: clock_now[0], server=seen)
 
     def to_obs(events: list[Event], now: float) -> list[Observation]:
         clock_now[0] = now

@@ -51,9 +51,9 @@ class ServeConfig:
     workload: str
     config_file: Path | None
     server_args: Mapping[str, Any]  # --server-arg overrides, typed as diagnose and report type them
+    table: CheckTable  # the checks table (loaded once by build_config)
+    guide_config: Config  # the --config file, or the defaults
     web_config: WebConfig | None = None  # --web.config.file: TLS, basic auth, headers
-    table: CheckTable | None = None  # the checks table (loaded once by build_config)
-    guide_config: Config | None = None  # the --config file, or the defaults
 
 
 def _stdin_open() -> bool:
@@ -200,6 +200,7 @@ def build_config(args: argparse.Namespace) -> ServeConfig:
             problems.extend(f"--web.config.file: {p}" for p in exc.problems)
     if problems:
         raise ServeConfigError(problems)
+    assert table is not None and guide_config is not None  # else a problem was listed above
     return ServeConfig(
         listen_host=host, listen_port=port, telemetry_path=path, sglang_url=url, sglang_api_key=api_key, log_file=log_file,
         from_start=bool(args.from_start), scrape_timeout_s=timeout, scrape_interval_s=interval,

@@ -66,11 +66,8 @@ class ServerInfo:
     rank_facts: tuple[Mapping[str, float], ...] = ()
 
 
-def _rank_facts(doc: Mapping[str, Any], states: list[Any]) -> tuple[dict[str, float], ...]:
-    common: dict[str, float] = {}
-    mtt = _num(doc.get("max_total_num_tokens"))
-    if mtt is not None:
-        common["max_total_num_tokens"] = mtt
+def _rank_facts(doc: Mapping[str, Any], states: list[Any], mtt: float | None) -> tuple[dict[str, float], ...]:
+    common: dict[str, float] = {} if mtt is None else {"max_total_num_tokens": mtt}
     cap = _num(doc.get("max_running_requests"))  # the flag; None when SGLang sized it
     dp = _num(doc.get("dp_size"))
     if cap is not None and doc.get("enable_dp_attention") is True and dp is not None and dp > 1:
@@ -119,7 +116,7 @@ def parse_server_info(doc: Any) -> ServerInfo:
         args=args,
         max_total_num_tokens=int(mtt) if mtt is not None else None,
         start_marker=json.dumps(marker, sort_keys=True) if marker is not None else None,
-        rank_facts=_rank_facts(doc, states if isinstance(states, list) else []),
+        rank_facts=_rank_facts(doc, states if isinstance(states, list) else [], mtt),
     )
 
 

@@ -69,11 +69,6 @@ SIGNAL_NAMES = (
 )
 
 
-def sample_observations(s: Sample) -> list[Observation]:
-    """The per-field observations a sample stands for (for windows without `add_sample`)."""
-    return s.observations()
-
-
 def _finite(v: float | None) -> float | None:
     return v if v is None or math.isfinite(v) else None
 

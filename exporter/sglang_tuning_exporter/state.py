@@ -412,9 +412,8 @@ class LiveState:
             for rank in sorted(self._ranks, key=rank_key):
                 data = self._ranks[rank]
                 self._prune_no_graph(data, now)
-                gauges = dict(data.gauges)
-                if self._server_facts:
-                    gauges = {**server_facts_for(self._server_facts, rank.dp), **gauges}
+                gauges = ({**server_facts_for(self._server_facts, rank.dp), **data.gauges} if self._server_facts
+                          else dict(data.gauges))
                 ranks.append(RankSnapshot(
                     rank=rank, last_seen=data.last_seen, gauges=gauges,
                     counters=dict(self._counters.get(rank, {})),
