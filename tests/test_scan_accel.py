@@ -117,6 +117,21 @@ def test_accelerator_reads_the_common_lines_itself() -> None:
     assert holds_contract(POOL[14].replace("{r}", "1")) == "emit"  # SGLang's retraction line
     for i in (3, 5, 6, 7, 9, 10, 11, 15, 18, 21, 22, 23, 26, 27, 29, 31, 32):
         assert holds_contract(POOL[i].replace("{r}", "1")) == "stop", POOL[i]
+    # The buffer and bucket scanners read them to the end themselves (a scanner handing every line back
+    # to Python would pass every with/without comparison).
+    assert SCAN is not None
+    retract = POOL[14].replace("{r}", "1")
+    data = "\n".join((decode, POOL[12], prefill, retract)).encode() + b"\n"
+    out: list[Event] = []
+    stop, line, nd, np_, nr = SCAN.scan_buffer(data, 0, 1, out)
+    assert (stop, line, nd, np_, nr) == (len(data), 5, 1, 1, 1)
+    assert out == [parse_line(decode, 1), parse_line(prefill, 3), parse_line(retract, 4)]
+    groups: tuple[dict[object, object], dict[object, object]] = ({}, {})
+    out = []
+    stop, line, nd, np_, nr, last_t = SCAN.scan_buckets(data, 0, 1, out, groups[0], groups[1], 600.0, 0.9, 100.0,
+                                                        2000.0)
+    assert (stop, line, nd, np_, nr) == (len(data), 5, 1, 1, 1) and last_t is not None
+    assert len(groups[0]) == len(groups[1]) == 1 and out == [parse_line(retract, 4)]  # batch lines summed
 
 
 # --- generated lines ----------------------------------------------------------------------------

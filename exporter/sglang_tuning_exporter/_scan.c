@@ -101,21 +101,22 @@ static int digits(const char *s, Py_ssize_t i, Py_ssize_t len, int n) {
 }
 
 /* True when the line holds a byte the general parser treats specially: non-ASCII (decoding),
- * `\r` (progress-bar fragments) or ESC (ANSI colours). One pass, eight bytes at a time. */
+ * `\r` (progress-bar fragments) or ESC (ANSI colours), and with `nul` a NUL byte. One pass, eight bytes
+ * at a time. */
 #define ONES 0x0101010101010101ULL
 #define HIGHS 0x8080808080808080ULL
 static inline uint64_t zero_byte(uint64_t w) { return (w - ONES) & ~w & HIGHS; } /* nonzero iff a byte is 0 */
-static int special_bytes(const char *s, Py_ssize_t len) {
-    uint64_t hit = 0;
+static int special_bytes(const char *s, Py_ssize_t len, int nul) {
+    uint64_t hit = 0, nul_mask = nul ? ~0ULL : 0;
     Py_ssize_t i = 0;
     for (; i + 8 <= len; i += 8) {
         uint64_t w;
         memcpy(&w, s + i, 8);
-        hit |= (w & HIGHS) | zero_byte(w ^ (ONES * '\r')) | zero_byte(w ^ (ONES * 0x1b));
+        hit |= (w & HIGHS) | zero_byte(w ^ (ONES * '\r')) | zero_byte(w ^ (ONES * 0x1b)) | (zero_byte(w) & nul_mask);
     }
     for (; i < len; i++) {
         unsigned char c = (unsigned char)s[i];
-        if (c >= 0x80 || c == '\r' || c == 0x1b) return 1;
+        if (c >= 0x80 || c == '\r' || c == 0x1b || (nul && c == 0)) return 1;
     }
     return hit != 0;
 }
@@ -352,7 +353,6 @@ static int parse_retract(const char *s, Py_ssize_t len, Py_ssize_t h, Line *L) {
     L->has_ratio = 0;
     L->kind = kind_retract;
     if (len - h < rhead_len || memcmp(s + h, rhead, (size_t)rhead_len) != 0) return STOP;
-    if (find(s, len, "batch", 5) != NULL) return STOP; /* the parser tries batch heads first */
     Py_ssize_t b = h + rhead_len, e = len;
     const char *r = find(s + b, len - b, "#new_token_ratio: ", 18);
     if (r != NULL) {
@@ -386,7 +386,6 @@ static int parse_batch(const char *s, Py_ssize_t len, Py_ssize_t h, Line *L) {
     } else if (len - h >= 13 && memcmp(s + h, "Prefill batch", 13) == 0) {
         L->kind = kind_prefill;
         i = h + 13;
-        if (find(s, len, "Decode batch", 12) != NULL) return STOP; /* Python reads the Decode head first */
     } else {
         return STOP;
     }
@@ -498,7 +497,7 @@ done:
  * prefill (new tokens, cached tokens, usage, running, queue). */
 enum { D_RUN, D_USAGE, D_GRAPH, D_TP, D_QUEUE };
 enum { P_NEW, P_CACHED, P_USAGE, P_RUN, P_QUEUE };
-#define ACC_FIELDS(X) X(lines) X(t_min) X(t_max) X(queue_n) X(queue_zero) X(queue_over) X(queue_under) \
+#define ACC_FIELDS(X) X(t_min) X(t_max) X(queue_n) X(queue_zero) X(queue_over) X(queue_under) \
     X(running_n) X(kv_n) X(kv_under) X(usage_sum) X(usage_max) X(capped_base) X(graph_n) X(graph_miss) \
     X(tp_n) X(tp_sum) X(new_sum) X(new_n) X(cached_sum)
 #define ACC_ENUM(name) A_##name,
@@ -753,6 +752,8 @@ static PyObject *new_group(void) {
     double *A = (double *)PyByteArray_AS_STRING(acc);
     for (int i = 0; i < ACC_N; i++) A[i] = 0.0;
     A[A_usage_max] = -1.0; /* SampleStats' own start */
+    A[A_t_min] = INFINITY;   /* the first line sets both */
+    A[A_t_max] = -INFINITY;
     PyList_SET_ITEM(g, 0, acc);
     GroupHists *gh = PyMem_Calloc(1, sizeof(GroupHists));
     if (gh == NULL) {
@@ -833,9 +834,8 @@ static int line_accumulate(const char *s, const Line *L, const Params *P, PyObje
     GroupHists *gh = PyCapsule_GetPointer(PyList_GET_ITEM(group, 1), hists_capsule);
     if (gh == NULL) return FAIL;
     CHist *qh = &gh->h[0], *rh = &gh->h[1], *mh = &gh->h[2], *ch = &gh->h[3];
-    if (A[A_lines] == 0.0 || t < A[A_t_min]) A[A_t_min] = t;
-    if (A[A_lines] == 0.0 || t > A[A_t_max]) A[A_t_max] = t;
-    A[A_lines] += 1.0;
+    if (t < A[A_t_min]) A[A_t_min] = t;
+    if (t > A[A_t_max]) A[A_t_max] = t;
     /* SampleStats.add(queue, running, usage, graph, throughput) */
     long long q = queue->i, r = run->i;
     A[A_queue_n] += 1.0;
@@ -887,8 +887,7 @@ static int scan_line(const char *s, Py_ssize_t len, long long n, PyObject **out,
         /* uvicorn access line: never an event; diagnose's scanner still reads a CR line holding a head */
         return (groups != NULL && memchr(s, '\r', (size_t)len) != NULL) ? STOP : SKIP;
     }
-    if (special_bytes(s, len)) return STOP;
-    if (groups != NULL && memchr(s, '\0', (size_t)len) != NULL) return STOP; /* diagnose counts NUL lines */
+    if (special_bytes(s, len, groups != NULL)) return STOP; /* diagnose also hands NUL lines back: it counts them */
     if (!has_marker(s, len)) return SKIP; /* no handler of the parser would look at it */
     if (s[0] != '[') return STOP;
     Line L;
