@@ -19,7 +19,8 @@ from sglang_tuning_exporter import diagnose
 from sglang_tuning_exporter.checks import load_table
 from sglang_tuning_exporter.cli import build_parser
 from sglang_tuning_exporter.config import Config
-from sglang_tuning_exporter.diagnose import Progress, diagnose_source, split_points
+from sglang_tuning_exporter.diagnose import Progress, diagnose_source
+from sglang_tuning_exporter.logreader import split_ranges
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "diagnose"
 GOLDEN = Path(__file__).resolve().parent / "golden"
@@ -235,7 +236,7 @@ def test_parallel_chunks_match_sequential(tmp_path: Path, monkeypatch: pytest.Mo
     monkeypatch.setattr(diagnose, "PARALLEL_MIN_BYTES", 1)
     monkeypatch.setattr(diagnose, "MIN_CHUNK_BYTES", 1)  # else the 1 MiB floor leaves two ranges
     monkeypatch.setattr(diagnose, "CHUNK_BYTES", 64 << 10)
-    assert len(split_points(str(p), p.stat().st_size, 64 << 10)) > 10
+    assert len(split_ranges(str(p), p.stat().st_size, 64 << 10)) > 10
     par = diagnose_source(str(p), table, Config(), "docs-2025", "throughput", {}, jobs=2)
     assert seq.error is None and par.error is None
     assert par.document["signals"] == seq.document["signals"]
@@ -248,7 +249,7 @@ def test_split_points_cover_the_file_at_line_starts(tmp_path: Path) -> None:
     p = tmp_path / "x.log"
     data = b"".join(b"[2025-01-01 00:00:00] line %d\n  continuation\n" % i for i in range(5000))
     p.write_bytes(data)
-    ranges = split_points(str(p), len(data), 10_000)
+    ranges = split_ranges(str(p), len(data), 10_000)
     assert ranges[0][0] == 0 and ranges[-1][1] == len(data)
     assert all(a[1] == b[0] for a, b in itertools.pairwise(ranges))
     assert all(data[s:s + 1] == b"[" for s, _ in ranges)
@@ -330,7 +331,7 @@ def test_tracebacks_are_not_cut_between_parallel_chunks(tmp_path: Path, monkeypa
     monkeypatch.setattr(diagnose, "MIN_CHUNK_BYTES", 1)
     monkeypatch.setattr(diagnose, "CHUNK_BYTES", 300)
     data = p.read_bytes()
-    ranges = split_points(str(p), len(data), 300)
+    ranges = split_ranges(str(p), len(data), 300)
     assert len(ranges) > 50 and all(data[a:a + 2] != b"[r" for a, _ in ranges)
     par = diagnose_source(str(p), table, Config(), "docs-2025", "throughput", {}, jobs=2)
     assert seq.error is None and par.error is None

@@ -35,7 +35,7 @@ def configure(mod: ModuleType) -> None:
     descriptors = tuple(Event.__dict__[slot] for slot in ("line", "kind", "time", "rank", "fields"))
     ranks = tuple(logparse._RANK_KEYS[tag] for tag in ("DP", "PP", "TP", "EP", "ATTN_CP", "MOE_DP"))
     mod.configure(Event, descriptors, (ev.DECODE, ev.PREFILL), keys, list(logparse.dispatch_markers()),
-                  ("forward_iter", "token_usage", "graph_backend"), logparse._POOL_USAGES, ranks)
+                  ("forward_iter", "token_usage", "graph_backend"), logparse.POOL_USAGES, ranks)
     # Retraction keys, the one every retract event has first (the C side requires keys[0]).
     rkeys = sorted(((raw, name) for raw, (name, conv) in logparse._RETRACT_KEYS.items() if conv is int),
                    key=lambda kv: kv[1] != "num_retracted_reqs")

@@ -36,15 +36,15 @@ from typing import IO, Any, cast
 from . import diagnose_formats
 from .accel import SCAN
 from .advisor import aggregate_signals, evaluate, findings_document, statuses, time_text, window_for
-from .checks import CheckTable, TableError, load_table
+from .checks import CheckTable, TableError, load_table, version_tuple
 from .config import Config, ConfigError, load_config, parse_server_arg_overrides
 from .events import RETRACT, Event, new_event
 from .flags import add_flag, add_guide_flags
 from .logparse import parse_line
-from .logreader import _DEDUP_DISTANCE, _MAX_BLOCK_LINES, EventReader, count_scanned, line_at, split_ranges
+from .logreader import _DEDUP_DISTANCE, _MAX_BLOCK_LINES, EventReader, line_at, split_ranges
 from .model import STATUS_CODE, Finding, Rank, ServerState
 from .observations import EventConverter, batch_usage, number
-from .signals import Bucket, EventKey, FrozenHist, Window, tp_dedup
+from .signals import Bucket, EventKey, FrozenHist, Window, bucket_start, tp_dedup
 from .tail import InputError, InputLines, open_input
 from .timeparse import event_seconds
 
@@ -101,13 +101,14 @@ class ChunkResult:
     first_t: float | None = None
     last_t: float | None = None
     nul_lines: int = 0
-    graph_field: bool = False  # a fast Decode line had `cuda graph:` (so the release is >= 0.4.7)
+    # The highest release floor the lines summed here reveal (`cuda graph:` 0.4.7, `#new_tokens_gained`
+    # 0.5.7): converting them as events would have noted it before any evaluation, so the parent does.
+    version_floor: str | None = None
     first_line: int = 1  # the scanner's number for the chunk's first line (its events are numbered alike)
     last_oom: tuple[int, str] | None = None  # the reader's last OOM (line, message) after this chunk
     blind_check: int | None = None  # line of a re-raised-OOM check made before any OOM was known
     summed_events: int = 0  # retraction events summed into `buckets` here instead of sent (still events)
     retract_keys: dict[tuple[int | None, int | None], EventKey] = field(default_factory=dict)  # dedup state after
-    retract_floor: bool = False  # a summed retraction line had `#new_tokens_gained` (release >= 0.5.7)
 
 
 def _iso_of(t: float) -> str:
@@ -204,7 +205,7 @@ class Scanner:
                 if kind == 0:
                     b.decode.add_totals(t, queue, running, missed, capped)
                     if t["graph_n"]:
-                        res.graph_field = True
+                        _note_floor(res, "0.4.7")
                 else:
                     b.prefill.add_totals(t, queue, running, missed, capped)
                     b.prefill_new += t["new_sum"]
@@ -274,8 +275,8 @@ class Scanner:
             if rows:
                 r_col, u_col, g_col, tp_col, q_col = zip(*rows, strict=True)
                 b.decode.add_text_columns(r_col, u_col, g_col, tp_col, q_col, self.usage_good, self.band)
-                if not res.graph_field and any(g_col):
-                    res.graph_field = True
+                if any(g_col):
+                    _note_floor(res, "0.4.7")
             else:
                 for line in lines:  # some line is not canonical: read each with the full parser
                     self._decode_sample(line, b, res)
@@ -291,7 +292,7 @@ class Scanner:
         usage = batch_usage(f)
         graph = f.get("cuda_graph")
         if isinstance(graph, bool):
-            res.graph_field = True
+            _note_floor(res, "0.4.7")
 
         def num(k: str) -> float | None:
             v = f.get(k)
@@ -352,8 +353,8 @@ class Scanner:
             # Retractions read in Python interleave with these (or one is odd): all go to the parent.
             res.events = list(heapq.merge(res.events, evs, key=operator.attrgetter("line")))
             return
-        # Converting any of them would note the release floor (observations.EventConverter.convert).
-        res.retract_floor = any("num_new_tokens_gained" in e.fields for e in evs)
+        if any("num_new_tokens_gained" in e.fields for e in evs):
+            _note_floor(res, "0.5.7")
         lead: list[Event] = []
         first: dict[tuple[int | None, int | None], tuple[float, float]] = {}
         known = res.retract_keys
@@ -372,16 +373,15 @@ class Scanner:
                 else:
                     counts, known[replica] = tp_dedup(prev, t, v, tp)
                     if not counts:
-                        res.summed_events += 1
                         continue
-            key = (replica[0], replica[1], math.floor(t / self.res) * self.res)  # the window's own bucket
+            key = (replica[0], replica[1], bucket_start(t, self.res))
             b = res.buckets.get(key)
             if b is None:
                 b = res.buckets[key] = Bucket()
             b.retractions += 1
             b.retracted += v
             self._span_bounds(res, key, t, t)
-            res.summed_events += 1
+        res.summed_events = len(evs) - len(lead)
         if lead:
             lead.sort(key=operator.attrgetter("line"))
             res.events = list(heapq.merge(res.events, lead, key=operator.attrgetter("line")))
@@ -594,7 +594,7 @@ class Scanner:
     def scan_bytes(self, data: bytes | mmap.mmap, *, final: bool = True, start: int = 0) -> ChunkResult:
         """scan_text of UTF-8 bytes from offset `start` (invalid bytes replaced). With the C accelerator,
         runs of lines no multi-line record needs are read in C: access and chatter lines skipped, each
-        Decode/Prefill line's time and columns appended to its bucket group (`_Columns`); the lines it
+        Decode/Prefill line's time and columns summed into its bucket group (`self._cols`); the lines it
         hands back go through `scan`'s own per-line logic.  `data` may be a read-only mmap of the file
         (the workers' way: no copy of the range into fresh memory)."""
         scan = SCAN
@@ -608,10 +608,9 @@ class Scanner:
         while pos < size:
             if reader._block is None:
                 out: list[Event] = []
-                pos, n, nd, np_, nr, last_t = scan.scan_buckets(data, pos, reader._next, out, groups[0], groups[1],
+                pos, n, nd, np_, _, last_t = scan.scan_buckets(data, pos, reader._next, out, groups[0], groups[1],
                                                                 self.res, self.usage_good, *self.band)
                 reader._next = n
-                count_scanned(reader.stats.by_kind, 0, 0, nr)
                 res.fast += nd + np_
                 for e in out:  # retractions, read in C as the reader would
                     self._c_retracts.append(self._timed(e, res))
@@ -645,6 +644,11 @@ class Scanner:
         return e
 
 
+def _note_floor(res: ChunkResult, version: str) -> None:
+    if res.version_floor is None or version_tuple(version) > version_tuple(res.version_floor):
+        res.version_floor = version
+
+
 _Job = tuple[str, int, int, float, float, float, float, tuple[int, str] | None]
 
 
@@ -664,29 +668,19 @@ def _scan_mapped(path: str, start: int, end: int, scanner: Scanner) -> ChunkResu
     """Scan a range through a read-only map of it (a read where mapping fails); the buckets come back
     frozen (cheap to pickle)."""
     with open(path, "rb") as fh:
-        end = min(end, os.fstat(fh.fileno()).st_size)  # the file may have shrunk since it was split
-        if end <= start:
-            res = scanner.scan_bytes(b"")
+        # A map of the range, not a read: reading copies it into fresh pages (a third of a worker's time).
+        base = start - start % mmap.ALLOCATIONGRANULARITY
+        try:
+            m = mmap.mmap(fh.fileno(), end - base, offset=base, access=mmap.ACCESS_READ)
+        except (OSError, ValueError):  # no mmap here, an empty range, or a file shrunk since the split
+            fh.seek(start)
+            res = scanner.scan_bytes(fh.read(max(0, end - start)))  # what is left of it
         else:
-            # A map of the range, not a read: reading copies it into fresh pages (a third of a worker's time).
-            base = start - start % mmap.ALLOCATIONGRANULARITY
-            try:
-                m = mmap.mmap(fh.fileno(), end - base, offset=base, access=mmap.ACCESS_READ)
-            except (OSError, ValueError):  # a file system without mmap, or a file shrunk meanwhile
-                fh.seek(start)
-                res = scanner.scan_bytes(fh.read(end - start))
-            else:
-                with m:
-                    res = scanner.scan_bytes(m, start=start - base)
+            with m:
+                res = scanner.scan_bytes(m, start=start - base)
     for b in res.buckets.values():
         b.freeze()  # the parent unpickles two byte strings per histogram, not a dict built value by value
     return res
-
-
-def split_points(path: str, size: int, chunk: int) -> list[tuple[int, int]]:
-    """Byte ranges of about `chunk` bytes, each starting before a `[<digit>` record head (never inside
-    a traceback, whose `[rankN]:` lines start with `[` too): logreader.split_ranges."""
-    return split_ranges(path, size, chunk)
 
 
 # --- the per-file pipeline ----------------------------------------------------------------------
@@ -792,8 +786,8 @@ class Diagnosis:
     def add_chunk(self, chunk: ChunkResult) -> None:
         """Merge one chunk (in file order)."""
         off = self.line_offset - (chunk.first_line - 1)  # chunks of one scanner are numbered across calls
-        if chunk.retract_floor:  # as converting those retraction events would, before any evaluation
-            self.conv.note_version_floor("0.5.7")
+        if chunk.version_floor is not None:  # as converting those lines would, before any evaluation
+            self.conv.note_version_floor(chunk.version_floor)
         items: list[tuple[float, int, Any]] = []
         for e in chunk.events:
             if off:
@@ -815,8 +809,6 @@ class Diagnosis:
                                        last=span[1] if span else None)
         for (dp, pp), key in chunk.retract_keys.items():
             self.window.carry_event_key(Rank(dp=dp, pp=pp), "retraction", key)
-        if chunk.graph_field:
-            self.conv.note_version_floor("0.4.7")
         if chunk.first_t is not None:
             self._see(chunk.first_t)
         if chunk.last_t is not None:
@@ -1114,4 +1106,4 @@ def run(args: argparse.Namespace, *, stdout: IO[str] | None = None, stderr: IO[s
 
 
 __all__ = ["HELP", "ChunkResult", "Diagnosis", "FileDiagnosis", "Scanner", "add_arguments", "diagnose_source",
-           "run", "split_points"]
+           "run"]

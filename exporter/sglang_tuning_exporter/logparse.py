@@ -213,7 +213,8 @@ _BATCH_KEYS: dict[str, tuple[str, _Conv]] = {
 for _label in ("npu", "cpu", "musa", "xpu"):
     _BATCH_KEYS[f"{_label} graph"] = ("cuda_graph", _to_bool)
 _GRAPH_LABELS = {"npu graph": "npu", "cpu graph": "cpu", "musa graph": "musa", "xpu graph": "xpu"}
-_POOL_USAGES = ("full_token_usage", "swa_token_usage", "mamba_usage", "gpu_token_usage")
+POOL_USAGES = (  # hybrid models log each pool; token_usage is then the fullest (SGLang's gauge)
+    "full_token_usage", "swa_token_usage", "mamba_usage", "gpu_token_usage")
 
 _RETRACT_KEYS: dict[str, tuple[str, _Conv]] = {
     "#retracted_reqs": ("num_retracted_reqs", int),
@@ -295,7 +296,7 @@ class _Layout:
         self.items = tuple(items)
         self.text_values = any(expr.startswith("A(") for _, expr in items)  # free text: may hold anything
         self.fields = self._generate(items, 0)
-        self.derive_usage = "token_usage" not in names and any(u in names for u in _POOL_USAGES)
+        self.derive_usage = "token_usage" not in names and any(u in names for u in POOL_USAGES)
 
     @staticmethod
     def _generate(items: list[tuple[str, str]], offset: int) -> Callable[[tuple[Any, ...]], dict[str, Any]]:
@@ -308,7 +309,7 @@ class _Layout:
 
 
 def _derive_usage(fields: dict[str, Any]) -> None:
-    pools = [fields[k] for k in _POOL_USAGES if isinstance(fields.get(k), float)]
+    pools = [fields[k] for k in POOL_USAGES if isinstance(fields.get(k), float)]
     if pools:
         # SGLang's own sglang:token_usage gauge is the fullest pool on hybrid models.
         fields["token_usage"] = max(pools)

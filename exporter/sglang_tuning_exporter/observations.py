@@ -14,12 +14,12 @@ from typing import Any
 
 from .checks import merge_version
 from .events import Event
+from .logparse import POOL_USAGES
 from .model import Observation, Rank, Sample, ServerState
 from .timeparse import event_seconds, has_date
 
 SECONDS_PER_LINE = 1.0  # the stand-in clock of a log without timestamps
 _DAY = 86400.0
-_USAGE_KEYS = ("token_usage", "full_token_usage", "swa_token_usage", "mamba_usage")
 _NOT_ENOUGH = re.compile(r"not enough memory|leave no gpu memory for the kv cache", re.I)
 _CAPTURE = re.compile(r"capture cuda graph failed|cuda graph capture|capture .*graph", re.I)
 # Stages after the KV pool is allocated: their `avail mem` is the headroom when the summary lacks it.
@@ -37,7 +37,7 @@ def batch_usage(f: Mapping[str, Any]) -> float | None:
     each pool; SGLang's own gauge is their max); None when it has none."""
     if "token_usage" in f:
         return number(f["token_usage"])
-    usages = [u for u in (number(f.get(k)) for k in _USAGE_KEYS[1:]) if u is not None]
+    usages = [u for u in (number(f.get(k)) for k in POOL_USAGES) if u is not None]  # the parser's pools
     return max(usages) if usages else None
 
 

@@ -197,8 +197,9 @@ class SampleStats:
         self.frozen = False  # the four histograms are FrozenHists (read-only): writers thaw them first
 
     def freeze(self) -> None:
-        """Hold the histograms as FrozenHists (cheap to pickle); no-op past int64."""
-        if self.frozen:
+        """Hold the histograms as FrozenHists (cheap to pickle); no-op past int64 or when all are empty
+        (four empty dicts pickle smaller than four empty FrozenHists)."""
+        if self.frozen or not (self.queue or self.running or self.missed or self.capped_cand):
             return
         try:
             hists = [FrozenHist.of(h) for h in (self.queue, self.running, self.missed, self.capped_cand)]
@@ -533,6 +534,11 @@ def server_facts_for(by_dp: Sequence[Mapping[str, float]], dp: int | None) -> Ma
     return by_dp[dp] if dp is not None and 0 <= dp < len(by_dp) else by_dp[0]
 
 
+def bucket_start(t: float, resolution_s: float) -> float:
+    """The start of the window bucket holding time `t` (the window's rule, shared with diagnose)."""
+    return math.floor(t / resolution_s) * resolution_s
+
+
 def fold_rank(rank: Rank) -> Rank:
     """TP/EP ranks of one DP replica print the same batch numbers: one series per (dp, pp)."""
     return Rank(dp=rank.dp, pp=rank.pp)
@@ -590,7 +596,7 @@ class Window:
         return folded
 
     def _bucket(self, st: _RankState, t: float) -> Bucket:
-        start = math.floor(t / self.resolution_s) * self.resolution_s
+        start = bucket_start(t, self.resolution_s)
         b = st.buckets
         if b and b[-1][0] == start:
             return b[-1][1]
