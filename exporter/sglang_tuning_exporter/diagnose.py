@@ -877,17 +877,18 @@ class Progress:
             self.stream.flush()
 
 
-def _looks_binary(path: str) -> bool:
+def _sniff(path: str) -> str:
+    """`gzip`, `binary` or `text`: what the file's first bytes say (one open for both questions)."""
     with open(path, "rb") as fh:
         head = fh.read(8192)
         if head[:2] == b"\x1f\x8b":
-            return False
+            return "gzip"
         # A log rotated with copytruncate under a writer without O_APPEND starts with a run of NULs:
         # judge the text after that run (an all-NUL file is caught later by the NUL-line count).
         while head and not head.strip(b"\x00"):
             head = fh.read(8192)
         head = head.lstrip(b"\x00") + fh.read(8192)
-    return b"\x00" in head[:8192]
+    return "binary" if b"\x00" in head[:8192] else "text"
 
 
 def diagnose_source(source: str, table: CheckTable, cfg: Config, profile: str, workload: str,
@@ -898,19 +899,20 @@ def diagnose_source(source: str, table: CheckTable, cfg: Config, profile: str, w
     d = Diagnosis(table, cfg, profile, workload, server_overrides)
     stream = progress_stream if progress_stream is not None else sys.stderr
     try:
-        size = 0
+        size, kind = 0, "stream"
         if source != "-":
             if os.path.isdir(source):
                 raise InputError(f"{source}: is a directory, not a log file")
             if not os.path.exists(source):
                 raise InputError(f"{source}: no such file")
             size = os.path.getsize(source)
-            if _looks_binary(source):
+            kind = _sniff(source)
+            if kind == "binary":
                 raise InputError(f"{source}: binary data, not a text log")
         tty = bool(getattr(stream, "isatty", lambda: False)())
         progress = Progress(size, os.path.basename(source), stream, tty and size >= PROGRESS_MIN_BYTES)
         workers = jobs if jobs is not None else (os.cpu_count() or 1)
-        plain = source != "-" and not _is_gzip(source)
+        plain = kind == "text"
         if plain and size >= PARALLEL_MIN_BYTES and workers > 1:
             _run_parallel(source, size, d, workers, progress)
         else:
@@ -932,11 +934,6 @@ def diagnose_source(source: str, table: CheckTable, cfg: Config, profile: str, w
     out = d.finish(source)
     out.elapsed_s = time.perf_counter() - t0
     return out
-
-
-def _is_gzip(path: str) -> bool:
-    with open(path, "rb") as fh:
-        return fh.read(2) == b"\x1f\x8b"
 
 
 def _stdin_input() -> InputLines:
