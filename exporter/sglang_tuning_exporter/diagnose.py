@@ -645,7 +645,10 @@ class Scanner:
 
 
 def _note_floor(res: ChunkResult, version: str) -> None:
-    if res.version_floor is None or version_tuple(version) > version_tuple(res.version_floor):
+    cur = res.version_floor
+    if cur == version:
+        return  # the common case: once per bucket group, the same floor
+    if cur is None or version_tuple(version) > version_tuple(cur):
         res.version_floor = version
 
 
