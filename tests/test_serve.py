@@ -101,7 +101,8 @@ def _fake_advisor(window: FakeWindow, ticked: threading.Event | None = None) -> 
                         "queue empty", f"{n} observations")]
 
     def to_obs(events: list[Event], now: float) -> list[Observation]:
-        return [Observation(0.0, "num_queue_reqs", 0.0, Rank.from_dict(e.rank), "log")
+        # The fake lines carry no stamp: the converter times them by arrival (docs/signals.md, "Clocks").
+        return [Observation(now, "num_queue_reqs", 0.0, Rank.from_dict(e.rank), "log")
                 for e in events if e.kind == "decode"]
 
     return Advisor(window=window, evaluate=evaluate, document=None, to_observations=to_obs)

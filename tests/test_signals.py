@@ -276,9 +276,15 @@ def test_startup_facts_and_server_state() -> None:
 
 
 def test_live_clock_times_observations() -> None:
-    """With a clock (the sidecar), observations are timed by arrival."""
-    obs = list(events_to_observations([Event(1, "retract", "2020-01-01T00:00:00", {}, {})], clock=lambda: 42.0))
-    assert obs[0].time == 42.0
+    """With a clock (the sidecar), a stamped line keeps its log time; an untimed one after it takes the
+    latest log time aged by the wall clock; before any stamp, arrival (docs/signals.md, "Clocks")."""
+    wall = [42.0]
+    conv = EventConverter(clock=lambda: wall[0])
+    assert conv.convert(Event(1, "retract", None, {}, {}))[0].time == 42.0
+    assert conv.convert(Event(2, "retract", "2020-01-01T00:00:00", {}, {}))[0].time == 1577836800.0
+    wall[0] = 52.0
+    assert conv.convert(Event(3, "retract", None, {}, {}))[0].time == 1577836810.0
+    assert conv.log_now(112.0) == 1577836870.0
 
 
 @settings(max_examples=300, deadline=None)

@@ -536,7 +536,9 @@ static double py_floordiv(double vx, double wx) {
  * it (calendar.timegm: the month must exist, day/hour/minute are plain arithmetic); 0 when no date. */
 static int stamp_seconds(const char *s, const Line *L, double *out) {
     long long y = num2(s + 1) * 100 + num2(s + 3), mo = num2(s + 6);
-    if (y < 1 || mo < 1 || mo > 12) return 0;
+    /* timeparse.plausible_seconds: a year outside 2015-2099 is a cut-off or garbled stamp; Python
+     * times that line by its neighbours. */
+    if (y < 2015 || y >= 2100 || mo < 1 || mo > 12) return 0;
     long long secs = (days_from_civil(y, mo, 1) + num2(s + 9) - 1) * 86400 + num2(s + 12) * 3600
                      + num2(s + 15) * 60;
     double t = (double)secs + (double)num2(s + 18);

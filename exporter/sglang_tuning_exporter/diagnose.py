@@ -46,12 +46,13 @@ from .model import STATUS_CODE, Finding, Rank, ServerState
 from .observations import EventConverter, batch_usage, number
 from .signals import Bucket, EventKey, FrozenHist, Window, bucket_start, tp_dedup
 from .tail import InputError, InputLines, open_input
-from .timeparse import event_seconds
+from .timeparse import event_seconds, has_date, plausible_seconds
 
 HELP = "diagnose whole SGLang logs offline (plain, .gz or -) and print the tuning guide's findings"
 EXIT_OK, EXIT_RUNTIME, EXIT_USAGE, EXIT_FINDINGS = 0, 1, 2, 3
 FORMATS = ("text", "json", "markdown", "html")
 BUCKETS_PER_WINDOW = 1  # windows are evaluated back to back, so one bucket per window suffices
+LIVE_BUCKETS = 60  # the sidecar's buckets per window (signals.Window's default resolution)
 PARALLEL_MIN_BYTES = 16 << 20  # plain files at least this big are scanned in a process pool
 CHUNK_BYTES = 32 << 20  # the most a worker maps at once
 MIN_CHUNK_BYTES = 1 << 20
@@ -162,7 +163,7 @@ class Scanner:
         if base == -1.0:
             if len(minutes) >= _CACHE_MAX:
                 minutes.clear()
-            base = minutes[minute] = event_seconds(minute.replace(" ", "T") + ":00")
+            base = minutes[minute] = plausible_seconds(minute.replace(" ", "T") + ":00")
         sec = line[lb + 18:lb + 20]
         if base is None or not sec.isdigit():
             return None
@@ -630,7 +631,7 @@ class Scanner:
         return self._end(res, unparsed0, final)
 
     def _timed(self, e: Event, res: ChunkResult) -> Event:
-        t = event_seconds(e.time)
+        t = plausible_seconds(e.time)
         if t is not None:
             if e.time and "T" in e.time:
                 self._last_t = t
@@ -725,12 +726,14 @@ class Diagnosis:
     """Merges chunk results in order and evaluates the guide window by window."""
 
     def __init__(self, table: CheckTable, cfg: Config, profile: str, workload: str,
-                 server_overrides: dict[str, Any]) -> None:
+                 server_overrides: dict[str, Any], *, end_hint: float | None = None,
+                 live_grid: bool = False) -> None:
         self.table, self.cfg, self.profile, self.workload = table, cfg, profile, workload
         self.server = ServerState()
         self.overrides = server_overrides
-        self.step = cfg.window_s
-        self.res = cfg.window_s / BUCKETS_PER_WINDOW
+        self.step, self.res = grid(cfg.window_s, end_hint)
+        if live_grid:
+            self.res = cfg.window_s / LIVE_BUCKETS
         self.window: Window = window_for(table, profile, cfg, expire_s=math.inf)
         self.window.resolution_s = self.res
         self.conv = EventConverter(server=self.server)
@@ -785,6 +788,10 @@ class Diagnosis:
         while t >= self.next_eval:
             self._evaluate(self.next_eval)
             self.next_eval += self.step
+            if t - self.window.length_s > self.next_eval:
+                # Windows between here and `t` hold no data: evaluation costs what the data costs,
+                # not what the time span does (a gap, or a stamp far off its neighbours).
+                self.next_eval = (math.floor((t - self.window.length_s) / self.step) + 1) * self.step
 
     def add_chunk(self, chunk: ChunkResult) -> None:
         """Merge one chunk (in file order)."""
@@ -852,6 +859,54 @@ def _iso(t: float | None) -> Any:
     return time_text(t)
 
 
+def grid(window_s: float, end: float | None) -> tuple[float, float]:
+    """(evaluation step, bucket width): one bucket per window; when the log's last time is known the
+    grid is shifted to end there, so the last window is the sidecar's (`end - window_s`, `end`] (to a
+    second), not a partial bucket divided by a whole window."""
+    if end is None or not math.isfinite(end) or end <= 2 * window_s:
+        return window_s, window_s / BUCKETS_PER_WINDOW
+    width = end / math.floor(end / (window_s - 1.0))  # a hair under a window; `end` is a multiple
+    return width, width / BUCKETS_PER_WINDOW
+
+
+def last_log_time(path: str, kind: str, max_bytes: int = 8 << 20) -> float | None:
+    """The last plausible dated stamp of a log file (read from its end; a gzip file is read through),
+    or None (no stamp near the end, time-only stamps, or not a file)."""
+    tail = b""
+    try:
+        if kind == "gzip":
+            with gzip.open(path, "rb") as gz:
+                while block := gz.read(BLOCK_BYTES):
+                    tail = (tail + block)[-(1 << 20):]
+            return _last_stamp(tail.splitlines())
+        with open(path, "rb") as fh:
+            end = fh.seek(0, os.SEEK_END)
+            pos, carry = end, b""
+            while pos > 0 and end - pos < max_bytes:
+                step = min(1 << 20, pos)
+                pos -= step
+                fh.seek(pos)
+                block = fh.read(step) + carry
+                lines = block.split(b"\n")
+                carry = lines[0] if pos > 0 else b""
+                found = _last_stamp(lines[1:] if pos > 0 else lines)
+                if found is not None:
+                    return found
+    except (OSError, EOFError, gzip.BadGzipFile):
+        return None
+    return None
+
+
+def _last_stamp(lines: list[bytes]) -> float | None:
+    for raw in reversed(lines):
+        e = parse_line(raw.decode("utf-8", "replace"), 0) if raw.strip() else None
+        if e is not None and e.time and has_date(e.time):
+            t = plausible_seconds(e.time)
+            if t is not None:
+                return t
+    return None
+
+
 # --- reading ------------------------------------------------------------------------------------
 class Progress:
     """A one-line progress bar on stderr (only when it is a terminal and the input is large)."""
@@ -899,7 +954,6 @@ def diagnose_source(source: str, table: CheckTable, cfg: Config, profile: str, w
                     progress_stream: IO[str] | None = None) -> FileDiagnosis:
     """Diagnose one input (path or '-'); errors are returned in `error`, never raised."""
     t0 = time.perf_counter()
-    d = Diagnosis(table, cfg, profile, workload, server_overrides)
     stream = progress_stream if progress_stream is not None else sys.stderr
     try:
         size, kind = 0, "stream"
@@ -912,6 +966,10 @@ def diagnose_source(source: str, table: CheckTable, cfg: Config, profile: str, w
             kind = _sniff(source)
             if kind == "binary":
                 raise InputError(f"{source}: binary data, not a text log")
+        # Standard input cannot be read twice to find its end: its grid is the live one (slower on
+        # very long inputs, the same last window).
+        d = Diagnosis(table, cfg, profile, workload, server_overrides,
+                      end_hint=None if source == "-" else last_log_time(source, kind), live_grid=source == "-")
         tty = bool(getattr(stream, "isatty", lambda: False)())
         progress = Progress(size, os.path.basename(source), stream, tty and size >= PROGRESS_MIN_BYTES)
         workers = jobs if jobs is not None else (os.cpu_count() or 1)

@@ -1,8 +1,9 @@
 """Parser events -> observations (canonical names of docs/contracts.md) and server-state updates.
 
-Offline, time comes from the log: a line without a timestamp inherits the last one seen;
-time-only stamps roll over midnight; a log with no timestamps at all is timed by line order
-(1 s per line) and `EventConverter.synthetic_time` says so.  Live, the caller's clock wins.
+Time comes from the log's own stamps, live and offline alike (`timeparse.LogClock`: time-only stamps
+roll over midnight, implausible stamps take their neighbour's time); a line without one inherits
+the latest log time; before any stamp a line is timed by arrival live, by line order offline (1 s per
+line; `EventConverter.synthetic_time` says so).
 """
 
 from __future__ import annotations
@@ -16,10 +17,9 @@ from .checks import merge_version
 from .events import Event
 from .logparse import POOL_USAGES
 from .model import Observation, Rank, Sample, ServerState
-from .timeparse import event_seconds, has_date
+from .timeparse import LogClock
 
 SECONDS_PER_LINE = 1.0  # the stand-in clock of a log without timestamps
-_DAY = 86400.0
 _NOT_ENOUGH = re.compile(r"not enough memory|leave no gpu memory for the kv cache", re.I)
 _CAPTURE = re.compile(r"capture cuda graph failed|cuda graph capture|capture .*graph", re.I)
 # Stages after the KV pool is allocated: their `avail mem` is the headroom when the summary lacks it.
@@ -83,42 +83,56 @@ class EventConverter:
         self.server = server
         self.synthetic_time = False  # some events were timed by line order
         self.timed_events = 0
-        self._last_t: float | None = None
-        self._day_offset = 0.0
-        self._last_raw: float | None = None
+        # Live (`clock` given) the log's own stamps still time its lines; the wall clock ages them.
+        self.log_clock = LogClock(arrival=clock)
+        self._hint: float | None = None
         self._weight_begin: dict[Rank, float] = {}
         self._floor_seen: tuple[str | None, str] | None = None  # (server version, floor) last compared
         self.first_time: float | None = None
         self.last_time: float | None = None
-        self.time_has_date: bool | None = None
         self._ranks: dict[tuple[tuple[str, int], ...], Rank] = {}  # event rank dict -> Rank (bounded)
 
     def _time(self, e: Event) -> float:
-        if self.clock is not None:
-            return self.clock()
-        t = event_seconds(e.time)
+        t = self.log_clock.take(e.time)
         if t is not None:
-            if not has_date(e.time):
-                # Time-only stamps: a jump back of more than 12 h is the next day.
-                if self._last_raw is not None and t < self._last_raw - _DAY / 2:
-                    self._day_offset += _DAY
-                self._last_raw = t
-                t += self._day_offset
-                if self.time_has_date is None:
-                    self.time_has_date = False
-            elif self.time_has_date is None:
-                self.time_has_date = True
             self.timed_events += 1
-            self._last_t = t
-        elif self._last_t is not None:
-            t = self._last_t
         else:
-            self.synthetic_time = True
-            t = e.line * SECONDS_PER_LINE
+            # No usable stamp: the neighbour's time (the latest log time; live, aged by the wall
+            # clock), the time the reader says comes next, or, before any stamp, arrival (live) or line
+            # order (offline).
+            lc = self.log_clock
+            if self.clock is not None:
+                t = lc.now(self.clock())
+            elif lc.latest is not None:
+                t = lc.latest
+            elif self._hint is not None:
+                t = self._hint
+            else:
+                self.synthetic_time = True
+                t = e.line * SECONDS_PER_LINE
         if self.first_time is None:
             self.first_time = t
         self.last_time = t if self.last_time is None else max(self.last_time, t)
         return t
+
+    @property
+    def time_has_date(self) -> bool | None:
+        """Whether the log's stamps carry a date (None: no stamp seen)."""
+        return self.log_clock.dated
+
+    @property
+    def implausible_times(self) -> int:
+        """Stamps taken at a neighbour's time (docs/signals.md, "Clocks")."""
+        return self.log_clock.implausible
+
+    def log_now(self, wall: float) -> float:
+        """The current log time (live): what windows are evaluated at."""
+        return self.log_clock.now(wall)
+
+    def hint_time(self, t: float | None) -> None:
+        """The first time the reader saw ahead (diagnose's fast path): lines before any stamp take it."""
+        if self._hint is None and t is not None:
+            self._hint = t
 
     def note_version_floor(self, version: str) -> None:
         """A line format reveals the release is at least `version` (kept as `>=X.Y.Z` until a real
@@ -134,8 +148,9 @@ class EventConverter:
 
     def note_time(self, t: float) -> None:
         """A later time seen elsewhere (e.g. a fast-path line): following untimed events inherit it."""
-        if self._last_t is None or t > self._last_t:
-            self._last_t = t
+        lc = self.log_clock
+        if lc.latest is None or t > lc.latest:
+            lc.latest = t
         self.last_time = t if self.last_time is None else max(self.last_time, t)
 
     def convert(self, e: Event) -> list[Observation]:
@@ -260,14 +275,14 @@ class EventConverter:
         (what `Window.add_sample` takes) instead of one observation per field."""
         out: list[Observation | Sample] = []
         append = out.append
-        server, clock, ranks = self.server, self.clock, self._ranks
+        server, ranks = self.server, self._ranks
         for e in events:
             kind = e.kind
             if kind != "decode" and kind != "prefill":
                 out.extend(self.convert(e))
                 continue
             # What `convert` does for these kinds (apply_to_server only reads args/version events).
-            t = clock() if clock is not None else self._time(e)
+            t = self._time(e)
             key = tuple(e.rank.items())
             rank = ranks.get(key)
             if rank is None:

@@ -88,7 +88,7 @@ def build_advisor(cfg: ServeConfig) -> Advisor:
     the flags. The table and the config come from build_config, which loaded and checked them.
     """
     table, config = cfg.table, cfg.guide_config
-    to_obs, to_samples, version_floor = _converters()
+    to_obs, to_samples, version_floor, log_now = _converters()
     defaults = Config()
     changes: dict[str, Any] = {}
     if config.window_s == defaults.window_s:
@@ -114,13 +114,15 @@ def build_advisor(cfg: ServeConfig) -> Advisor:
 
     exported = frozenset({c.signal for c in table.checks} | set(EXTRA_SIGNALS))
     return Advisor(window=window, evaluate=evaluate, document=document, to_observations=to_obs,
-                   window_s=window_s, exported_signals=exported, to_samples=to_samples, version_floor=version_floor)
+                   window_s=window_s, exported_signals=exported, to_samples=to_samples, version_floor=version_floor,
+                   log_now=log_now)
 
 
-def _converters() -> tuple[ToObservations, ToSamples, Callable[[], str | None]]:
+def _converters() -> tuple[ToObservations, ToSamples, Callable[[], str | None], Callable[[float], float]]:
     """Events -> observations, the same with a Sample per Decode/Prefill line (the sidecar's path; the
     other is the per-observation reference the intake tests compare it with), one converter, and the
-    release floor its line formats revealed (`>=X.Y.Z`, or a version line's release, or None)."""
+    release floor its line formats revealed (`>=X.Y.Z`, or a version line's release, or None), and the
+    current log time (lines are timed by their own stamps; the wall clock only ages them)."""
     clock_now = [0.0]
     # One converter for the life of the process: it pairs startup lines across ticks, and keeps the
     # floor on a server state of its own (the sidecar's own state learns releases from elsewhere too).
@@ -135,7 +137,7 @@ def _converters() -> tuple[ToObservations, ToSamples, Callable[[], str | None]]:
         clock_now[0] = now
         return list(converter.convert_batch(events))
 
-    return to_obs, to_samples, lambda: seen.version
+    return to_obs, to_samples, lambda: seen.version, converter.log_now
 
 
 def build_log_input(cfg: ServeConfig) -> LogInput | None:

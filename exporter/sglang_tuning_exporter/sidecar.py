@@ -74,6 +74,9 @@ class Advisor:
     # The release the log's line formats reveal (`>=X.Y.Z`): flag names and defaults follow it until
     # a version line or the server info names the release.
     version_floor: Callable[[], str | None] | None = None
+    # The current log time for a wall time (docs/signals.md, "Clocks"): windows are evaluated at it
+    # and scrapes are timed by it, so replayed history is judged as `diagnose` judges it.
+    log_now: Callable[[float], float] | None = None
 
 
 @dataclass(slots=True)
@@ -240,18 +243,13 @@ class Sidecar:
         adv = self.advisor
         window = adv.window
         if adv.to_samples is not None:
-            # Live data is timed by arrival (design.md), whatever the line's own timestamp says.
-            items = [o if o.time == now else (o._replace(time=now) if isinstance(o, Sample)
-                                              else Observation(now, o.name, o.value, o.rank, o.source))
-                     for o in adv.to_samples(events, now)]
+            items = adv.to_samples(events, now)
             self.state.add_observations(items, now)
-            if window is None:
-                return
-            window.add_items(items)
+            if window is not None:
+                window.add_items(items)
             return
         if adv.to_observations is not None:
-            obs = [o if o.time == now else Observation(now, o.name, o.value, o.rank, o.source)
-                   for o in adv.to_observations(events, now)]
+            obs = adv.to_observations(events, now)
             self.state.add_observations(obs, now)
             if window is not None:
                 for o in obs:
@@ -289,7 +287,7 @@ class Sidecar:
             self._record("metrics", ok=False, duration_s=self.timer() - start, now=now,
                                      detail=str(exc))
             return
-        result = self._interp.interpret(parse_exposition(text, keep=wanted), now)
+        result = self._interp.interpret(parse_exposition(text, keep=wanted), self._log_now(now))
         norm = _rank_normaliser(self.state.server_state().args)
         # With a working log, counted events come from its lines: the scrape's counter deltas
         # would count the same retractions and batches twice.
@@ -344,8 +342,12 @@ class Sidecar:
         self._next_info = now + self.metrics.server_info_interval
 
     # --- guide ----------------------------------------------------------------------------------
-    def _evaluate(self, now: float) -> None:
+    def _log_now(self, wall: float) -> float:
+        return self.advisor.log_now(wall) if self.advisor.log_now is not None else wall
+
+    def _evaluate(self, wall: float) -> None:
         adv = self.advisor
+        now = self._log_now(wall)
         signals: Mapping[Rank, Mapping[str, float | None]] = {}
         findings: list[Finding] = []
         document: Callable[[], Mapping[str, Any]] | None = None
@@ -365,7 +367,7 @@ class Sidecar:
             def document() -> Mapping[str, Any]:
                 return make_doc(frozen[0], frozen[1], frozen[2], now)
 
-        self.state.set_evaluation(signals=signals, findings=findings, document=document, now=now,
+        self.state.set_evaluation(signals=signals, findings=findings, document=document, now=wall,
                                   exported=adv.exported_signals)
         if self.on_evaluated is not None:
             try:
