@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import yaml
 
-from sglang_tuning_exporter import render_dashboards, render_kubernetes, render_rules
+from sglang_tuning_exporter import logtee, render_dashboards, render_kubernetes, render_rules
 from sglang_tuning_exporter.checks import load_table
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -106,11 +106,35 @@ def test_sidecar_reads_sglang_log_through_an_empty_dir() -> None:
     assert mounts["sglang-logs"] == {"name": "sglang-logs", "mountPath": "/logs", "readOnly": True}
     assert {"name": "sglang-logs", "mountPath": "/logs"} in sglang["volumeMounts"]
     script = " ".join(sglang["args"])
-    assert "--enable-metrics" in script and "2>&1 | tee -a /logs/sglang.log" in script and "pipefail" in script
+    assert "--enable-metrics" in script and "pipefail" in script
+    assert "2>&1 | python3 /opt/sglang-tuning/logtee.py /logs/sglang.log --max-bytes " in script
+    assert "tee -a" not in script  # an unrotated copy grew until the pod was evicted
     assert "--sglang.log-file=/logs/sglang.log" in sidecar["args"]
     assert "--sglang.url=http://127.0.0.1:30000" in sidecar["args"]
     assert sglang["resources"]["limits"]["nvidia.com/gpu"] == 1
     assert {"name": "PYTHONUNBUFFERED", "value": "1"} in sglang["env"]
+
+
+def _quantity_bytes(text: str) -> int:
+    units = {"Ki": 1 << 10, "Mi": 1 << 20, "Gi": 1 << 30}
+    return int(text[:-2]) * units[text[-2:]] if text[-2:] in units else int(text)
+
+
+def test_log_handoff_is_bounded_by_logtee_rotation() -> None:
+    """The SGLang container runs logtee from the ConfigMap holding exactly logtee.py; the emptyDir's
+    limit is above what logtee can keep ((backups + 1) x max-bytes), so rotation, not eviction, bounds it."""
+    (dep,) = KINDS["Deployment"]
+    volumes = {v["name"]: v for v in dep["spec"]["template"]["spec"]["volumes"]}
+    sglang = _containers()["sglang"]
+    script = " ".join(sglang["args"])
+    max_bytes = int(script.split("--max-bytes ")[1].split()[0])
+    backups = int(script.split("--backups ")[1].split()[0])
+    limit = _quantity_bytes(volumes["sglang-logs"]["emptyDir"]["sizeLimit"])
+    assert (backups + 1) * max_bytes + (1 << 20) < limit <= 1 << 30
+    mount = next(m for m in sglang["volumeMounts"] if m["name"] == "logtee")
+    assert mount["mountPath"] == "/opt/sglang-tuning" and mount["readOnly"] is True
+    (cm,) = [c for c in KINDS["ConfigMap"] if c["metadata"]["name"] == volumes["logtee"]["configMap"]["name"]]
+    assert cm["data"] == {"logtee.py": Path(logtee.__file__).read_text(encoding="utf-8")}
 
 
 def test_ports_service_and_service_monitor_line_up() -> None:
@@ -136,7 +160,7 @@ def test_ports_service_and_service_monitor_line_up() -> None:
 def test_dashboard_config_maps_hold_the_generated_dashboards() -> None:
     """One ConfigMap per dashboard, labelled grafana_dashboard: "1", with the exact JSON."""
     dashboards = render_dashboards.generate(TABLE)
-    maps = KINDS["ConfigMap"]
+    maps = [c for c in KINDS["ConfigMap"] if "grafana_dashboard" in c["metadata"]["labels"]]
     assert len(maps) == len(dashboards)
     data = {}
     for cm in maps:
