@@ -4,6 +4,7 @@ carry the same rule groups as alerts/, and ship the dashboards for Grafana's sid
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -235,3 +236,27 @@ def test_prometheus_rule_groups_pass_promtool(tmp_path: Path) -> None:
     proc = subprocess.run(["promtool", "check", "rules", str(path)], capture_output=True, text=True, timeout=60,
                           check=False)
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_shipped_deploy_files_and_rules_agree_on_job_names() -> None:
+    """The jobs the shipped rules select are the jobs the shipped deploy files scrape: the ServiceMonitor's
+    relabelings and the compose Prometheus's job_names (docs/alerts.md, first paragraph)."""
+    rule_text = "".join(p.read_text(encoding="utf-8") for p in sorted((ROOT / "alerts").glob("*.rules.y*ml")))
+    rule_jobs = set(re.findall(r'\bjob=~?"([^"]+)"', rule_text))
+    assert rule_jobs == {render_kubernetes.EXPORTER_JOB, render_kubernetes.SGLANG_JOB}
+    assert set(re.findall(r'\bjob=~?"([^"]+)"', (K8S / "prometheusrule.yaml").read_text(encoding="utf-8"))) == rule_jobs
+    (mon,) = [d for d in yaml.safe_load_all((K8S / "servicemonitor.yaml").read_text(encoding="utf-8")) if d]
+    monitor_jobs = {e["port"]: e["relabelings"][0]["replacement"] for e in mon["spec"]["endpoints"]}
+    assert monitor_jobs == {"tuning-metrics": render_kubernetes.EXPORTER_JOB, "http": render_kubernetes.SGLANG_JOB}
+    prom = yaml.safe_load((ROOT / "deploy" / "prometheus" / "prometheus.yml").read_text(encoding="utf-8"))
+    compose_jobs = {j["job_name"]: j["static_configs"][0]["targets"] for j in prom["scrape_configs"]}
+    assert compose_jobs[render_kubernetes.EXPORTER_JOB] == ["sidecar:9470"]
+    assert compose_jobs[render_kubernetes.SGLANG_JOB] == ["sglang:30000"]
+    # And a re-render with other names moves rules and ServiceMonitor together.
+    opts = render_rules.RenderOptions(exporter_job="tx", sglang_job="sx")
+    groups = render_rules.rule_groups(TABLE, opts)
+    other = render_kubernetes.generate(TABLE, groups, options=opts)
+    text = other["deploy/kubernetes/prometheusrule.yaml"]
+    assert set(re.findall(r'\bjob=~?"([^"]+)"', text)) == {"tx", "sx"}
+    (mon2,) = _by_kind(other)["ServiceMonitor"]
+    assert {e["relabelings"][0]["replacement"] for e in mon2["spec"]["endpoints"]} == {"tx", "sx"}
