@@ -4,6 +4,7 @@ carry the same rule groups as alerts/, and ship the dashboards for Grafana's sid
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -213,9 +214,20 @@ def test_committed_prometheus_rule_has_the_groups_of_the_rule_files() -> None:
     assert by_name == {g["name"]: g for g in shipped}
 
 
-@pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl not installed")
+def _require(tool: str, package: str) -> str:
+    """The tool's path; missing, a skip on a developer machine and a failure in CI (.ci/run installs it)."""
+    path = shutil.which(tool)
+    if path is None:
+        if os.environ.get("CI"):
+            pytest.fail(f"{tool} missing in CI: .ci/run installs the Debian package {package}")
+        pytest.skip(f"{tool} not installed (Debian package {package})")
+    return path
+
+
 def test_kubectl_kustomize_builds_the_directory(tmp_path: Path) -> None:
-    """`kubectl kustomize` (offline) assembles every manifest into one valid stream."""
+    """`kubectl kustomize` (offline) assembles every manifest into one valid stream (Debian's
+    kubernetes-client 1.20 embeds kustomize v2, which reads this kustomization too)."""
+    _require("kubectl", "kubernetes-client")
     out = tmp_path / "k8s"
     for rel, text in FILES.items():
         (out / Path(rel).name).parent.mkdir(parents=True, exist_ok=True)
@@ -260,3 +272,59 @@ def test_shipped_deploy_files_and_rules_agree_on_job_names() -> None:
     assert set(re.findall(r'\bjob=~?"([^"]+)"', text)) == {"tx", "sx"}
     (mon2,) = _by_kind(other)["ServiceMonitor"]
     assert {e["relabelings"][0]["replacement"] for e in mon2["spec"]["endpoints"]} == {"tx", "sx"}
+
+
+SCHEMAS = ROOT / "tests" / "fixtures" / "schemas"
+K8S_VERSION = "1.30.0"  # the oldest Kubernetes still in wide use whose schemas kubernetes-validate ships
+CRD_SCHEMAS = {("monitoring.coreos.com/v1", "ServiceMonitor"): "servicemonitor_v1.json",
+               ("monitoring.coreos.com/v1", "PrometheusRule"): "prometheusrule_v1.json"}
+
+
+def _schema_problems(doc: dict[str, Any]) -> list[str]:
+    """Problems of one manifest against its schema: Kubernetes' own (kubernetes-validate, strict: unknown
+    fields are errors) or the Prometheus-operator CRD's (vendored, tests/fixtures/schemas)."""
+    import jsonschema
+    import kubernetes_validate
+
+    key = (doc["apiVersion"], doc["kind"])
+    if key in CRD_SCHEMAS:
+        schema = json.loads((SCHEMAS / CRD_SCHEMAS[key]).read_text(encoding="utf-8"))
+        validator = jsonschema.Draft7Validator(schema)
+        return [f"{'/'.join(map(str, e.absolute_path))}: {e.message}" for e in validator.iter_errors(doc)]
+    try:
+        kubernetes_validate.validate(doc, K8S_VERSION, strict=True)
+    except kubernetes_validate.ValidationError as exc:
+        return [f"{'/'.join(map(str, exc.path))}: {exc.message}"]
+    return []
+
+
+def _built_manifests() -> list[dict[str, Any]]:
+    """What `kubectl apply -k deploy/kubernetes` would send: every committed manifest but the Kustomization."""
+    docs = [d for p in sorted(K8S.glob("*.yaml")) for d in yaml.safe_load_all(p.read_text(encoding="utf-8")) if d]
+    return [d for d in docs if d["kind"] != "Kustomization"]
+
+
+def test_every_manifest_validates_against_its_schema() -> None:
+    """Deployment, Service, ConfigMaps against Kubernetes 1.30's schemas (strict); ServiceMonitor and
+    PrometheusRule against the Prometheus-operator CRDs."""
+    docs = _built_manifests()
+    assert {d["kind"] for d in docs} == {"Deployment", "Service", "ConfigMap", "ServiceMonitor", "PrometheusRule"}
+    for doc in docs:
+        assert _schema_problems(doc) == [], f"{doc['kind']} {doc['metadata']['name']}"
+
+
+@pytest.mark.parametrize(("kind", "mutate", "expected"), [
+    ("Deployment", lambda d: d["spec"]["template"]["spec"]["containers"][0].update(imagePullPolcy="Always"),
+     "imagePullPolcy"),
+    ("Service", lambda d: d["spec"]["ports"][0].update(port="http"), "http"),
+    ("ServiceMonitor", lambda d: d["spec"]["endpoints"][0].update(intervall="15s"), "intervall"),
+    ("ServiceMonitor", lambda d: d["spec"]["endpoints"][0].update(interval="15 seconds"), "15 seconds"),
+    ("PrometheusRule", lambda d: d["spec"]["groups"][0]["rules"][0].pop("expr"), "expr"),
+    ("PrometheusRule", lambda d: d["spec"]["groups"][0]["rules"][0].update(For="5m"), "For"),
+])
+def test_schema_validation_catches_a_broken_manifest(kind: str, mutate: Any, expected: str) -> None:
+    """A typo'd field or a wrong type in each kind is reported (the validation above can fail)."""
+    doc = next(d for d in _built_manifests() if d["kind"] == kind)
+    mutate(doc)
+    problems = _schema_problems(doc)
+    assert problems and expected in " ".join(problems), problems
