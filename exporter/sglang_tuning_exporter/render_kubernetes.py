@@ -10,11 +10,10 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import yaml
-
-from pathlib import Path
 
 from . import __version__, logtee, render_dashboards
 from .checks import CheckTable

@@ -22,7 +22,15 @@ from prometheus_client.registry import CollectorRegistry
 
 from .collector import TUNING_ARGS, BuildInfo, encode_text
 from .state import SOURCES, Snapshot
-from .webconfig import BasicAuth, TLSHTTPServer, WebConfig, accepts_gzip, gzip_body, make_ssl_context, needs_auth
+from .webconfig import (
+    BasicAuth,
+    TLSHTTPServer,
+    WebConfig,
+    accepts_gzip,
+    gzip_body,
+    make_ssl_context,
+    needs_auth,
+)
 
 log = logging.getLogger("sglang_tuning_exporter.web")
 _STATUS_ORDER = {"critical": 0, "warning": 1, "unknown": 2, "ok": 3}
