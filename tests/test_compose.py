@@ -96,7 +96,9 @@ def test_sglang_service_reserves_gpus_enables_metrics_and_tees_its_log() -> None
     script = " ".join(sglang["command"])
     assert "sglang.launch_server" in script and "--enable-metrics" in script
     assert "--port 30000" in script
-    assert re.search(r"2>&1 \| tee -a /logs/sglang\.log", script)
+    assert re.search(r"2>&1 \| python3 /opt/sglang-tuning/logtee\.py /logs/sglang\.log --max-bytes \d+ --backups \d",
+                     script)  # rotated: a plain `tee -a` grew without bound
+    assert "./exporter/sglang_tuning_exporter/logtee.py:/opt/sglang-tuning/logtee.py:ro" in sglang["volumes"]
     assert "pipefail" in script  # the container exits with SGLang's status, not tee's
     assert "sglang-logs:/logs" in sglang["volumes"]
     assert sglang["environment"]["PYTHONUNBUFFERED"] == "1"

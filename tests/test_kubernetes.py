@@ -4,6 +4,8 @@ carry the same rule groups as alerts/, and ship the dashboards for Grafana's sid
 from __future__ import annotations
 
 import json
+import os
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -12,7 +14,7 @@ from typing import Any
 import pytest
 import yaml
 
-from sglang_tuning_exporter import render_dashboards, render_kubernetes, render_rules
+from sglang_tuning_exporter import logtee, render_dashboards, render_kubernetes, render_rules
 from sglang_tuning_exporter.checks import load_table
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -106,11 +108,35 @@ def test_sidecar_reads_sglang_log_through_an_empty_dir() -> None:
     assert mounts["sglang-logs"] == {"name": "sglang-logs", "mountPath": "/logs", "readOnly": True}
     assert {"name": "sglang-logs", "mountPath": "/logs"} in sglang["volumeMounts"]
     script = " ".join(sglang["args"])
-    assert "--enable-metrics" in script and "2>&1 | tee -a /logs/sglang.log" in script and "pipefail" in script
+    assert "--enable-metrics" in script and "pipefail" in script
+    assert "2>&1 | python3 /opt/sglang-tuning/logtee.py /logs/sglang.log --max-bytes " in script
+    assert "tee -a" not in script  # an unrotated copy grew until the pod was evicted
     assert "--sglang.log-file=/logs/sglang.log" in sidecar["args"]
     assert "--sglang.url=http://127.0.0.1:30000" in sidecar["args"]
     assert sglang["resources"]["limits"]["nvidia.com/gpu"] == 1
     assert {"name": "PYTHONUNBUFFERED", "value": "1"} in sglang["env"]
+
+
+def _quantity_bytes(text: str) -> int:
+    units = {"Ki": 1 << 10, "Mi": 1 << 20, "Gi": 1 << 30}
+    return int(text[:-2]) * units[text[-2:]] if text[-2:] in units else int(text)
+
+
+def test_log_handoff_is_bounded_by_logtee_rotation() -> None:
+    """The SGLang container runs logtee from the ConfigMap holding exactly logtee.py; the emptyDir's
+    limit is above what logtee can keep ((backups + 1) x max-bytes), so rotation, not eviction, bounds it."""
+    (dep,) = KINDS["Deployment"]
+    volumes = {v["name"]: v for v in dep["spec"]["template"]["spec"]["volumes"]}
+    sglang = _containers()["sglang"]
+    script = " ".join(sglang["args"])
+    max_bytes = int(script.split("--max-bytes ")[1].split()[0])
+    backups = int(script.split("--backups ")[1].split()[0])
+    limit = _quantity_bytes(volumes["sglang-logs"]["emptyDir"]["sizeLimit"])
+    assert (backups + 1) * max_bytes + (1 << 20) < limit <= 1 << 30
+    mount = next(m for m in sglang["volumeMounts"] if m["name"] == "logtee")
+    assert mount["mountPath"] == "/opt/sglang-tuning" and mount["readOnly"] is True
+    (cm,) = [c for c in KINDS["ConfigMap"] if c["metadata"]["name"] == volumes["logtee"]["configMap"]["name"]]
+    assert cm["data"] == {"logtee.py": Path(logtee.__file__).read_text(encoding="utf-8")}
 
 
 def test_ports_service_and_service_monitor_line_up() -> None:
@@ -136,7 +162,7 @@ def test_ports_service_and_service_monitor_line_up() -> None:
 def test_dashboard_config_maps_hold_the_generated_dashboards() -> None:
     """One ConfigMap per dashboard, labelled grafana_dashboard: "1", with the exact JSON."""
     dashboards = render_dashboards.generate(TABLE)
-    maps = KINDS["ConfigMap"]
+    maps = [c for c in KINDS["ConfigMap"] if "grafana_dashboard" in c["metadata"]["labels"]]
     assert len(maps) == len(dashboards)
     data = {}
     for cm in maps:
@@ -188,9 +214,20 @@ def test_committed_prometheus_rule_has_the_groups_of_the_rule_files() -> None:
     assert by_name == {g["name"]: g for g in shipped}
 
 
-@pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl not installed")
+def _require(tool: str, package: str) -> str:
+    """The tool's path; missing, a skip on a developer machine and a failure in CI (.ci/run installs it)."""
+    path = shutil.which(tool)
+    if path is None:
+        if os.environ.get("CI"):
+            pytest.fail(f"{tool} missing in CI: .ci/run installs the Debian package {package}")
+        pytest.skip(f"{tool} not installed (Debian package {package})")
+    return path
+
+
 def test_kubectl_kustomize_builds_the_directory(tmp_path: Path) -> None:
-    """`kubectl kustomize` (offline) assembles every manifest into one valid stream."""
+    """`kubectl kustomize` (offline) assembles every manifest into one valid stream (Debian's
+    kubernetes-client 1.20 embeds kustomize v2, which reads this kustomization too)."""
+    _require("kubectl", "kubernetes-client")
     out = tmp_path / "k8s"
     for rel, text in FILES.items():
         (out / Path(rel).name).parent.mkdir(parents=True, exist_ok=True)
@@ -211,3 +248,83 @@ def test_prometheus_rule_groups_pass_promtool(tmp_path: Path) -> None:
     proc = subprocess.run(["promtool", "check", "rules", str(path)], capture_output=True, text=True, timeout=60,
                           check=False)
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_shipped_deploy_files_and_rules_agree_on_job_names() -> None:
+    """The jobs the shipped rules select are the jobs the shipped deploy files scrape: the ServiceMonitor's
+    relabelings and the compose Prometheus's job_names (docs/alerts.md, first paragraph)."""
+    rule_text = "".join(p.read_text(encoding="utf-8") for p in sorted((ROOT / "alerts").glob("*.rules.y*ml")))
+    rule_jobs = set(re.findall(r'\bjob=~?"([^"]+)"', rule_text))
+    assert rule_jobs == {render_kubernetes.EXPORTER_JOB, render_kubernetes.SGLANG_JOB}
+    assert set(re.findall(r'\bjob=~?"([^"]+)"', (K8S / "prometheusrule.yaml").read_text(encoding="utf-8"))) == rule_jobs
+    (mon,) = [d for d in yaml.safe_load_all((K8S / "servicemonitor.yaml").read_text(encoding="utf-8")) if d]
+    monitor_jobs = {e["port"]: e["relabelings"][0]["replacement"] for e in mon["spec"]["endpoints"]}
+    assert monitor_jobs == {"tuning-metrics": render_kubernetes.EXPORTER_JOB, "http": render_kubernetes.SGLANG_JOB}
+    prom = yaml.safe_load((ROOT / "deploy" / "prometheus" / "prometheus.yml").read_text(encoding="utf-8"))
+    compose_jobs = {j["job_name"]: j["static_configs"][0]["targets"] for j in prom["scrape_configs"]}
+    assert compose_jobs[render_kubernetes.EXPORTER_JOB] == ["sidecar:9470"]
+    assert compose_jobs[render_kubernetes.SGLANG_JOB] == ["sglang:30000"]
+    # And a re-render with other names moves rules and ServiceMonitor together.
+    opts = render_rules.RenderOptions(exporter_job="tx", sglang_job="sx")
+    groups = render_rules.rule_groups(TABLE, opts)
+    other = render_kubernetes.generate(TABLE, groups, options=opts)
+    text = other["deploy/kubernetes/prometheusrule.yaml"]
+    assert set(re.findall(r'\bjob=~?"([^"]+)"', text)) == {"tx", "sx"}
+    (mon2,) = _by_kind(other)["ServiceMonitor"]
+    assert {e["relabelings"][0]["replacement"] for e in mon2["spec"]["endpoints"]} == {"tx", "sx"}
+
+
+SCHEMAS = ROOT / "tests" / "fixtures" / "schemas"
+K8S_VERSION = "1.30.0"  # the oldest Kubernetes still in wide use whose schemas kubernetes-validate ships
+CRD_SCHEMAS = {("monitoring.coreos.com/v1", "ServiceMonitor"): "servicemonitor_v1.json",
+               ("monitoring.coreos.com/v1", "PrometheusRule"): "prometheusrule_v1.json"}
+
+
+def _schema_problems(doc: dict[str, Any]) -> list[str]:
+    """Problems of one manifest against its schema: Kubernetes' own (kubernetes-validate, strict: unknown
+    fields are errors) or the Prometheus-operator CRD's (vendored, tests/fixtures/schemas)."""
+    import jsonschema
+    import kubernetes_validate
+
+    key = (doc["apiVersion"], doc["kind"])
+    if key in CRD_SCHEMAS:
+        schema = json.loads((SCHEMAS / CRD_SCHEMAS[key]).read_text(encoding="utf-8"))
+        validator = jsonschema.Draft7Validator(schema)
+        return [f"{'/'.join(map(str, e.absolute_path))}: {e.message}" for e in validator.iter_errors(doc)]
+    try:
+        kubernetes_validate.validate(doc, K8S_VERSION, strict=True)
+    except kubernetes_validate.ValidationError as exc:
+        return [f"{'/'.join(map(str, exc.path))}: {exc.message}"]
+    return []
+
+
+def _built_manifests() -> list[dict[str, Any]]:
+    """What `kubectl apply -k deploy/kubernetes` would send: every committed manifest but the Kustomization."""
+    docs = [d for p in sorted(K8S.glob("*.yaml")) for d in yaml.safe_load_all(p.read_text(encoding="utf-8")) if d]
+    return [d for d in docs if d["kind"] != "Kustomization"]
+
+
+def test_every_manifest_validates_against_its_schema() -> None:
+    """Deployment, Service, ConfigMaps against Kubernetes 1.30's schemas (strict); ServiceMonitor and
+    PrometheusRule against the Prometheus-operator CRDs."""
+    docs = _built_manifests()
+    assert {d["kind"] for d in docs} == {"Deployment", "Service", "ConfigMap", "ServiceMonitor", "PrometheusRule"}
+    for doc in docs:
+        assert _schema_problems(doc) == [], f"{doc['kind']} {doc['metadata']['name']}"
+
+
+@pytest.mark.parametrize(("kind", "mutate", "expected"), [
+    ("Deployment", lambda d: d["spec"]["template"]["spec"]["containers"][0].update(imagePullPolcy="Always"),
+     "imagePullPolcy"),
+    ("Service", lambda d: d["spec"]["ports"][0].update(port="http"), "http"),
+    ("ServiceMonitor", lambda d: d["spec"]["endpoints"][0].update(intervall="15s"), "intervall"),
+    ("ServiceMonitor", lambda d: d["spec"]["endpoints"][0].update(interval="15 seconds"), "15 seconds"),
+    ("PrometheusRule", lambda d: d["spec"]["groups"][0]["rules"][0].pop("expr"), "expr"),
+    ("PrometheusRule", lambda d: d["spec"]["groups"][0]["rules"][0].update(For="5m"), "For"),
+])
+def test_schema_validation_catches_a_broken_manifest(kind: str, mutate: Any, expected: str) -> None:
+    """A typo'd field or a wrong type in each kind is reported (the validation above can fail)."""
+    doc = next(d for d in _built_manifests() if d["kind"] == kind)
+    mutate(doc)
+    problems = _schema_problems(doc)
+    assert problems and expected in " ".join(problems), problems

@@ -31,6 +31,7 @@ from sglang_tuning_exporter.webconfig import (
     accepts_gzip,
     gzip_body,
     load_web_config,
+    needs_auth,
     parse_web_config,
 )
 
@@ -121,6 +122,13 @@ def test_gzip_body_round_trips_deterministically() -> None:
     body = b"sglang_tuning_up 1.0\n" * 100
     assert gzip.decompress(gzip_body(body)) == body
     assert gzip_body(body) == gzip_body(body) and len(gzip_body(body)) < len(body) // 10
+
+
+def test_only_the_probe_paths_skip_basic_auth() -> None:
+    """/-/healthy and /-/ready (any query) are exempt; every other path, and look-alikes, need auth."""
+    assert not needs_auth("/-/healthy") and not needs_auth("/-/ready") and not needs_auth("/-/ready?x=1")
+    for path in ("/metrics", "/", "/api/findings", "/-/healthy/", "/-/healthyx", "//-/healthy", "/-/Ready"):
+        assert needs_auth(path), path
 
 
 def test_basic_auth_checks() -> None:
@@ -230,8 +238,12 @@ def test_tls_and_basic_auth_on_loopback(certs: dict[str, Path], serving: list[Th
     ctx = ssl.create_default_context(cafile=str(certs["server_cert"]))
     status, headers, _ = _https_get(port, "/metrics", ctx)
     assert status == 401 and headers["www-authenticate"].startswith("Basic")
-    for path_ in ("/", "/api/findings", "/-/healthy"):  # every endpoint is protected, as in the toolkit
+    for path_ in ("/", "/api/findings", "/metrics?x=1"):  # every data endpoint is protected
         assert _https_get(port, path_, ctx, {"Authorization": _basic("alice", "wrong")})[0] == 401
+    # The probes answer without credentials (kubelet and compose healthchecks carry none), over TLS.
+    assert _https_get(port, "/-/healthy", ctx)[0] == 200
+    assert _https_get(port, "/-/ready?verbose", ctx, {"Authorization": _basic("alice", "wrong")})[0] in (200, 503)
+    assert _https_get(port, "/-/healthy/../metrics", ctx)[0] in (401, 404)  # no path games past the exemption
     status, headers, body = _https_get(port, "/metrics", ctx, {"Authorization": _basic("alice", "s3cret")})
     assert status == 200 and b"sglang_tuning_queue_requests" in body
     assert headers["x-content-type-options"] == "nosniff"
@@ -347,7 +359,9 @@ def test_serve_process_over_https_with_auth(certs: dict[str, Path], tmp_path: Pa
         watchdog.cancel()
         assert port, "serve did not report listening with https and basic auth"
         ctx = ssl.create_default_context(cafile=str(certs["server_cert"]))
-        assert _https_get(port, "/-/healthy", ctx)[0] == 401
+        assert _https_get(port, "/metrics", ctx)[0] == 401
+        # What the shipped probes do: no credentials, and still an answer (docs/deploy.md, "Probes").
+        assert _https_get(port, "/-/healthy", ctx)[0] == 200
         status, headers, body = _https_get(port, "/metrics", ctx, {"Authorization": _basic("alice", "s3cret"),
                                                                    "Accept-Encoding": "gzip"})
         assert status == 200 and headers["content-encoding"] == "gzip"

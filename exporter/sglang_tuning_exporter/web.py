@@ -22,7 +22,15 @@ from prometheus_client.registry import CollectorRegistry
 
 from .collector import TUNING_ARGS, BuildInfo, encode_text
 from .state import SOURCES, Snapshot
-from .webconfig import BasicAuth, TLSHTTPServer, WebConfig, accepts_gzip, gzip_body, make_ssl_context
+from .webconfig import (
+    BasicAuth,
+    TLSHTTPServer,
+    WebConfig,
+    accepts_gzip,
+    gzip_body,
+    make_ssl_context,
+    needs_auth,
+)
 
 log = logging.getLogger("sglang_tuning_exporter.web")
 _STATUS_ORDER = {"critical": 0, "warning": 1, "unknown": 2, "ok": 3}
@@ -150,7 +158,7 @@ def make_handler(app: WebApp, web: WebConfig | None = None) -> type[BaseHTTPRequ
 
         def _answer(self, method: str) -> None:
             try:
-                if not auth.check(self.headers.get("Authorization")):  # the toolkit guards every path
+                if needs_auth(urlsplit(self.path).path) and not auth.check(self.headers.get("Authorization")):
                     resp = Response(401, "text/plain; charset=utf-8", b"Unauthorized\n")
                 else:
                     resp = app.handle(method, self.path)

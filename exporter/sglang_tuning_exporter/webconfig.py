@@ -263,6 +263,16 @@ def gzip_body(body: bytes) -> bytes:
     return gzip.compress(body, compresslevel=GZIP_LEVEL, mtime=0)
 
 
+# Probe paths answer without credentials: they reveal only "the process serves" / "first evaluation
+# done", and kubelet httpGet probes and compose healthchecks cannot carry a password. TLS still applies.
+PROBE_PATHS = frozenset({"/-/healthy", "/-/ready"})
+
+
+def needs_auth(path: str) -> bool:
+    """Whether basic auth guards this request path (query string ignored); the probes are exempt."""
+    return path.split("?", 1)[0] not in PROBE_PATHS
+
+
 class BasicAuth:
     """Checks `Authorization: Basic` against bcrypt hashes in constant time; caches recent successes."""
 
