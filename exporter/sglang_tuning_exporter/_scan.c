@@ -774,6 +774,8 @@ static PyObject *new_group(void) {
 
 typedef struct {
     double res, usage_good, band_lo, band_hi;
+    double *latest;   /* the latest stamp read so far (in/out) */
+    double backward;  /* timeparse.BACKWARD_TOLERANCE_S */
 } Params;
 
 /* Add the line to its group; STOP when running or queue is missing or the stamp is no calendar date
@@ -797,6 +799,9 @@ static int line_accumulate(const char *s, const Line *L, const Params *P, PyObje
     if (run == NULL || queue == NULL) return STOP;
     double t;
     if (!stamp_seconds(s, L, &t)) return STOP;
+    /* Stamped far before the latest: out of order or a clock set back; Python's log clock decides. */
+    if (t < *P->latest - P->backward) return STOP;
+    if (t > *P->latest) *P->latest = t;
     double start = py_floordiv(t, P->res) * P->res;
     int has_dp = L->has_tag[0], has_pp = L->has_tag[1];
     long long dp = L->tag[0], pp = L->tag[1];
@@ -1000,7 +1005,9 @@ static PyObject *scan_buffer(PyObject *self, PyObject *args) {
 }
 
 /* scan_buckets(data, pos, first_line, out, decode_groups, prefill_groups, resolution, usage_good,
- *              band_lo, band_hi) -> (stop, line, decode, prefill, retract, last_time or None)
+ *              band_lo, band_hi[, latest, backward]) -> (stop, line, decode, prefill, retract, latest or None)
+ * A Decode/Prefill line stamped more than `backward` seconds before `latest` (the latest stamp read, kept
+ * across calls by the caller) is handed back.
  * As scan_buffer, but each Decode/Prefill line is added to its group
  * groups[(dp, pp, (t // resolution) * resolution)] = [acc, histograms (a capsule: group_hists)] (see
  * line_accumulate) instead of becoming an Event; last_time is the epoch time of the last line read. */
@@ -1011,8 +1018,12 @@ static PyObject *scan_buckets(PyObject *self, PyObject *args) {
     long long n;
     PyObject *out, *groups[2];
     Params P;
-    if (!PyArg_ParseTuple(args, "y*nLO!O!O!dddd", &buf, &pos, &n, &PyList_Type, &out, &PyDict_Type, &groups[0],
-                          &PyDict_Type, &groups[1], &P.res, &P.usage_good, &P.band_lo, &P.band_hi))
+    double latest = 0.0;
+    P.latest = &latest;
+    P.backward = 1e300;
+    if (!PyArg_ParseTuple(args, "y*nLO!O!O!dddd|dd", &buf, &pos, &n, &PyList_Type, &out, &PyDict_Type, &groups[0],
+                          &PyDict_Type, &groups[1], &P.res, &P.usage_good, &P.band_lo, &P.band_hi, &latest,
+                          &P.backward))
         return NULL;
     if (!ready() || !columns_ready || !(P.res > 0.0)) {
         if (!PyErr_Occurred())
@@ -1027,7 +1038,7 @@ static PyObject *scan_buckets(PyObject *self, PyObject *args) {
     if (rc < 0) return NULL;
     if (counts[0] + counts[1] + counts[2] == 0)
         return Py_BuildValue("nLnnnO", pos, n, counts[0], counts[1], counts[2], Py_None);
-    return Py_BuildValue("nLnnnd", pos, n, counts[0], counts[1], counts[2], last_t);
+    return Py_BuildValue("nLnnnd", pos, n, counts[0], counts[1], counts[2], last_t > latest ? last_t : latest);
 }
 
 static void clear_config(void) {

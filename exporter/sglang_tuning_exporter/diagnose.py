@@ -46,7 +46,7 @@ from .model import STATUS_CODE, Finding, Rank, ServerState
 from .observations import EventConverter, batch_usage, number
 from .signals import Bucket, EventKey, FrozenHist, Window, bucket_start, tp_dedup
 from .tail import InputError, InputLines, open_input
-from .timeparse import event_seconds, has_date, plausible_seconds
+from .timeparse import BACKWARD_TOLERANCE_S, event_seconds, has_date, plausible_seconds
 
 HELP = "diagnose whole SGLang logs offline (plain, .gz or -) and print the tuning guide's findings"
 EXIT_OK, EXIT_RUNTIME, EXIT_USAGE, EXIT_FINDINGS = 0, 1, 2, 3
@@ -319,6 +319,11 @@ class Scanner:
             if st is None:
                 return None
             t, dp, pp = st
+        lt = self._last_t
+        if lt is None or t > lt:
+            self._last_t = t
+        elif t < lt - BACKWARD_TOLERANCE_S:
+            return None  # out of order or a clock set back: the full path's log clock decides
         return (dp, pp, (t // self.res) * self.res), t
 
     def _begin(self) -> tuple[ChunkResult, int]:
@@ -350,7 +355,8 @@ class Scanner:
             return
         timed = [(event_seconds(e.time), number(e.fields.get("num_retracted_reqs", 1)), e) for e in evs]
         if any(e.kind == RETRACT for e in res.events) or any(
-                t is None or v is None or not math.isfinite(v) for t, v, _ in timed):
+                t is None or v is None or not math.isfinite(v) for t, v, _ in timed) or _set_back(
+                [t for t, _, _ in timed]):
             # Retractions read in Python interleave with these (or one is odd): all go to the parent.
             res.events = list(heapq.merge(res.events, evs, key=operator.attrgetter("line")))
             return
@@ -441,7 +447,7 @@ class Scanner:
                     reader._next += skipped
                     skipped = 0
                     if last_t is not None:
-                        self._last_t = last_t
+                        self._last_t = last_t if self._last_t is None else max(self._last_t, last_t)
                         last_t = None
                     gap = text[pos:ls].split("\n")
                     if gap[-1] == "":
@@ -483,13 +489,17 @@ class Scanner:
                     kt = self._fast_key(line, p - ls)  # validates the stamp and fills the caches
                     if kt is not None:
                         key, t = kt
+                ref = last_t if last_t is not None else self._last_t
+                if ref is not None and t < ref - BACKWARD_TOLERANCE_S:
+                    t = -1.0  # out of order or a clock set back: the full path's log clock decides
                 if t >= 0:
                     pend = pending.get(key)
                     if pend is None:
                         pend = pending[key] = ([], [])
                     pend[0].append(t)
                     pend[1].append(line)
-                    last_t = t
+                    if last_t is None or t > last_t:
+                        last_t = t
                     skipped += 1
                     fast += 1
                     continue
@@ -501,7 +511,7 @@ class Scanner:
                     reader._next += skipped
                     skipped = 0
                     if last_t is not None:
-                        self._last_t = last_t
+                        self._last_t = last_t if self._last_t is None else max(self._last_t, last_t)
                         last_t = None
                     for e in reader.flush():
                         res.events.append(self._timed(e, res))
@@ -512,13 +522,13 @@ class Scanner:
             reader._next += skipped
             skipped = 0
             if last_t is not None:
-                self._last_t = last_t
+                self._last_t = last_t if self._last_t is None else max(self._last_t, last_t)
                 last_t = None
             self._feed([line], res)
             open_rec = reader._block is not None
         reader._next += skipped
         if last_t is not None:
-            self._last_t = last_t
+            self._last_t = last_t if self._last_t is None else max(self._last_t, last_t)
         res.fast += fast
         return self._end(res, unparsed0, final)
 
@@ -567,6 +577,9 @@ class Scanner:
                                 t = -1.0
                             else:
                                 t, dp, pp = st
+                        ref = last_t if last_t is not None else self._last_t
+                        if ref is not None and t < ref - BACKWARD_TOLERANCE_S:
+                            t = -1.0  # out of order or a clock set back: the full path's log clock decides
                         if t >= 0:
                             key = (dp, pp, (t // res_s) * res_s)
                             pend = pending.get(key)
@@ -574,12 +587,13 @@ class Scanner:
                                 pend = pending[key] = ([], [])
                             pend[0].append(t)
                             pend[1].append(line)
-                            last_t = t
+                            if last_t is None or t > last_t:
+                                last_t = t
                             reader._next += 1  # the reader numbers lines itself: keep its count
                             fast += 1
                             continue
             if last_t is not None:
-                self._last_t = last_t
+                self._last_t = last_t if self._last_t is None else max(self._last_t, last_t)
                 last_t = None
             if "\x00" in line:
                 res.nul_lines += 1
@@ -589,7 +603,7 @@ class Scanner:
                     res.events.append(self._timed(e, res))
             idle = reader._block is None
         if last_t is not None:
-            self._last_t = last_t
+            self._last_t = last_t if self._last_t is None else max(self._last_t, last_t)
         res.fast += fast
 
     def scan_bytes(self, data: bytes | mmap.mmap, *, final: bool = True, start: int = 0) -> ChunkResult:
@@ -610,13 +624,14 @@ class Scanner:
             if reader._block is None:
                 out: list[Event] = []
                 pos, n, nd, np_, _, last_t = scan.scan_buckets(data, pos, reader._next, out, groups[0], groups[1],
-                                                                self.res, self.usage_good, *self.band)
+                                                                self.res, self.usage_good, *self.band,
+                                                                self._last_t or 0.0, BACKWARD_TOLERANCE_S)
                 reader._next = n
                 res.fast += nd + np_
                 for e in out:  # retractions, read in C as the reader would
                     self._c_retracts.append(self._timed(e, res))
                 if last_t is not None:
-                    self._last_t = last_t
+                    self._last_t = last_t if self._last_t is None else max(self._last_t, last_t)
                 if pos >= size:
                     break
             line, nxt = line_at(data, pos)
@@ -633,7 +648,7 @@ class Scanner:
     def _timed(self, e: Event, res: ChunkResult) -> Event:
         t = plausible_seconds(e.time)
         if t is not None:
-            if e.time and "T" in e.time:
+            if e.time and "T" in e.time and (self._last_t is None or t > self._last_t):
                 self._last_t = t
             if res.first_t is None or t < res.first_t:
                 res.first_t = t
@@ -643,6 +658,20 @@ class Scanner:
         if e.time is None and self._last_t is not None:
             return dataclasses.replace(e, time=_iso_of(self._last_t))
         return e
+
+
+def _set_back(times: list[float | None]) -> bool:
+    """Whether a time (in line order) falls more than the tolerance behind the latest before it: then
+    the log clock (timeparse.LogClock) times those lines, not a bucket sum (across chunks, the parent's
+    ClockSetBack catches it)."""
+    top = -math.inf
+    for t in times:
+        if t is None:
+            continue
+        if t < top - BACKWARD_TOLERANCE_S:
+            return True
+        top = max(top, t)
+    return False
 
 
 def _note_floor(res: ChunkResult, version: str) -> None:
@@ -720,6 +749,13 @@ class FileDiagnosis:
     evaluations: int = 0
     series: dict[str, Series] = field(default_factory=dict)
     elapsed_s: float = 0.0
+    # Per rank, each check's status in the log's last window (findings hold each check's worst window).
+    final_statuses: dict[Rank, dict[str, str]] = field(default_factory=dict)
+    final_signals: dict[Rank, dict[str, float | None]] = field(default_factory=dict)
+
+
+class ClockSetBack(Exception):
+    """Fast-path lines stamped far before lines already merged: the log's clock was set back."""
 
 
 class Diagnosis:
@@ -743,6 +779,7 @@ class Diagnosis:
         self.last_t: float | None = None
         self.worst: dict[tuple[str, tuple[Any, ...]], tuple[Finding, float, float]] = {}
         self.last_signals: dict[Rank, dict[str, float | None]] = {}
+        self.final_statuses: dict[Rank, dict[str, str]] = {}  # at the log's end: what the sidecar shows
         self.evaluations = 0
         self.lines = self.events = self.fast = self.unparsed = self.nul = 0
         self.series = {k: Series(k) for k, _ in diagnose_formats.CHARTS}  # the charts drawn, no more
@@ -764,6 +801,8 @@ class Diagnosis:
         kw: dict[str, Any] = {"profile": self.profile, "workload": self.workload, "config": self.cfg}
         # Full findings (with text) only for ranks where some check got worse, and at the end.
         quick = statuses(self.table, sig, server, **kw)
+        if final:
+            self.final_statuses = quick
         for rank, st in quick.items():
             key_r = tuple(sorted(rank.as_dict().items()))
             worse = final or any(
@@ -804,7 +843,10 @@ class Diagnosis:
                 e = new_event(e.line + off, e.kind, e.time, e.rank, e.fields)  # dataclasses.replace, cheaper
             for o in self.conv.convert(e):
                 items.append((o.time, 0, o))
+        latest = self.last_t
         for (dp, pp, start), b in chunk.buckets.items():
+            if latest is not None and start + self.res < latest - BACKWARD_TOLERANCE_S:
+                raise ClockSetBack(start)
             items.append((start, 1, (Rank(dp=dp, pp=pp), start, b)))
         items.sort(key=lambda x: x[0])
         for t, kind, payload in items:
@@ -852,7 +894,8 @@ class Diagnosis:
                         "window_s": self.cfg.window_s}
         return FileDiagnosis(source=source, document=doc, findings=findings, lines=self.lines, events=self.events,
                              fast_lines=self.fast, unparsed=self.unparsed, synthetic_time=self.conv.synthetic_time,
-                             evaluations=self.evaluations, series=self.series)
+                             evaluations=self.evaluations, series=self.series,
+                             final_statuses=self.final_statuses, final_signals=self.last_signals)
 
 
 def _iso(t: float | None) -> Any:
@@ -974,10 +1017,16 @@ def diagnose_source(source: str, table: CheckTable, cfg: Config, profile: str, w
         progress = Progress(size, os.path.basename(source), stream, tty and size >= PROGRESS_MIN_BYTES)
         workers = jobs if jobs is not None else (os.cpu_count() or 1)
         plain = kind == "text"
-        if plain and size >= PARALLEL_MIN_BYTES and workers > 1:
-            _run_parallel(source, size, d, workers, progress)
-        else:
-            _run_sequential(source, plain, d, progress)
+        try:
+            if plain and size >= PARALLEL_MIN_BYTES and workers > 1:
+                _run_parallel(source, size, d, workers, progress)
+            else:
+                _run_sequential(source, plain, d, progress)
+        except ClockSetBack:
+            # The fast paths take stamps as written; a clock set back needs the log clock's re-anchoring
+            # (timeparse.LogClock), which every line gets on the full path: read it again that way.
+            d = Diagnosis(table, cfg, profile, workload, server_overrides, live_grid=True)
+            _run_sequential(source, plain, d, progress, fast=False)
         progress.close()
     except InputError as exc:
         return FileDiagnosis(source=source, error=str(exc), elapsed_s=time.perf_counter() - t0)
@@ -1005,8 +1054,8 @@ def _stdin_input() -> InputLines:
     return InputLines("-", stdin=stream)
 
 
-def _run_sequential(source: str, plain: bool, d: Diagnosis, progress: Progress) -> None:
-    scanner = Scanner(d.res, d.cfg.usage_good, d.window.params.queue_band)
+def _run_sequential(source: str, plain: bool, d: Diagnosis, progress: Progress, *, fast: bool = True) -> None:
+    scanner = Scanner(d.res, d.cfg.usage_good, d.window.params.queue_band, fast=fast)
     if plain:
         _run_plain(source, d, scanner, progress)
         return

@@ -17,6 +17,7 @@ from .checks import merge_version
 from .events import Event
 from .logparse import POOL_USAGES
 from .model import Observation, Rank, Sample, ServerState
+from .signals import SERVER_START
 from .timeparse import LogClock
 
 SECONDS_PER_LINE = 1.0  # the stand-in clock of a log without timestamps
@@ -203,6 +204,7 @@ class EventConverter:
         elif kind == "max_running_reduced":
             add("max_running_requests", f.get("reduced_to"))
         elif kind == "server_args":
+            out.append(Observation(t, SERVER_START, 1.0, rank, "log"))  # before this start's facts
             for key, name in _ARG_FACTS.items():
                 if f.get(key) is not None:
                     add(name, f[key])

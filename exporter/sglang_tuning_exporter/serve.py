@@ -7,6 +7,7 @@ import dataclasses
 import functools
 import json
 import logging
+import os
 import signal
 import sys
 import threading
@@ -26,6 +27,7 @@ from .observations import EventConverter
 from .serveconfig import ServeConfig, ServeConfigError, add_serve_flags, build_config
 from .serverinfo import urllib_get
 from .sidecar import Advisor, LogInput, MetricsInput, Sidecar, ToObservations, ToSamples
+from .startup_section import WithStartup, startup_lines
 from .state import LiveState
 from .tail import follow
 from .web import WebApp, start_http
@@ -146,7 +148,13 @@ def build_log_input(cfg: ServeConfig) -> LogInput | None:
         return None
     # `-`: standard input (e.g. `kubectl logs -f POD | ... --sglang.log-file -`); the log source goes
     # down when the writer closes it.
-    return log_input_for(follow(str(cfg.log_file), from_start=cfg.from_start), EventReader())
+    path = str(cfg.log_file)
+    follower: Any = follow(path, from_start=cfg.from_start)
+    if not cfg.from_start and path != "-" and os.path.isfile(path):
+        # Following from the end: the running server's startup facts come from its last startup
+        # section (docs/signals.md, "Sticky facts"); its traffic is judged from now on.
+        follower = WithStartup(follower, startup_lines(path))
+    return log_input_for(follower, EventReader())
 
 
 def log_input_for(follower: Any, reader: Any) -> LogInput:

@@ -39,6 +39,7 @@ FACT_NAMES = frozenset({"available_gpu_mem_gb", "avail_mem_after_pool_gb", "gpu_
                         "max_total_num_tokens", "max_running_requests", "cuda_graph_max_bs_captured",
                         "chunked_prefill_size", "context_len", "metrics_enabled", "avail_after_weights_gb",
                         "kv_cache_gb"})
+SERVER_START = "server_start"  # a `server_args` line: the observation that resets startup facts
 # Facts that differ between TP ranks of one replica: keep the worst when folding TP ranks.
 _FACT_MIN = frozenset({"available_gpu_mem_gb", "avail_mem_after_pool_gb", "gpu_mem_total_gb",
                        "avail_after_weights_gb"})
@@ -401,7 +402,7 @@ class Bucket:
     def __init__(self) -> None:
         self.decode = SampleStats()
         self.prefill = SampleStats()  # samples from Prefill lines
-        self.retractions = 0
+        self.retractions: float = 0  # log lines, or retracted requests a scrape delta stands for
         self.retracted = 0.0
         self.oom: dict[str, int] = {}
         self.prefill_new = 0.0
@@ -636,7 +637,9 @@ class Window:
                     return
             b = self._bucket(st, obs.time)
             if name == "retraction":
-                b.retractions += 1
+                # A log line is one retraction; a scrape's counter delta is that many retracted
+                # requests, the most retractions it can stand for (as PromQL's rate reads it).
+                b.retractions += 1 if obs.source == "log" else obs.value
                 b.retracted += obs.value
             elif name.startswith("oom_"):
                 b.oom[name] = b.oom.get(name, 0) + 1
@@ -651,6 +654,17 @@ class Window:
                 b.eager_passes += obs.value
         elif name in FACT_NAMES:
             self.set_fact(rank, name, obs.value, tp=obs.rank.tp, time=obs.time)
+        elif name == SERVER_START:
+            self.new_startup()
+
+    def new_startup(self) -> None:
+        """A new server start (its `server_args` line): the startup facts of the last one no longer hold.
+        Windowed data stays: it happened within the window."""
+        for rank in list(self._ranks):
+            st = self._ranks[rank]
+            st.facts.clear()
+            if not st.buckets and st.pending is None:
+                del self._ranks[rank]  # a rank known only by its facts
 
     def _sample_value(self, st: _RankState, key: str, value: float, t: float, prefill: bool) -> None:
         # Values of one line share a time; a repeated name (or a new time) starts the next sample.
@@ -843,11 +857,19 @@ class Window:
             st.pending = None
 
     def prune(self, now: float) -> None:
-        """Drop buckets older than the window and ranks not seen for `expire_s`."""
+        """Drop buckets older than the window and ranks not seen for `expire_s`; a stale rank's startup
+        facts stay until the next startup (they describe the running server, not recent traffic)."""
         start = now - self.length_s
         for rank in list(self._ranks):
             st = self._ranks[rank]
             if now - st.last_seen > self.expire_s:
+                if st.facts:
+                    if st.buckets or st.pending is not None:
+                        self.expired += 1
+                        st.buckets.clear()
+                        st.pending = None
+                        st.summed = None
+                    continue
                 del self._ranks[rank]
                 self.expired += 1
                 continue

@@ -17,7 +17,7 @@ from .catalog import RANK_GAUGES
 from .events import Event
 from .model import Finding, Observation, Rank, Sample, ServerState
 from .scrape import COUNTED
-from .signals import hist_quantile, server_facts_for
+from .signals import FACT_NAMES, hist_quantile, server_facts_for
 
 SOURCES = ("log", "metrics", "server_info")
 # Observation names kept as "latest value" gauges per rank: exactly the ones the collector exports.
@@ -155,6 +155,14 @@ class LiveState:
         data.last_seen = max(data.last_seen, now)
         return data
 
+    def _new_startup(self) -> None:
+        for r in list(self._ranks):
+            data = self._ranks[r]
+            for k in FACT_NAMES & data.gauges.keys():
+                del data.gauges[k]
+            if not data.gauges and not data.no_graph:
+                del self._ranks[r]
+
     def _count(self, rank: Rank, family: str, label: str, amount: float) -> None:
         if amount <= 0 or not math.isfinite(amount):
             return  # counters only ever grow
@@ -166,9 +174,17 @@ class LiveState:
         with self._lock:
             if len(self._rank_of) > 4 * self.max_ranks:
                 self._rank_of.clear()
-            stale = [r for r, d in self._ranks.items() if now - d.last_seen > self.expire_after_s]
+            stale = [r for r, d in self._ranks.items()
+                     if now - d.last_seen > self.expire_after_s and (d.gauges.keys() - FACT_NAMES or d.no_graph)]
             for r in stale:
-                del self._ranks[r]
+                data = self._ranks[r]
+                facts = {k: v for k, v in data.gauges.items() if k in FACT_NAMES}
+                if facts:
+                    # Startup facts describe the running server, not recent traffic: they stay until the
+                    # next startup (docs/signals.md, "Sticky facts").
+                    self._ranks[r] = _RankData(last_seen=data.last_seen, gauges=facts)
+                else:
+                    del self._ranks[r]
             self._expired += len(stale)
             retired = [r for r in self._counters if r not in self._ranks]
             # Keep retired counters (a returning rank continues its series) but bounded.
@@ -246,6 +262,10 @@ class LiveState:
             counters = self._counters
             for e in events:
                 kind = e.kind
+                if kind == "server_args":  # a new start: the last one's startup facts no longer hold
+                    self._new_startup()
+                    seen.clear()
+                    continue
                 if kind not in _COUNTED_KINDS:
                     continue  # config and startup events are not per-rank activity
                 key = tuple(e.rank.items())

@@ -1,0 +1,185 @@
+"""Recorded scenarios of the conformance suite: each a log (and where it applies an SGLang /metrics
+history) with the verdicts and signal values every evaluator must give at its end (docs/signals.md)."""
+
+from __future__ import annotations
+
+import calendar
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from scenario_logs import LogWriter
+
+START = 1_767_261_600.0  # 2026-01-01 10:00:00 UTC
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """One recorded situation and what its end must read as."""
+
+    name: str
+    lines: list[str]
+    # check -> status at the log's end (the worst rank); checks not named are not compared.
+    statuses: dict[str, str]
+    # signal -> value at the end (worst rank), compared within `rel` (relative) or `abs_tol`.
+    signals: dict[str, float]
+    # rank (as a label dict) -> check -> status, for topologies where the rank matters.
+    rank_statuses: dict[str, dict[str, str]] = field(default_factory=dict)
+    rel: float = 0.05
+    # SGLang /metrics history: (seconds after START, exposition text); empty: log only.
+    metrics: list[tuple[float, str]] = field(default_factory=list)
+    # Split point for "a sidecar started mid-log without --from-start" (index into lines).
+    sidecar_starts_at: int | None = None
+
+
+def _startup(w: LogWriter, **kw: object) -> None:
+    w.server_args(mem_fraction_static=0.88, schedule_conservativeness=1.0, max_running_requests=256,
+                  cuda_graph_max_bs=256, enable_metrics=True)
+    w.startup(available=6.5, max_running=256, capture_bs=[1, 2, 4, 8, 16, 32, 64, 128, 256], **kw)  # type: ignore[arg-type]
+
+
+def steady(w: LogWriter, minutes: float, *, retract_every_s: float | None, tp_ranks: int = 1,
+           dp: int | None = None, hot_dp: int | None = None, step_s: float = 2.0,
+           queue: int = 300, usage: float = 0.95) -> None:
+    """Decode lines every `step_s`; retractions every `retract_every_s` printed by every TP rank."""
+    next_retract = retract_every_s
+    elapsed = 0.0
+    dps: list[int | None] = [dp] if hot_dp is None else [0, 1]
+    while elapsed < minutes * 60:
+        for d in dps:
+            rank = {} if d is None else {"dp": d}
+            w.decode(200, usage, queue, True, **rank)
+        if next_retract is not None and elapsed >= next_retract:
+            for d in dps:
+                if hot_dp is not None and d != hot_dp:
+                    continue
+                for tp in range(tp_ranks):
+                    rank = {"tp": tp} if d is None else {"dp": d, "tp": tp}
+                    w.retract(1, **rank)
+            next_retract += retract_every_s  # type: ignore[operator]
+        w.tick(step_s)
+        elapsed += step_s
+
+
+def _writer(**kw: object) -> LogWriter:
+    return LogWriter(start=START, **kw)  # type: ignore[arg-type]
+
+
+def healthy() -> Scenario:
+    w = _writer()
+    _startup(w)
+    steady(w, 30, retract_every_s=120)
+    return Scenario("healthy", w.lines, {"retractions_frequent": "ok", "gpu_mem_headroom_high": "ok",
+                                         "queue_empty": "ok", "kv_underused": "ok"},
+                    {"retractions_per_minute": 0.5, "available_gpu_mem_gb": 6.5, "queue_empty_ratio": 0.0})
+
+
+def storm() -> Scenario:
+    w = _writer()
+    _startup(w)
+    steady(w, 30, retract_every_s=10)
+    return Scenario("retraction_storm", w.lines, {"retractions_frequent": "critical"},
+                    {"retractions_per_minute": 6.0})
+
+
+def tp4() -> Scenario:
+    w = _writer(tp_size=4)
+    _startup(w)
+    steady(w, 20, retract_every_s=20, tp_ranks=4)
+    return Scenario("tp4_every_rank_prints", w.lines, {"retractions_frequent": "warning"},
+                    {"retractions_per_minute": 3.0})
+
+
+def dp_hot_rank() -> Scenario:
+    w = _writer()
+    _startup(w)
+    steady(w, 20, retract_every_s=20, hot_dp=1)
+    return Scenario("dp_attention_one_hot_rank", w.lines, {"retractions_frequent": "warning"},
+                    {"retractions_per_minute": 3.0},
+                    rank_statuses={"dp=1": {"retractions_frequent": "warning"},
+                                   "dp=0": {"retractions_frequent": "ok"}})
+
+
+def restart_new_args() -> Scenario:
+    w = _writer()
+    w.server_args(mem_fraction_static=0.8, schedule_conservativeness=1.0, max_running_requests=256,
+                  cuda_graph_max_bs=256, enable_metrics=True)
+    w.startup(available=13.5, max_running=256, capture_bs=[1, 2, 4, 8, 16, 32, 64, 128, 256])
+    steady(w, 15, retract_every_s=None)
+    w.tick(120)
+    _startup(w)  # restarted with --mem-fraction-static 0.88: 6.5 GB left
+    steady(w, 15, retract_every_s=None)
+    return Scenario("restart_with_new_args", w.lines, {"gpu_mem_headroom_high": "ok"},
+                    {"available_gpu_mem_gb": 6.5})
+
+
+def sidecar_restart() -> Scenario:
+    w = _writer()
+    w.server_args(mem_fraction_static=0.8, schedule_conservativeness=1.0, max_running_requests=256,
+                  cuda_graph_max_bs=256, enable_metrics=True)
+    w.startup(available=13.5, max_running=256, capture_bs=[1, 2, 4, 8, 16, 32, 64, 128, 256])
+    steady(w, 10, retract_every_s=None)
+    split = len(w.lines)
+    steady(w, 20, retract_every_s=30)
+    return Scenario("sidecar_restart", w.lines, {"gpu_mem_headroom_high": "warning", "retractions_frequent": "warning"},
+                    {"available_gpu_mem_gb": 13.5, "retractions_per_minute": 2.0}, sidecar_starts_at=split)
+
+
+def clock_jump() -> Scenario:
+    w = _writer()
+    # A cut-off first line (its date lost its first digit) and a line from 1970 in the middle.
+    w.raw("026-01-01 09:59:59 TP0] Decode batch, #running-req: 200, #token: 400000, token usage: 0.95, "
+          "cuda graph: True, gen throughput (token/s): 4594.01, #queue-req: 300")
+    _startup(w)
+    steady(w, 10, retract_every_s=30)
+    w.raw("[1970-01-01 00:00:07] Decode batch, #running-req: 200, #token: 400000, token usage: 0.95, "
+          "cuda graph: True, gen throughput (token/s): 4594.01, #queue-req: 300")
+    w.now -= 3600  # the machine's clock is set back an hour
+    steady(w, 20, retract_every_s=30)
+    return Scenario("clock_jump", w.lines, {"retractions_frequent": "warning"}, {"retractions_per_minute": 2.0},
+                    rel=0.1)
+
+
+def replayed_history() -> Scenario:
+    w = _writer()
+    _startup(w)
+    steady(w, 120, retract_every_s=120, step_s=5.0)
+    return Scenario("replayed_history", w.lines, {"retractions_frequent": "ok"}, {"retractions_per_minute": 0.5})
+
+
+def log_only() -> Scenario:
+    w = _writer(version="0.5.10")
+    _startup(w)
+    steady(w, 15, retract_every_s=40, queue=0, usage=0.5)
+    return Scenario("log_only_old_release", w.lines, {"retractions_frequent": "warning", "queue_empty": "warning"},
+                    {"retractions_per_minute": 1.5, "queue_empty_ratio": 1.0})
+
+
+def _metrics_text(retracted: float, queue: float, usage: float) -> str:
+    labels = 'engine_type="unified",model_name="m",moe_ep_rank="0",pp_rank="0",tp_rank="0"'
+    return (f"# TYPE sglang:num_retracted_requests_total counter\n"
+            f"sglang:num_retracted_requests_total{{{labels}}} {retracted}\n"
+            f"# TYPE sglang:num_queue_reqs gauge\nsglang:num_queue_reqs{{{labels}}} {queue}\n"
+            f"# TYPE sglang:token_usage gauge\nsglang:token_usage{{{labels}}} {usage}\n"
+            f"# TYPE sglang:num_running_reqs gauge\nsglang:num_running_reqs{{{labels}}} 200\n")
+
+
+def metrics_only() -> Scenario:
+    # 3 retracted requests a minute, scraped every 15 s for 20 minutes.
+    history = [(t, _metrics_text(float(3 * t // 60), 300, 0.95)) for t in range(0, 20 * 60 + 1, 15)]
+    return Scenario("metrics_only", [], {"retractions_frequent": "warning", "queue_empty": "ok"},
+                    {"retractions_per_minute": 3.0, "queue_empty_ratio": 0.0}, metrics=history)
+
+
+ALL: list[Callable[[], Scenario]] = [healthy, storm, tp4, dp_hot_rank, restart_new_args, sidecar_restart,
+                                     clock_jump, replayed_history, log_only, metrics_only]
+
+
+def stamp_of(line: str, last: float) -> float:
+    """A line's own stamp (seconds), or `last` when it has none readable (for the live feeder)."""
+    if line.startswith("[") and len(line) > 20 and line[5] == "-" and line[11] == " ":
+        try:
+            return float(calendar.timegm(time.strptime(line[1:20], "%Y-%m-%d %H:%M:%S")))
+        except ValueError:
+            return last
+    return last
