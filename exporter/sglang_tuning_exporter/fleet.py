@@ -160,7 +160,7 @@ def plan(w: Window, params: SignalParams | None = None) -> list[PlannedQuery]:
         # `op` folds the TP ranks of a replica: min for headroom (the least free memory is the one that OOMs).
         ours = f"{op} by ({GROUP}) (last_over_time({series(metric_ours, sel)}[{r}]))"
         if scale_ours != 1.0:
-            ours = f"{ours} / {scale_ours:g}"
+            ours = f"{ours} / {scale_ours:.17g}"  # exact: `:g` wrote 2^30 as 1.07374e+09
         sg = [f"{op} by ({GROUP}) (last_over_time({s}[{r}]))" for n in sg_names for s in _sglang(n, sel)]
         return _sources(ours, *sg)
 
