@@ -1,5 +1,5 @@
-"""Synthetic fleet history for the report: OpenMetrics files for `promtool tsdb create-blocks-from openmetrics`,
-and a harness that starts a real Prometheus on those blocks (loopback, free port, cleaned up).
+"""Synthetic fleet history for the report: OpenMetrics files for `promtool tsdb create-blocks-from openmetrics`
+(the harness that turns them into blocks and starts a real Prometheus on them is conformance/promql.py's).
 
 The fleet is mostly healthy servers, plus a fixed set of known mis-tuned ones whose instance names the tests
 assert on. Values are deterministic functions of (instance, time), so a history can be written in 2-hour
@@ -8,26 +8,19 @@ slices (one promtool block each, which keeps promtool from re-reading one huge f
 
 from __future__ import annotations
 
-import contextlib
 import os
-import shutil
-import subprocess
-import tempfile
-import time
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
 
-import requests
-
-from netutil import free_port, stop_process
+# The Prometheus machinery is shared with the conformance suite (re-exported for the report tests).
+from conformance.promql import PROMETHEUS, PROMTOOL, build_blocks, running_prometheus
 from sglang_tuning_exporter.fleet import RULE_DECODE_SAMPLES, RULE_RETRACTIONS
+
+__all__ = ["PROMETHEUS", "PROMTOOL", "build_blocks", "running_prometheus"]
 
 BLOCK_S = 7200
 GIB = float(1 << 30)
-PROMETHEUS = shutil.which("prometheus") or "/usr/bin/prometheus"
-PROMTOOL = shutil.which("promtool") or "/usr/bin/promtool"
 # A fixed end keeps the generated data, and the report on it, the same from run to run.
 HISTORY_END = 1_793_491_200.0  # 2026-11-01T00:00:00Z
 MODEL_A = "meta-llama/Llama-3.1-8B-Instruct"
@@ -320,58 +313,6 @@ def write_history(specs: list[InstanceSpec], end: float, length_s: float, step_s
             files.append(path)
         block_start += BLOCK_S
     return files
-
-
-def build_blocks(files: list[Path], data_dir: Path, parallel: int = 2) -> None:
-    """Turn each OpenMetrics file into TSDB blocks with the real promtool."""
-    data_dir.mkdir(parents=True, exist_ok=True)
-    pending = list(files)
-    running: list[tuple[subprocess.Popen[bytes], Path]] = []
-    while pending or running:
-        while pending and len(running) < parallel:
-            f = pending.pop(0)
-            proc = subprocess.Popen([PROMTOOL, "tsdb", "create-blocks-from", "openmetrics", "-q", str(f), str(data_dir)],
-                                    stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-            running.append((proc, f))
-        proc, f = running.pop(0)
-        _, err = proc.communicate(timeout=300)
-        if proc.returncode != 0:
-            raise RuntimeError(f"promtool failed on {f}: {err.decode(errors='replace')[:500]}")
-
-
-
-
-@contextlib.contextmanager
-def running_prometheus(data_dir: Path, *, lookback: str = "5m", ready_timeout_s: float = 60.0) -> Iterator[str]:
-    """Start the real Prometheus on `data_dir` (loopback, free port); yields its URL; always stops it."""
-    cfg_dir = Path(tempfile.mkdtemp(prefix="report-prom-cfg-"))
-    cfg = cfg_dir / "prometheus.yml"
-    cfg.write_text("global:\n  scrape_interval: 1m\n  evaluation_interval: 1m\n", encoding="utf-8")
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
-    log = (cfg_dir / "prometheus.log").open("wb")
-    proc = subprocess.Popen(
-        [PROMETHEUS, f"--config.file={cfg}", f"--storage.tsdb.path={data_dir}",
-         f"--web.listen-address=127.0.0.1:{port}", "--storage.tsdb.retention.time=36500d",
-         f"--query.lookback-delta={lookback}", "--log.level=warn"],
-        stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    try:
-        deadline = time.monotonic() + ready_timeout_s
-        while True:
-            if proc.poll() is not None:
-                raise RuntimeError(f"prometheus exited with {proc.returncode}: "
-                                   f"{(cfg_dir / 'prometheus.log').read_text(errors='replace')[-800:]}")
-            with contextlib.suppress(requests.RequestException):
-                if requests.get(url + "/-/ready", timeout=1).status_code == 200:
-                    break
-            if time.monotonic() > deadline:
-                raise RuntimeError("prometheus did not become ready in time")
-            time.sleep(0.1)  # waiting for a real process to come up (integration harness, not a unit test)
-        yield url
-    finally:
-        stop_process(proc, 20.0)
-        log.close()
-        shutil.rmtree(cfg_dir, ignore_errors=True)
 
 
 def main() -> None:

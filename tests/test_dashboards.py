@@ -343,20 +343,22 @@ PROMTOOL_CASES: list[tuple[str, str, str, list[dict[str, Any]]]] = [
     # ours per TP rank collapses to one series; SGLang's colon and underscore spellings fill in for servers
     # without a sidecar; a per-priority series is not double-counted.
     ("sglang-tuning-server", "Queue (#queue-req)", "A", [
-        _sample('dp_rank="0", instance="s1", model_name="m"', 150),
-        _sample('instance="s2", model_name="m"', 7),
-        _sample('instance="s3", model_name="m"', 9)]),
+        _sample('dp_rank="0", instance="s1", model_name="m", pp_rank="0"', 150),
+        _sample('instance="s2", model_name="m", pp_rank="0"', 7),
+        _sample('instance="s3", model_name="m", pp_rank="0"', 9)]),
+    # TP ranks of one replica repeat the same retractions: counted once (max), never summed.
     ("sglang-tuning-server", "Retractions per minute", "A", [
-        _sample('dp_rank="0", instance="s1", model_name="m"', 2),
-        _sample('instance="s2", model_name="m"', 3)]),
+        _sample('dp_rank="0", instance="s1", model_name="m", pp_rank="0"', 2),
+        _sample('instance="s2", model_name="m", pp_rank="0"', 3)]),
+    # headroom: the least across TP ranks
     ("sglang-tuning-server", "Available GPU memory after startup", "A", [
-        _sample('dp_rank="0", instance="s1", model_name="m"', 5 * 1024**3),
-        _sample('instance="s2", model_name="m"', 6.5 * 1024**3)]),
+        _sample('dp_rank="0", instance="s1", model_name="m", pp_rank="0"', 5 * 1024**3),
+        _sample('instance="s2", model_name="m", pp_rank="0"', 6.5 * 1024**3)]),
     ("sglang-tuning-server", "Decode CUDA-graph coverage", "A", [
-        _sample('dp_rank="0", instance="s1", model_name="m"', 0.9),
-        _sample('instance="s2", model_name="m"', 0.75)]),
+        _sample('dp_rank="0", instance="s1", model_name="m", pp_rank="0"', 0.9),
+        _sample('instance="s2", model_name="m", pp_rank="0"', 0.75)]),
     ("sglang-tuning-server", "Prefix-cache hit ratio", "A", [
-        _sample('dp_rank="0", instance="s1", model_name="m"', 0.25),
+        _sample('dp_rank="0", instance="s1", model_name="m", pp_rank="0"', 0.25),
         _sample('instance="s2", model_name="m"', 0.5)]),
     ("sglang-tuning-server", "Active findings and flag changes", "C", [
         _sample('check="retractions_frequent", dp_rank="0", flag="--schedule-conservativeness", '
@@ -375,11 +377,17 @@ def _input_series() -> list[dict[str, str]]:
         (f'sglang:num_queue_reqs{{{NATIVE}, {s2}, tp_rank="0", priority="1"}}', "3+0x20"),
         (f'sglang_num_queue_reqs{{{NATIVE}, {s3}, tp_rank="0"}}', "9+0x20"),
         (f'sglang_tuning_retractions_total{{{OURS}, {s1}, tp_rank="0"}}', "0+2x20"),
+        (f'sglang_tuning_retractions_total{{{OURS}, {s1}, tp_rank="1"}}', "0+2x20"),
+        (f'sglang:num_retracted_requests_total{{{NATIVE}, {s2}, tp_rank="1"}}', "0+3x20"),
         (f'sglang:num_retracted_requests_total{{{NATIVE}, {s2}, tp_rank="0"}}', "0+3x20"),
         (f'sglang_tuning_available_gpu_memory_bytes{{{OURS}, {s1}, tp_rank="0"}}', f"{5 * 1024**3}+0x20"),
+        (f'sglang_tuning_available_gpu_memory_bytes{{{OURS}, {s1}, tp_rank="1"}}', f"{7 * 1024**3}+0x20"),
+        (f'sglang:startup_available_gpu_memory_gb{{{NATIVE}, {s2}, tp_rank="1"}}', "9+0x20"),
         (f'sglang:startup_available_gpu_memory_gb{{{NATIVE}, {s2}, tp_rank="0"}}', "6.5+0x20"),
         (f'sglang_tuning_decode_samples_total{{{OURS}, {s1}, tp_rank="0", cuda_graph="true"}}', "0+9x20"),
         (f'sglang_tuning_decode_samples_total{{{OURS}, {s1}, tp_rank="0", cuda_graph="false"}}', "0+1x20"),
+        (f'sglang_tuning_decode_samples_total{{{OURS}, {s1}, tp_rank="1", cuda_graph="true"}}', "0+9x20"),
+        (f'sglang_tuning_decode_samples_total{{{OURS}, {s1}, tp_rank="1", cuda_graph="false"}}', "0+1x20"),
         (f'sglang_tuning_decode_samples_total{{{OURS}, {s1}, tp_rank="0", cuda_graph="unknown"}}', "0+5x20"),
         (f'sglang:cuda_graph_passes_total{{{NATIVE}, {s2}, tp_rank="0", mode="decode_cuda_graph"}}', "0+3x20"),
         (f'sglang:cuda_graph_passes_total{{{NATIVE}, {s2}, tp_rank="0", mode="decode_none"}}', "0+1x20"),

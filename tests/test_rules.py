@@ -184,7 +184,7 @@ def test_native_dedup_ties_a_sidecar_to_its_own_host() -> None:
     for a in natives:
         assert a["expr"].startswith("label_replace(rank:sglang_"), a["expr"]
         tail = a["expr"].split("unless on (instance_host, model_name, dp_rank)\n", 1)[1]
-        assert tail.strip().startswith("label_replace(sglang_tuning_"), tail
+        assert re.match(r"label_replace\((m(ax|in) without \(tp_rank, moe_ep_rank\) \()?sglang_tuning_", tail.strip()), tail
         assert '"instance_host", "$1", "instance", "(.+?)(?::[0-9]+)?"' in tail
     # an explicit label both scrapes share (e.g. Kubernetes `pod`) needs no host derivation
     by_pod = _native_alerts(render_rules.RenderOptions(dedup_on=("pod", "model_name", "dp_rank")))

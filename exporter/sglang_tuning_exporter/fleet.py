@@ -1,7 +1,10 @@
 """Fleet signals from Prometheus: the PromQL plan (a fixed number of queries whatever the fleet size) and the
 pure functions that turn its answers into per-instance, per-rank signals, server facts and drift.
 
-Every query aggregates `by (instance, dp_rank)` so one answer covers every server. Each signal lists its
+Every query aggregates `by (instance, dp_rank, pp_rank)` so one answer covers every server, one series per
+DP replica: TP/EP ranks of a replica repeat the same values, so they are folded with max (min for memory
+headroom), never summed; a label that partitions events (cuda_graph, mode, source) is summed after that fold
+(docs/signals.md, "PromQL: the same meaning"). Each signal lists its
 sources in order of preference, joined with PromQL `or` (the left side wins per instance): the alert
 engineer's recording rules, our sidecar's raw `sglang_tuning_*` series, then SGLang's own metrics in both
 spellings (`sglang:name` and `sglang_name`), then the sidecar's windowed `sglang_tuning_signal`.
@@ -20,7 +23,7 @@ from .promapi import Sample, Series
 from .render_rules import recorded
 from .signals import SignalParams
 
-GROUP = "instance, dp_rank"
+GROUP = "instance, dp_rank, pp_rank"
 TF = '"true|false"'
 FACT_LOOKBACK = "1h"  # startup constants are re-exposed on every scrape; an hour bridges scrape gaps
 NEW = '"new"'
@@ -118,6 +121,14 @@ RULE_DECODE_SAMPLES = recorded("decode_samples")
 RULE_PREFILL_TOKENS = recorded("prefill_tokens")
 
 
+def per_replica(expr: str, split: str = "") -> str:
+    """Fold the TP ranks of each replica with max; a `split` label partitioning the events (cuda_graph, mode,
+    source) is summed after that fold."""
+    if not split:
+        return f"max by ({GROUP}) ({expr})"
+    return f"sum by ({GROUP}) (max by ({GROUP}, {split}) ({expr}))"
+
+
 def ratio_of_samples(cond: str, w: Window) -> str:
     """Fraction of evaluation steps in the range where the 0/1 expression `cond` is 1, per group."""
     return f"avg by ({GROUP}) (avg_over_time(({cond})[{duration(w.length_s)}:{duration(w.step_s)}]))"
@@ -145,11 +156,12 @@ def plan(w: Window, params: SignalParams | None = None) -> list[PlannedQuery]:
         return ratio_of_samples(f"(max by ({GROUP}) ({u}) < bool {usage_target:g}) * "
                                 f"(max by ({GROUP}) ({q}) > bool 0)", w)
 
-    def last(metric_ours: str, sg_names: Sequence[str], scale_ours: float = 1.0) -> str:
-        ours = f"max by ({GROUP}) (last_over_time({series(metric_ours, sel)}[{r}]))"
+    def last(metric_ours: str, sg_names: Sequence[str], scale_ours: float = 1.0, op: str = "max") -> str:
+        # `op` folds the TP ranks of a replica: min for headroom (the least free memory is the one that OOMs).
+        ours = f"{op} by ({GROUP}) (last_over_time({series(metric_ours, sel)}[{r}]))"
         if scale_ours != 1.0:
-            ours = f"{ours} / {scale_ours:g}"
-        sg = [f"max by ({GROUP}) (last_over_time({s}[{r}]))" for n in sg_names for s in _sglang(n, sel)]
+            ours = f"{ours} / {scale_ours:.17g}"  # exact: `:g` wrote 2^30 as 1.07374e+09
+        sg = [f"{op} by ({GROUP}) (last_over_time({s}[{r}]))" for n in sg_names for s in _sglang(n, sel)]
         return _sources(ours, *sg)
 
     running_ours = series("sglang_tuning_running_requests", sel)
@@ -164,30 +176,31 @@ def plan(w: Window, params: SignalParams | None = None) -> list[PlannedQuery]:
                                 f"(last_over_time({cap}[{FACT_LOOKBACK}]))) * "
                                 f"(max by ({GROUP}) ({q}) > bool 0) * (max by ({GROUP}) ({u}) < bool {usage_target:g})", w)
 
-    def counter_ratio(metric: str, num: str, den: str) -> str:
+    def counter_ratio(metric: str, num: str, den: str, split: str) -> str:
         # A missing numerator series means zero events, not an unknown ratio.
-        n = f"sum by ({GROUP}) (increase({series(metric, sel, num)}[{r}]))"
-        d = f"sum by ({GROUP}) (increase({series(metric, sel, den)}[{r}]))"
+        n = per_replica(f"increase({series(metric, sel, num)}[{r}])", split)
+        d = per_replica(f"increase({series(metric, sel, den)}[{r}])", split)
         return f"(({n}) or ({d}) * 0) / ({d})"
 
-    def rule_ratio(rule: str, num: str, den: str) -> str:
+    def rule_ratio(rule: str, num: str, den: str, split: str) -> str:
         # Recorded per-second rates: average numerator and denominator over the range, then divide.
-        n = f"sum by ({GROUP}) (avg_over_time({series(rule, sel, num)}[{r}]))"
-        d = f"sum by ({GROUP}) (avg_over_time({series(rule, sel, den)}[{r}]))"
+        n = per_replica(f"avg_over_time({series(rule, sel, num)}[{r}])", split)
+        d = per_replica(f"avg_over_time({series(rule, sel, den)}[{r}])", split)
         return f"(({n}) or ({d}) * 0) / ({d})"
 
-    def counter_ratio_sg(num_name: str, num_m: str, den_name: str, den_m: str) -> list[str]:
+    def counter_ratio_sg(name: str, num_m: str, den_m: str, split: str) -> list[str]:
         out = []
         for p in SGLANG_SPELLINGS:
-            n = f"sum by ({GROUP}) (increase({series(p + num_name, sel, num_m)}[{r}]))"
-            d = f"sum by ({GROUP}) (increase({series(p + den_name, sel, den_m)}[{r}]))"
+            n = per_replica(f"increase({series(p + name, sel, num_m)}[{r}])", split)
+            d = per_replica(f"increase({series(p + name, sel, den_m)}[{r}])", split)
             out.append(f"(({n}) or ({d}) * 0) / ({d})")
         return out
 
-    retr = [f"60 * sum by ({GROUP}) (rate({series('sglang_tuning_retractions_total', sel)}[{r}]))"]
-    retr += [f"60 * sum by ({GROUP}) (rate({s}[{r}]))" for s in _sglang("num_retracted_requests_total", sel)]
+    # Every TP rank of a replica exports (and logs) the same retractions: max over them, never sum.
+    retr = [f"60 * max by ({GROUP}) (rate({series('sglang_tuning_retractions_total', sel)}[{r}]))"]
+    retr += [f"60 * max by ({GROUP}) (rate({s}[{r}]))" for s in _sglang("num_retracted_requests_total", sel)]
     # 0.4.10-0.5.2: a cumulative gauge; rate() copes with its resets at restarts.
-    retr += [f"60 * sum by ({GROUP}) (rate({s}[{r}]))" for s in _sglang("total_retracted_reqs", sel)]
+    retr += [f"60 * max by ({GROUP}) (rate({s}[{r}]))" for s in _sglang("total_retracted_reqs", sel)]
 
     return [
         PlannedQuery("queue_empty_ratio", _sources(*per_queue("{q} == bool 0"))),
@@ -196,23 +209,25 @@ def plan(w: Window, params: SignalParams | None = None) -> list[PlannedQuery]:
             usage_with_queue(usage_ours, queue_ours),
             *(usage_with_queue(u, q) for u, q in zip(usage_sg, queue_sg, strict=True)))),
         PlannedQuery("retractions_per_minute", _sources(
-            f"60 * sum by ({GROUP}) (avg_over_time({series(RULE_RETRACTIONS, sel)}[{r}]))", *retr)),
+            f"60 * max by ({GROUP}) (avg_over_time({series(RULE_RETRACTIONS, sel)}[{r}]))", *retr)),
         PlannedQuery("cuda_graph_miss_ratio", _sources(
-            rule_ratio(RULE_DECODE_SAMPLES, 'cuda_graph="false"', 'cuda_graph=~"true|false"'),
-            counter_ratio("sglang_tuning_decode_samples_total", 'cuda_graph="false"', 'cuda_graph=~"true|false"'),
+            rule_ratio(RULE_DECODE_SAMPLES, 'cuda_graph="false"', 'cuda_graph=~"true|false"', "cuda_graph"),
+            counter_ratio("sglang_tuning_decode_samples_total", 'cuda_graph="false"', 'cuda_graph=~"true|false"',
+                          "cuda_graph"),
             *counter_ratio_sg("cuda_graph_passes_total", 'mode="decode_none"',
-                              "cuda_graph_passes_total", 'mode=~"decode_cuda_graph|decode_none"'))),
+                              'mode=~"decode_cuda_graph|decode_none"', "mode"))),
         PlannedQuery("cuda_graph_miss_batch_p90", _sources(
             f"max by ({GROUP}) (quantile_over_time(0.9, "
             f"{series('sglang_tuning_decode_batch_size_without_graph', sel)}[{r}]))")),
         PlannedQuery("prefix_cache_hit_ratio", _sources(
-            rule_ratio(RULE_PREFILL_TOKENS, 'source="cached"', 'source=~"cached|new"'),
-            counter_ratio("sglang_tuning_prefill_tokens_total", 'source="cached"', 'source=~"cached|new"'),
+            rule_ratio(RULE_PREFILL_TOKENS, 'source="cached"', 'source=~"cached|new"', "source"),
+            counter_ratio("sglang_tuning_prefill_tokens_total", 'source="cached"', 'source=~"cached|new"', "source"),
+            # SGLang's tokenizer counters: one process, no TP ranks; the sum adds is_streaming / cache_source.
             *[f"sum by ({GROUP}) (increase({c}[{r}])) / sum by ({GROUP}) (increase({p}[{r}]))"
               for c, p in zip(_sglang("cached_tokens_total", sel), _sglang("prompt_tokens_total", sel),
                               strict=True)])),
         PlannedQuery("token_usage_mean", _sources(
-            *[f"avg by ({GROUP}) (avg_over_time({u}[{r}]))" for u in (usage_ours, *usage_sg)])),
+            *[f"max by ({GROUP}) (avg_over_time({u}[{r}]))" for u in (usage_ours, *usage_sg)])),
         PlannedQuery("running_max", _sources(
             *[f"max by ({GROUP}) (max_over_time({x}[{r}]))" for x in (running_ours, *running_sg)])),
         # Sample counts: the advisor applies each check's min_samples to them (signals.SAMPLE_COUNT_OF).
@@ -223,16 +238,17 @@ def plan(w: Window, params: SignalParams | None = None) -> list[PlannedQuery]:
         PlannedQuery("decode_samples", _sources(
             *[f"max by ({GROUP}) (count_over_time({x}[{r}]))" for x in (running_ours, *running_sg)])),
         PlannedQuery("graph_samples", _sources(
-            f"sum by ({GROUP}) (avg_over_time({series(RULE_DECODE_SAMPLES, sel, 'cuda_graph=~' + TF)}[{r}])) "
-            f"* {w.length_s:g}",
-            f"sum by ({GROUP}) (increase({series('sglang_tuning_decode_samples_total', sel, 'cuda_graph=~' + TF)}[{r}]))",
-            *[f"sum by ({GROUP}) (increase({x}[{r}]))"
+            per_replica(f"avg_over_time({series(RULE_DECODE_SAMPLES, sel, 'cuda_graph=~' + TF)}[{r}])", "cuda_graph")
+            + f" * {w.length_s:g}",
+            per_replica(f"increase({series('sglang_tuning_decode_samples_total', sel, 'cuda_graph=~' + TF)}[{r}])",
+                        "cuda_graph"),
+            *[per_replica(f"increase({x}[{r}])", "mode")
               for x in _sglang("cuda_graph_passes_total", sel, 'mode=~"decode_cuda_graph|decode_none"')])),
         PlannedQuery("prefill_samples", _sources(
             f"max by ({GROUP}) (count_over_time({series('sglang_tuning_prefill_tokens_total', sel, 'source=' + NEW)}[{r}]))",
             *[f"max by ({GROUP}) (count_over_time({x}[{r}]))" for x in _sglang("prompt_tokens_total", sel)])),
         PlannedQuery("available_gpu_mem_gb", last("sglang_tuning_available_gpu_memory_bytes",
-                                                  ["startup_available_gpu_memory_gb"], GIB)),
+                                                  ["startup_available_gpu_memory_gb"], GIB, op="min")),
         PlannedQuery("gpu_mem_total_gb", last("sglang_tuning_gpu_memory_total_bytes", [], GIB)),
         PlannedQuery("max_total_num_tokens", last("sglang_tuning_max_total_tokens", ["max_total_num_tokens"])),
         PlannedQuery("max_running_requests", last("sglang_tuning_max_running_requests", ["max_running_requests"])),
@@ -242,7 +258,7 @@ def plan(w: Window, params: SignalParams | None = None) -> list[PlannedQuery]:
             *(capped(a, b, c, d) for a, b, c, d in zip(running_sg, cap_sg, usage_sg, queue_sg, strict=True)))),
         PlannedQuery("decode_batch_p90", _sources(
             *[f"max by ({GROUP}) (quantile_over_time(0.9, {x}[{r}]))" for x in (running_ours, *running_sg)])),
-        PlannedQuery("oom", f"sum by ({GROUP}, phase) (increase({series('sglang_tuning_oom_events_total', sel)}[{r}]))",
+        PlannedQuery("oom", f"max by ({GROUP}, phase) (increase({series('sglang_tuning_oom_events_total', sel)}[{r}]))",
                      fan_out_label="phase"),
         # The sidecar's own windowed signals: used only for names no query above produced.
         PlannedQuery("sidecar_signals", f"avg by ({GROUP}, signal) (avg_over_time("
@@ -285,9 +301,10 @@ class InstanceData:
 
 
 def rank_of(labels: Mapping[str, str]) -> Rank:
-    """The Rank a grouped sample belongs to (`dp_rank` only; TP ranks repeat the same numbers)."""
-    raw = labels.get("dp_rank", "")
-    return Rank(dp=int(raw)) if raw.isdigit() else Rank()
+    """The Rank a grouped sample belongs to: its DP replica (TP ranks repeat the same numbers) and, with
+    pipeline parallelism, its stage; stage 0 (every server without PP exports pp_rank="0") is left out."""
+    dp, pp = labels.get("dp_rank", ""), labels.get("pp_rank", "")
+    return Rank(dp=int(dp) if dp.isdigit() else None, pp=int(pp) if pp.isdigit() and pp != "0" else None)
 
 
 def _value(v: float) -> float | None:
@@ -406,9 +423,10 @@ def chart_queries(w: Window) -> list[tuple[str, str]]:
                      *[f"max by (instance) ({q})" for q in queue_sg])
     usage = _sources(f"max by (instance) ({series('sglang_tuning_token_usage_ratio', sel)})",
                      *[f"max by (instance) ({s})" for s in _sglang("token_usage", sel)])
-    retr = _sources(f"60 * sum by (instance) ({series(RULE_RETRACTIONS, sel)})",
-                    f"60 * sum by (instance) (rate({series('sglang_tuning_retractions_total', sel)}[{step}]))",
-                    *[f"60 * sum by (instance) (rate({s}[{step}]))"
+    # A server's rate is its worst DP replica's (the rank the alert fires on), TP ranks counted once.
+    retr = _sources(f"60 * max by (instance) ({series(RULE_RETRACTIONS, sel)})",
+                    f"60 * max by (instance) (rate({series('sglang_tuning_retractions_total', sel)}[{step}]))",
+                    *[f"60 * max by (instance) (rate({s}[{step}]))"
                       for s in _sglang("num_retracted_requests_total", sel)])
     return [("queue", queue), ("token_usage", usage), ("retractions_per_minute", retr)]
 

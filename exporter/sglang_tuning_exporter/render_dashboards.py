@@ -24,7 +24,9 @@ TAGS = ["sglang", "sglang-tuning"]
 # Every per-rank selector carries the dashboard variables; SGLang's scheduler labels are join keys.
 RANK_SEL = 'job=~"$job", instance=~"$instance", model_name=~"$model_name", dp_rank=~"$dp_rank"'
 HOST_SEL = 'job=~"$job", instance=~"$instance"'
-BY = "instance, model_name, dp_rank"
+# One series per DP replica (and pipeline stage): TP/EP ranks of a replica repeat the same values, so they are
+# aggregated away with max (min for memory headroom), never summed (docs/signals.md, "PromQL: the same meaning").
+BY = "instance, model_name, dp_rank, pp_rank"
 RATE = "[$__rate_interval]"
 
 Json = dict[str, Any]
@@ -44,10 +46,11 @@ class GuideBands:
     mem_good_high_gb: float  # ... and ends here
     mem_high_gb: float  # above: too much left unused (the check fires)
     cuda_graph_miss_ratio: float  # share of decode batches without a graph that raises the finding
+    least_is_worst: tuple[str, ...] = ()  # signals a check pages on when low: a server shows its least replica
 
 
 # The kv_underused signal counts samples with `token usage < X`; X lives in the check's PromQL.
-_USAGE_IN_PROMQL = re.compile(r"token_usage\s*<\s*(?:bool\s+)?([0-9]*\.?[0-9]+)")
+_USAGE_IN_PROMQL = re.compile(r"token_usage\)*\s*<\s*(?:bool\s+)?([0-9]*\.?[0-9]+)")
 
 
 def _check(table: CheckTable, check_id: str) -> Check:
@@ -95,6 +98,7 @@ def bands_from_table(table: CheckTable, profile: str | None = None) -> GuideBand
         mem_good_high_gb=max(low_gb, 2 * target_gb - low_gb),
         mem_high_gb=_level(mem_high, prof, "warning"),
         cuda_graph_miss_ratio=_level(_check(table, "cuda_graph_uncovered"), prof, "warning"),
+        least_is_worst=tuple(sorted({c.signal for c in table.checks if c.comparison in ("<", "<=")})),
     )
 
 
@@ -112,18 +116,28 @@ def sglang(name: str, extra: str = "") -> str:
 
 
 def per_rank(expr: str, op: str = "max") -> str:
-    """Aggregate to one series per server and DP rank (TP ranks repeat the same numbers)."""
+    """Aggregate to one series per server and DP replica (TP ranks repeat the same numbers: max, or min
+    for headroom; never sum)."""
     return f"{op} by ({BY}) ({expr})"
 
 
-def rate_sum(selector: str) -> str:
-    """Per-rank rate of a counter over Grafana's rate interval."""
+def rate_per_replica(selector: str, split: str = "") -> str:
+    """Per-replica rate of a counter: max over the TP ranks that repeat it; a `split` label (cuda_graph, mode,
+    source) is a real partition of the events, summed after the TP ranks are folded."""
+    if not split:
+        return f"max by ({BY}) (rate({selector}{RATE}))"
+    return f"sum by ({BY}) (max by ({BY}, {split}) (rate({selector}{RATE})))"
+
+
+def ratio(numerator: str, denominator: str, split: str = "") -> str:
+    """Per-replica ratio of two counter rates (numerator and denominator aggregated apart)."""
+    return f"{rate_per_replica(numerator, split)} / {rate_per_replica(denominator, split)}"
+
+
+def tokenizer_rate(selector: str) -> str:
+    """Rate of an SGLang tokenizer counter: one process per server, no TP ranks; the sum adds its
+    is_streaming / cache_source splits."""
     return f"sum by ({BY}) (rate({selector}{RATE}))"
-
-
-def ratio(numerator: str, denominator: str) -> str:
-    """Per-rank ratio of two counter rates (numerator and denominator aggregated apart)."""
-    return f"{rate_sum(numerator)} / {rate_sum(denominator)}"
 
 
 PRIORITY_TOTAL = 'priority="", '  # under priority scheduling the total is the priority="" series
@@ -363,7 +377,7 @@ def findings_table() -> Json:
         sort_by="Status")
 
 
-def signals_table() -> Json:
+def signals_table(least_is_worst: Sequence[str] = ()) -> Json:
     """The windowed guide signals behind the verdicts, one row per signal, one column per server."""
     return table_panel(
         "Guide signals over the sidecar's window",
@@ -373,11 +387,21 @@ def signals_table() -> Json:
         "startup fact. Healthy: every value on the ok side of its check's threshold (alerts/runbook.md); a "
         "missing signal is unknown (too few samples). Each check names the flag that moves its signal.",
         "none",
-        [target(f"max by (instance, signal) (sglang_tuning_signal{{{RANK_SEL}}})", ref="A", instant=True)],
+        [target(worst_signal_expr(least_is_worst), ref="A", instant=True)],
         [{"id": "groupingToMatrix", "options": {"columnField": "instance", "rowField": "signal",
                                                 "valueField": "Value"}}],
         overrides=[{"matcher": {"id": "byType", "options": "number"},
                     "properties": [{"id": "decimals", "value": 3}]}])
+
+
+def worst_signal_expr(least_is_worst: Sequence[str]) -> str:
+    """Each signal of a server at its worst DP replica: the least for signals a check pages on when low
+    (memory headroom), the most for the rest."""
+    if not least_is_worst:
+        return f"max by (instance, signal) (sglang_tuning_signal{{{RANK_SEL}}})"
+    low = "|".join(least_is_worst)
+    return (f'max by (instance, signal) (sglang_tuning_signal{{signal!~"{low}", {RANK_SEL}}}) or '
+            f'min by (instance, signal) (sglang_tuning_signal{{signal=~"{low}", {RANK_SEL}}})')
 
 
 def status_timeline(by: str, legend: str, title: str, description: str, *, firing_only: bool = False) -> Json:
@@ -408,7 +432,7 @@ def server_dashboard(b: GuideBands) -> Json:
                              "Verdict of every guide check for the selected servers: green ok, orange warning, "
                              "red critical, grey unknown (not enough samples in the window). Healthy: all green "
                              "or grey. Each check names its flag in the findings table above."), 24, 8),
-        Cell(signals_table(), 24, 8),
+        Cell(signals_table(b.least_is_worst), 24, 8),
     ]))
     rows.append(("Queue and KV cache", [
         Cell(timeseries(
@@ -434,13 +458,14 @@ def server_dashboard(b: GuideBands) -> Json:
             minimum=0, maximum=1)),
         Cell(timeseries(
             "Retractions per minute",
-            f"Retraction events per minute (`KV cache pool is full. Retract requests.`). Healthy: at most about "
+            f"Retraction events per minute per DP replica (`KV cache pool is full. Retract requests.`; the TP "
+            f"ranks that all print or export a retraction count it once). Healthy: at most about "
             f"{_fmt(b.retractions_per_minute)} per minute {prof}, the dashed line. More often: increase "
             "--schedule-conservativeness (the guide: toward 1.3). Without the sidecar the panel falls back to "
             "SGLang's retracted-request counters, which count requests, not events. Check retractions_frequent.",
             "suffix: /min",
-            [target(f"60 * {rate_sum(ours('retractions_total'))}"
-                    f" or 60 * {rate_sum(sglang('num_retracted_requests_total'))}"
+            [target(f"60 * {rate_per_replica(ours('retractions_total'))}"
+                    f" or 60 * {rate_per_replica(sglang('num_retracted_requests_total'))}"
                     f" or 60 * {per_rank('deriv(' + sglang('total_retracted_reqs') + RATE + ')')}",
                     "{{instance}} dp{{dp_rank}}")],
             thresholds=steps("green", (b.retractions_per_minute, "red")), style="dashed", minimum=0)),
@@ -451,7 +476,7 @@ def server_dashboard(b: GuideBands) -> Json:
             "--mem-fraction-static. A startup `Not enough memory` is the opposite case: increase "
             "--mem-fraction-static. Checks prefill_oom and decode_oom.",
             "short",
-            [target(f"sum by ({BY}, phase) (increase({ours('oom_events_total')}{RATE}))",
+            [target(f"max by ({BY}, phase) (increase({ours('oom_events_total')}{RATE}))",
                     "{{phase}} · {{instance}} dp{{dp_rank}}")],
             thresholds=steps("green", (1, "red")), bars=True, minimum=0)),
     ]))
@@ -465,8 +490,8 @@ def server_dashboard(b: GuideBands) -> Json:
             "GB): risk of OOM, decrease --mem-fraction-static. Checks gpu_mem_headroom_high and "
             "gpu_mem_headroom_low.",
             "bytes",
-            [target(f"{per_rank(ours('available_gpu_memory_bytes'))} or "
-                    f"{per_rank(sglang('startup_available_gpu_memory_gb'))} * {GIB}",
+            [target(f"{per_rank(ours('available_gpu_memory_bytes'), 'min')} or "
+                    f"{per_rank(sglang('startup_available_gpu_memory_gb'), 'min')} * {GIB}",
                     "{{instance}} dp{{dp_rank}}")],
             thresholds=steps("red", (b.mem_critical_gb * GIB, "orange"), (b.mem_low_gb * GIB, "green"),
                              (b.mem_good_high_gb * GIB, "yellow"), (b.mem_high_gb * GIB, "orange"))), 8, 8),
@@ -478,9 +503,9 @@ def server_dashboard(b: GuideBands) -> Json:
             "on 0.5.14+) and lower --mem-fraction-static a little to pay for it. Check cuda_graph_uncovered.",
             "percentunit",
             [target(ratio(ours("decode_samples_total", 'cuda_graph="true", '),
-                          ours("decode_samples_total", 'cuda_graph=~"true|false", '))
+                          ours("decode_samples_total", 'cuda_graph=~"true|false", '), "cuda_graph")
                     + " or " + ratio(sglang("cuda_graph_passes_total", 'mode="decode_cuda_graph", '),
-                                     sglang("cuda_graph_passes_total", 'mode=~"decode_.*", ')),
+                                     sglang("cuda_graph_passes_total", 'mode=~"decode_.*", '), "mode"),
                     "{{instance}} dp{{dp_rank}}")],
             thresholds=steps("orange", (1 - b.cuda_graph_miss_ratio, "green")), style="dashed",
             minimum=0, maximum=1), 8, 8),
@@ -525,8 +550,9 @@ def server_dashboard(b: GuideBands) -> Json:
             "schedule_policy_fcfs_with_reuse.",
             "percentunit",
             [target(ratio(ours("prefill_tokens_total", 'source="cached", '),
-                          ours("prefill_tokens_total", 'source=~"new|cached", '))
-                    + " or " + ratio(sglang("cached_tokens_total"), sglang("prompt_tokens_total")),
+                          ours("prefill_tokens_total", 'source=~"new|cached", '), "source")
+                    + " or " + tokenizer_rate(sglang("cached_tokens_total")) + " / "
+                    + tokenizer_rate(sglang("prompt_tokens_total")),
                     "{{instance}} dp{{dp_rank}}")],
             minimum=0, maximum=1), 8, 8),
     ]))
@@ -631,8 +657,11 @@ def fleet_dashboard(b: GuideBands) -> Json:
             "Servers with the most firing checks, scored by the sum of their statuses (warning 1, critical 2). "
             "Healthy: empty. Start with the top row: its server dashboard lists the flag changes.",
             "none",
-            [target(f"topk(10, sum by (instance, model_name) {firing})", ref="A", instant=True),
-             target(f"count by (instance, model_name) {firing}", ref="B", instant=True)],
+            # One verdict per check and server (its worst DP replica), so a DP8 server is not scored 8 times.
+            [target(f"topk(10, sum by (instance, model_name) (max by (instance, model_name, check) {firing}))",
+                    ref="A", instant=True),
+             target(f"count by (instance, model_name) (max by (instance, model_name, check) {firing})", ref="B",
+                    instant=True)],
             [{"id": "merge", "options": {}},
              {"id": "organize", "options": {"excludeByName": {"Time": True}, "indexByName": {},
                                             "renameByName": {}}}],
@@ -664,11 +693,14 @@ def fleet_dashboard(b: GuideBands) -> Json:
             minimum=0), 12, 8),
         Cell(timeseries(
             "Retractions per minute, worst servers",
-            f"The ten servers with the most retraction events per minute. Healthy: at most about "
+            f"The ten servers with the most retraction events per minute, each at its worst DP replica (TP "
+            f"ranks that repeat a retraction count it once). Healthy: at most about "
             f"{_fmt(b.retractions_per_minute)} per minute (guide profile {b.profile}). More: increase "
             "--schedule-conservativeness on those servers.",
             "suffix: /min",
-            [target(f"topk(10, 60 * sum by (instance) (rate({ours('retractions_total')}{RATE})))",
+            # A server's rate is its worst DP replica's (the rank the alert fires on), not a sum over ranks.
+            [target(f"topk(10, 60 * max by (instance) (rate({ours('retractions_total')}{RATE})) or "
+                    f"60 * max by (instance) (rate({sglang('num_retracted_requests_total')}{RATE})))",
                     "{{instance}}")],
             thresholds=steps("green", (b.retractions_per_minute, "red")), style="dashed", minimum=0), 12, 8),
     ]))

@@ -32,7 +32,7 @@ LEVEL_ORDER = ("warning", "critical")
 # SGLang's QueueCount gauges carry per-priority series under priority scheduling; the total is priority="".
 PRIORITY_TOTAL_METRICS = frozenset({"num_queue_reqs", "num_running_reqs"})
 # Labels that identify one rank of one server on the exporter's per-rank series.
-RANK_JOIN = ("instance", "model_name", "dp_rank")  # the same labels on exporter and SGLang series
+RANK_JOIN = ("instance", "model_name", "dp_rank", "pp_rank")  # the same labels on exporter and SGLang series
 # A derived join label: the host part of `instance`. A sidecar runs beside its SGLang (same pod IP or
 # host), so its instance and SGLang's share the host and differ only in the port.
 HOST_LABEL = "instance_host"
@@ -519,7 +519,7 @@ def recording_group(opts: RenderOptions) -> Group:
     """Per-rank rates of the exporter's counters; ratios are left to the reader (sum, then divide)."""
     ws = opts.override_window_s if opts.override_window_s is not None else RECORDING_WINDOW_S
     w = promql_duration(ws)
-    by = "job, instance, model_name, dp_rank"
+    by = "job, instance, model_name, dp_rank, pp_rank"
     specs = [
         (recorded("retractions", window_s=ws), "sglang_tuning_retractions_total", by,
          "retraction events per second (the guide: ~1 per minute is acceptable)"),

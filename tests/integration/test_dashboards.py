@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import re
 import time
 from collections.abc import Iterator
@@ -11,34 +10,26 @@ from typing import Any
 
 import pytest
 
+from conformance import promql
 from integration.conftest import RunningStack
-from integration.harness import ROOT
 from integration.stack import PromQLError
 from integration.standin_sglang import METRICS_FILE
 
 pytestmark = pytest.mark.integration
 
-DASHBOARDS = ROOT / "dashboards"
+DASHBOARDS = promql.DASHBOARDS
 # Grafana's built-in variables, given concrete values; every dashboard variable becomes `.*`.
 BUILTINS = {"__rate_interval": "15s", "__interval": "2s", "__range": "1m", "__range_s": "60",
             "__interval_ms": "2000", "__range_ms": "60000"}
-_VAR = re.compile(r"\$\{(\w+)(?::\w+)?\}|\[\[(\w+)\]\]|\$(\w+)")
 _LABEL_VALUES = re.compile(r"^\s*label_values\((?P<q>.*),\s*(?P<label>\w+)\s*\)\s*$", re.S)
 
 
 def concrete(expr: str) -> str:
     """`expr` with Grafana variables replaced: built-ins by durations, dashboard variables by `.*`."""
-    def sub(m: re.Match[str]) -> str:
-        name = m.group(1) or m.group(2) or m.group(3)
-        return BUILTINS.get(name, ".*")
-    return _VAR.sub(sub, expr)
+    return promql.concrete(expr, BUILTINS)
 
 
-def panels(node: Any) -> Iterator[dict[str, Any]]:
-    """Every panel, including those nested in rows."""
-    for p in node.get("panels") or []:
-        yield p
-        yield from panels(p)
+panels = promql.panels
 
 
 def dashboard_files() -> list[Path]:
@@ -64,10 +55,7 @@ def queries(dash: dict[str, Any]) -> Iterator[tuple[str, str]]:
             yield f"variable {v['name']}", text
 
 
-def _load(path: Path) -> dict[str, Any]:
-    data: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
-    inner: dict[str, Any] = data.get("dashboard", data)  # a provisioning wrapper or the bare model
-    return inner
+_load = promql.load_dashboard
 
 
 def test_dashboards_are_shipped() -> None:
