@@ -499,10 +499,11 @@ def test_a_dead_reader_process_is_an_error_not_a_hang(tmp_path: Path, monkeypatc
     assert got.error is not None and "reader process died" in got.error and "truncated" in got.error
 
 
-def test_a_file_shrunk_after_the_split_is_read_as_it_is(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A log truncated (rotated by copytruncate) between the split into ranges and their mapping: the
-    ranges past the new end are empty and the rest is read, never an uncaught exception."""
-    p, lines = _decode_log(tmp_path / "shrinks.log", 2000)
+def test_a_file_shrunk_after_the_split_is_an_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A log truncated (rotated by copytruncate) between the split into ranges and their mapping: never
+    an uncaught exception, and never a partial report given as the whole: an error naming the truncation
+    (the command exits non-zero)."""
+    p, _ = _decode_log(tmp_path / "shrinks.log", 2000)
     real = diagnose.split_ranges
 
     def split_then_truncate(path: str, size: int, chunk: int) -> list[tuple[int, int]]:
@@ -514,4 +515,30 @@ def test_a_file_shrunk_after_the_split_is_read_as_it_is(tmp_path: Path, monkeypa
     monkeypatch.setattr(diagnose, "split_ranges", split_then_truncate)
     _small_ranges(monkeypatch, 16 << 10)
     got = diagnose_source(str(p), load_table(), Config(), "docs-2025", "throughput", {}, jobs=2)
-    assert got.error is None and 0 < got.lines <= lines // 2 + 1
+    assert got.error is not None and "truncated while being read" in got.error
+
+
+def test_a_file_truncated_during_a_sequential_read_is_an_error(tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """`--jobs 1`: the file cut to half after its first block was read -> an error, not exit 0."""
+    p, _ = _decode_log(tmp_path / "shrinks.log", 4000)
+    real = diagnose.Diagnosis.add_chunk
+    cut = [False]
+
+    def add_then_truncate(self: diagnose.Diagnosis, res: object) -> None:
+        real(self, res)  # type: ignore[arg-type]
+        if not cut[0]:
+            cut[0] = True
+            with open(p, "r+b") as fh:
+                fh.truncate(p.stat().st_size // 2)
+
+    monkeypatch.setattr(diagnose.Diagnosis, "add_chunk", add_then_truncate)
+    monkeypatch.setattr(diagnose, "BLOCK_BYTES", 16 << 10)
+    got = diagnose_source(str(p), load_table(), Config(), "docs-2025", "throughput", {}, jobs=1)
+    assert got.error is not None and "truncated while being read" in got.error
+
+
+def test_a_device_is_not_read_for_ever() -> None:
+    """`diagnose /dev/zero` ends at once with an error (it used to spin for ever)."""
+    code, _, err = run(["/dev/zero"])
+    assert code == 1 and "a device, not a log file" in err

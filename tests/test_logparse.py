@@ -450,3 +450,27 @@ def test_a_known_layout_that_cannot_read_a_line_is_not_learnt_again() -> None:
         assert e is not None and e.fields["note"] == "a,b" and e.fields["num_queue_reqs"] == 1
     keys = ("#running-req", "#token", "token usage", "note", "#queue-req")
     assert sum(1 for layout in _LAYOUTS["decode"] if layout.keys == keys) <= 1
+
+
+def test_one_off_batch_layouts_compile_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Lines whose keys are all different (a mutated or hostile log) are read on the general path and
+    compile no layout regex; a layout seen twice is learnt (the fast path of a real server's log)."""
+    from sglang_tuning_exporter import logparse
+
+    built: list[tuple[str, ...]] = []
+    real = logparse._Layout
+
+    def counting(raw_keys: list[str]) -> logparse._Layout:
+        built.append(tuple(raw_keys))
+        return real(raw_keys)
+
+    monkeypatch.setattr(logparse, "_Layout", counting)
+    for i in range(300):
+        line = f"[2026-01-01 00:00:00] Decode batch, #running-req: 3, #token: 10, odd key {i}: 1, token usage: 0.10, "
+        ev = logparse.parse_line(line, i)
+        assert ev is not None and ev.fields["num_running_reqs"] == 3
+    assert built == []
+    twice = "[2026-01-01 00:00:00] Decode batch, #running-req: 4, #token: 10, stable key: 2, token usage: 0.20, "
+    logparse.parse_line(twice, 1)
+    logparse.parse_line(twice, 2)
+    assert len(built) == 1 and "stable key" in built[0]

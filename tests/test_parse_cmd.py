@@ -114,3 +114,22 @@ def test_values_json_has_no_type_for_are_written_as_text(tmp_path: Path, capsys:
     (line,) = capsys.readouterr().out.splitlines()
     fields = json.loads(line)["fields"]
     assert fields["tp_size"] == 2 and fields["x"] == "{1, 2}"
+
+
+def test_output_is_byte_identical_with_and_without_the_accelerator() -> None:
+    """The docs promise the same `parse` output either way, key order included (an `npu graph:` line's
+    graph_backend used to come after cuda_graph in Python and last in C)."""
+    import os
+
+    from sglang_tuning_exporter import accel
+
+    sample = FIXTURES / "021-sglkernelnpu608-ep-accept-len-npu-graph.log"
+    outs = []
+    for pure in ("", "1"):
+        env = {**os.environ, accel.ENV_DISABLE: pure}
+        proc = subprocess.run([sys.executable, "-m", "sglang_tuning_exporter", "parse", str(sample)],
+                              capture_output=True, text=True, timeout=60, env=env)
+        assert proc.returncode == 0, proc.stderr
+        outs.append(proc.stdout)
+    assert outs[0] and outs[0] == outs[1]
+    assert '"cuda_graph": true, "gen_throughput": 239.06, "num_queue_reqs": 2, "graph_backend": "npu"' in outs[1]

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from sglang_tuning_exporter import limits
 from sglang_tuning_exporter.tail import Follower, InputError, LineSplitter, open_input
 
 
@@ -39,20 +40,23 @@ def test_from_start_reads_existing_content(tmp_path: Path) -> None:
 
 
 def test_rotation_drains_old_file_then_reads_new_from_start(tmp_path: Path) -> None:
-    """Rename + create: the old file's tail (even unterminated) comes first, then the new file."""
+    """Rename + create: the old file's tail comes first, then the new file; the old file's unterminated
+    last line once the old file has been quiet a while (its writer may still finish it)."""
     log = tmp_path / "server.log"
     log.write_text("")
-    f = Follower(str(log))
+    now = [0.0]
+    f = Follower(str(log), clock=lambda: now[0])
     f.poll()
     _append(log, "before\n")
     assert f.poll() == ["before"]
     _append(log, "late write\nunterminated")
     os.rename(log, tmp_path / "server.log.1")
     log.write_text("fresh 1\n")
-    assert f.poll() == ["late write", "unterminated", "fresh 1"]
+    assert f.poll() == ["late write", "fresh 1"]
     assert f.rotations == 1 and f.truncations == 0
     _append(log, "fresh 2\n")
-    assert f.poll() == ["fresh 2"]
+    now[0] += limits.ROTATED_DRAIN_QUIET_S
+    assert f.poll() == ["unterminated", "fresh 2"]
 
 
 def test_truncation_restarts_at_zero_and_is_counted(tmp_path: Path) -> None:

@@ -264,6 +264,10 @@ def build_families(snap: Snapshot, build: BuildInfo, evaluation: tuple[Family, .
         if st.enabled:
             add("source_up", (source,), 1.0 if st.up else 0.0)
             add("source_duration_seconds", (source,), st.duration_s)
+    for (source, reason), n in sorted(snap.source_failures.items()):
+        add("source_failures_total", (source, reason), n)
+    for (source, limit), n in sorted(snap.input_truncations.items()):
+        add("input_truncations_total", (source, limit), n)
     if metrics.enabled:
         add("scrape_duration_seconds", (), metrics.duration_s)
         add("scrape_garbage_lines_total", (), snap.scrape_garbage)
@@ -279,6 +283,7 @@ def build_families(snap: Snapshot, build: BuildInfo, evaluation: tuple[Family, .
         add("log_rotations_total", (), snap.log_rotations)
         add("log_truncations_total", (), snap.log_truncations)
         add("log_oversized_lines_total", (), snap.log_oversized)
+        add("log_unread_bytes_total", (), snap.log_unread_bytes)
     add("tracked_ranks", (), float(len(snap.ranks)))
     add("ranks_expired_total", (), snap.ranks_expired)
     add("evaluation_timestamp_seconds", (), snap.evaluated_at)

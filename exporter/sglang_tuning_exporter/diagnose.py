@@ -22,6 +22,7 @@ import multiprocessing
 import operator
 import os
 import re
+import stat
 import struct
 import sys
 import time
@@ -978,6 +979,9 @@ class Progress:
             self.stream.flush()
 
 
+_SNIFF_MAX_BLOCKS = 8192  # 64 MiB of leading NULs at most
+
+
 def _sniff(path: str) -> str:
     """`gzip`, `binary` or `text`: what the file's first bytes say (one open for both questions)."""
     with open(path, "rb") as fh:
@@ -986,8 +990,12 @@ def _sniff(path: str) -> str:
             return "gzip"
         # A log rotated with copytruncate under a writer without O_APPEND starts with a run of NULs:
         # judge the text after that run (an all-NUL file is caught later by the NUL-line count).
-        while head and not head.strip(b"\x00"):
+        for _ in range(_SNIFF_MAX_BLOCKS):  # bounded: an endless NUL source is binary, not a long head
+            if not head or head.strip(b"\x00"):
+                break
             head = fh.read(8192)
+        else:
+            return "binary"
         head = head.lstrip(b"\x00") + fh.read(8192)
     return "binary" if b"\x00" in head[:8192] else "text"
 
@@ -1005,6 +1013,12 @@ def diagnose_source(source: str, table: CheckTable, cfg: Config, profile: str, w
                 raise InputError(f"{source}: is a directory, not a log file")
             if not os.path.exists(source):
                 raise InputError(f"{source}: no such file")
+            if not os.access(source, os.R_OK):
+                raise InputError(f"{source}: cannot read: permission denied")
+            mode = os.stat(source).st_mode
+            if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) or stat.S_ISSOCK(mode):
+                # /dev/zero would be read for ever: a log is a file (or a pipe, or `-`)
+                raise InputError(f"{source}: a device, not a log file")
             size = os.path.getsize(source)
             kind = _sniff(source)
             if kind == "binary":
@@ -1028,6 +1042,10 @@ def diagnose_source(source: str, table: CheckTable, cfg: Config, profile: str, w
             d = Diagnosis(table, cfg, profile, workload, server_overrides, live_grid=True)
             _run_sequential(source, plain, d, progress, fast=False)
         progress.close()
+        if plain and os.path.getsize(source) < size:
+            # Truncated (copytruncate?) while being read: what was read is a partial report.
+            raise InputError(f"{source}: truncated while being read ({size} bytes at the start, "
+                             f"{os.path.getsize(source)} now): the report would be partial; diagnose a copy")
     except InputError as exc:
         return FileDiagnosis(source=source, error=str(exc), elapsed_s=time.perf_counter() - t0)
     except (OSError, EOFError) as exc:

@@ -226,8 +226,12 @@ _RETRACT_KEYS: dict[str, tuple[str, _Conv]] = {
 
 def _pairs(body: str, sep: str, keys: dict[str, tuple[str, _Conv]], out: dict[str, Any],
            raw_keys: list[str] | None = None) -> int:
-    """Read `key: value` pieces into `out`; returns how many pieces were malformed."""
+    """Read `key: value` pieces into `out`; returns how many pieces were malformed.
+
+    `graph_backend` (from an `npu graph:` style key) goes after the line's own keys, where the learnt
+    layouts and the C accelerator put it: `parse` output is the same, key order included, either way."""
     bad = 0
+    backend: str | None = None
     for piece in body.split(sep):
         k, colon, v = piece.partition(": ")
         if not colon:
@@ -247,7 +251,9 @@ def _pairs(body: str, sep: str, keys: dict[str, tuple[str, _Conv]], out: dict[st
         except ValueError:
             bad += 1
         if name == "cuda_graph" and k in _GRAPH_LABELS:
-            out["graph_backend"] = _GRAPH_LABELS[k]
+            backend = _GRAPH_LABELS[k]
+    if backend is not None:
+        out["graph_backend"] = backend
     return bad
 
 
@@ -317,6 +323,22 @@ def _derive_usage(fields: dict[str, Any]) -> None:
 
 _LAYOUTS: dict[str, list[_Layout]] = {ev.DECODE: [], ev.PREFILL: []}
 _MAX_LAYOUTS = 16
+# Layouts seen once: learning one compiles its regex and rebuilds the one-regex matcher of every
+# layout, worth it for the few a server prints millions of times, ruinous for a log whose every line
+# has new keys (48 of 53 s in re.compile on mutated lines). A layout is learnt at its second line.
+_ONCE: set[tuple[str, tuple[str, ...]]] = set()
+_MAX_ONCE = 1024
+
+
+def _seen_twice(kind: str, raw_keys: list[str]) -> bool:
+    key = (kind, tuple(raw_keys))
+    if key in _ONCE:
+        _ONCE.discard(key)
+        return True
+    if len(_ONCE) >= _MAX_ONCE:
+        _ONCE.clear()  # bounded: a flood of one-off layouts forgets, and is never learnt
+    _ONCE.add(key)
+    return False
 
 # ---------------------------------------------------------------------------------------------
 # Handlers: each returns an Event, None (not its line) or UNPARSED (its head, unreadable body).
@@ -372,7 +394,8 @@ def _batch(s: str, n: int) -> _Result:
     if bad:
         fields[_PARTIAL] = bad
     elif mixed is None and len(set(raw_keys)) == len(raw_keys) and not any(
-            known_layout.keys == tuple(raw_keys) for known_layout in _LAYOUTS[kind]):
+            known_layout.keys == tuple(raw_keys) for known_layout in _LAYOUTS[kind]) and _seen_twice(
+            kind, raw_keys):
         # (A known layout that could not read this line — an odd value — is not learnt again.)
         try:
             layout = _Layout(raw_keys)

@@ -13,6 +13,7 @@ import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
+from . import limits
 from .model import Observation, Rank
 
 _NAME = r"[a-zA-Z_:][a-zA-Z0-9_:]*"
@@ -45,6 +46,11 @@ class Exposition:
     garbage_lines: int  # lines that are neither comments, blank, nor valid samples
     lines: int
     sample_lines: int = 0  # sample lines seen, including those skipped by `keep`
+    # What the limits cut (docs/sidecar.md, "Limits"): lines past MAX_EXPOSITION_LINE_CHARS (skipped,
+    # not counted as garbage), label values cut to MAX_LABEL_VALUE_CHARS, samples past MAX_SCRAPE_SAMPLES.
+    long_lines: int = 0
+    clipped_labels: int = 0
+    dropped_samples: int = 0
 
 
 def _unescape(value: str) -> str:
@@ -53,15 +59,20 @@ def _unescape(value: str) -> str:
     return re.sub(r'\\[\\"n]', lambda m: _ESCAPES[m.group(0)], value)
 
 
-def _parse_labels(body: str) -> tuple[tuple[str, str], ...] | None:
+def _parse_labels(body: str, clipped: list[int]) -> tuple[tuple[str, str], ...] | None:
     inner = body[1:-1].strip()
     labels: list[tuple[str, str]] = []
     pos = 0
+    limit = limits.MAX_LABEL_VALUE_CHARS
     while pos < len(inner):
         m = _LABEL_RE.match(inner, pos)
         if m is None:
             return None
-        labels.append((m.group(1), _unescape(m.group(2))))
+        value = _unescape(m.group(2))
+        if len(value) > limit:
+            value = value[:limit]  # e.g. a 256 KiB model_name would be copied onto every series we export
+            clipped[0] += 1
+        labels.append((m.group(1), value))
         pos = m.end()
     return tuple(sorted(labels))
 
@@ -84,6 +95,9 @@ def parse_exposition(text: str, keep: Callable[[str], bool] | None = None) -> Ex
     types: dict[str, str] = {}
     garbage = 0
     skipped = 0
+    long_lines = dropped = 0
+    clipped = [0]
+    max_line, max_samples = limits.MAX_EXPOSITION_LINE_CHARS, limits.MAX_SCRAPE_SAMPLES
     unread_names: dict[str, bool] = {}  # name -> a well-formed name `keep` rejects
     lines = text.split("\n")
     if lines and lines[-1] == "":
@@ -93,13 +107,20 @@ def parse_exposition(text: str, keep: Callable[[str], bool] | None = None) -> Ex
         stripped = line.strip()
         if not stripped:
             continue
+        if len(stripped) > max_line:
+            long_lines += 1  # bounded work per line whatever a hostile server sends
+            continue
         if stripped.startswith("#"):
             parts = stripped.split(None, 3)
             if len(parts) >= 4 and parts[1] == "TYPE":
                 types[parts[2]] = parts[3].strip()
             continue
         if keep is not None:
-            name = stripped.split("{", 1)[0].split(None, 1)[0]
+            head = stripped.split("{", 1)[0].split(None, 1)
+            if not head:
+                garbage += 1  # `{} 1`: a sample without a name
+                continue
+            name = head[0]
             unread = unread_names.get(name)
             if unread is None:
                 # A family's lines (histogram buckets, one per rank) share the name: decide it once.
@@ -116,13 +137,17 @@ def parse_exposition(text: str, keep: Callable[[str], bool] | None = None) -> Ex
         if m is None:
             garbage += 1
             continue
-        labels = _parse_labels(m.group(2)) if m.group(2) else ()
+        labels = _parse_labels(m.group(2), clipped) if m.group(2) else ()
         value = _parse_value(m.group(3))
         if labels is None or value is None:
             garbage += 1
             continue
+        if len(samples) >= max_samples:
+            dropped += 1
+            continue
         samples.append(Sample(m.group(1), labels, value, no))
-    return Exposition(tuple(samples), types, garbage, len(lines), len(samples) + skipped)
+    return Exposition(tuple(samples), types, garbage, len(lines), len(samples) + skipped + dropped,
+                      long_lines, clipped[0], dropped)
 
 
 def base_name(name: str) -> str | None:
@@ -178,8 +203,9 @@ def rank_of(labels: Mapping[str, str]) -> Rank:
     """The scheduler rank named by SGLang's labels (absent or non-numeric -> None)."""
     values: dict[str, int] = {}
     for label, key in _RANK_LABELS:
-        raw = labels.get(label, "")
-        if raw.strip().lstrip("-").isdigit():
+        raw = labels.get(label, "").strip()
+        # A rank is a small number: a 4300-digit label is not one (int() would raise past Python's limit).
+        if 0 < len(raw) <= 9 and raw.lstrip("-").isdigit():
             values[key] = int(raw)
     return Rank.from_dict(values)
 

@@ -6,25 +6,32 @@
 
 from __future__ import annotations
 
+import contextlib
+import http.client
 import json
 import math
+import socket
+import threading
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
+from urllib.parse import urlsplit
+
+from . import limits
 
 ENDPOINTS = ("/server_info", "/get_server_info", "/get_server_args")
-MAX_BODY_BYTES = 16 * 1024 * 1024
+# Why a request failed: the `reason` label of sglang_tuning_source_failures_total (a fixed set).
+REASONS = ("connection", "timeout", "http_status", "too_large", "invalid", "internal")
 
 
 class HttpError(Exception):
-    """A failed HTTP request (connection, timeout, or a non-2xx status)."""
+    """A failed HTTP request; `reason` is one of REASONS (connection refused, deadline, non-2xx...)."""
 
-    def __init__(self, message: str, status: int | None = None) -> None:
+    def __init__(self, message: str, status: int | None = None, *, reason: str | None = None) -> None:
         super().__init__(message)
         self.status = status
+        self.reason = reason or ("http_status" if status is not None else "connection")
 
 
 class HttpGet(Protocol):
@@ -33,23 +40,65 @@ class HttpGet(Protocol):
     def __call__(self, url: str, timeout: float) -> bytes: ...
 
 
-def urllib_get(url: str, timeout: float, *, api_key: str | None = None) -> bytes:
-    """The real HttpGet: urllib with a timeout and a body-size cap; `api_key` for SGLang's --api-key."""
-    headers = {"User-Agent": "sglang-tuning-exporter", "Accept": "text/plain, application/json"}
+def _abort(conn: http.client.HTTPConnection, expired: threading.Event) -> None:
+    """The deadline: unblock whatever read or write the request is in (the socket is closed by its owner)."""
+    expired.set()
+    sock = conn.sock
+    if sock is not None:
+        with contextlib.suppress(OSError):
+            sock.shutdown(socket.SHUT_RDWR)
+
+
+def urllib_get(url: str, timeout: float, *, api_key: str | None = None, max_bytes: int | None = None) -> bytes:
+    """The real HttpGet: one GET whose WHOLE request (connect, headers, body) ends within `timeout`.
+
+    A socket timeout bounds each read, not the request: a server dripping a byte a second would hold
+    the sidecar's loop for as long as it likes. A timer shuts the socket down at the deadline instead.
+    The body is read up to `max_bytes` (default: the /metrics limit); past it the request fails.
+    `api_key` is SGLang's --api-key."""
+    cap = limits.MAX_METRICS_BODY_BYTES if max_bytes is None else max_bytes
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise HttpError(f"GET {url}: not an http(s) URL", reason="connection")
+    headers = {"User-Agent": "sglang-tuning-exporter", "Accept": "text/plain, application/json",
+               "Accept-Encoding": "identity"}
     if api_key:
         headers["Authorization"] = f"Bearer {api_key}"
-    req = urllib.request.Request(url, headers=headers)
+    conn_cls = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
+    conn = conn_cls(parts.hostname, parts.port, timeout=timeout)
+    expired = threading.Event()
+    timer = threading.Timer(timeout, _abort, (conn, expired))
+    timer.daemon = True
+    timer.start()
     try:
-        with urllib.request.urlopen(req, timeout=timeout) as resp:
-            body: bytes = resp.read(MAX_BODY_BYTES + 1)
-    except urllib.error.HTTPError as exc:
-        raise HttpError(f"HTTP {exc.code} from {url}", exc.code) from None
-    except (urllib.error.URLError, OSError, ValueError) as exc:
-        reason = getattr(exc, "reason", exc)
-        raise HttpError(f"GET {url} failed: {reason}") from None
-    if len(body) > MAX_BODY_BYTES:
-        raise HttpError(f"GET {url}: body larger than {MAX_BODY_BYTES} bytes")
-    return body
+        conn.connect()
+        if expired.is_set():  # the deadline passed while connecting, before the socket was known
+            raise TimeoutError
+        path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+        conn.request("GET", path, headers=headers)
+        resp = conn.getresponse()
+        if resp.status >= 400:
+            raise HttpError(f"HTTP {resp.status} from {url}", resp.status)
+        chunks: list[bytes] = []
+        size = 0
+        while data := resp.read1(1 << 16):
+            chunks.append(data)
+            size += len(data)
+            if size > cap:  # read no further than the cap: a huge body costs no memory past it
+                raise HttpError(f"GET {url}: body larger than {cap} bytes", reason="too_large")
+        if expired.is_set():
+            raise TimeoutError
+        return b"".join(chunks)
+    except HttpError:
+        raise
+    except (TimeoutError, OSError, http.client.HTTPException, ValueError) as exc:
+        if expired.is_set() or isinstance(exc, TimeoutError):
+            raise HttpError(f"GET {url}: no complete answer within the {timeout:g} s deadline",
+                            reason="timeout") from None
+        raise HttpError(f"GET {url} failed: {exc}", reason="connection") from None
+    finally:
+        timer.cancel()
+        conn.close()
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,6 +113,9 @@ class ServerInfo:
     # Startup facts per DP rank (internal_states[i], one per DP rank), the server-wide ones repeated
     # in each: what a log's startup lines would give, for a sidecar that sees no log.
     rank_facts: tuple[Mapping[str, float], ...] = ()
+    # What the limits cut (docs/sidecar.md, "Limits"): "string" -> strings cut to the label limit,
+    # "internal_states" -> 1 when entries past MAX_INTERNAL_STATES were ignored.
+    truncated: Mapping[str, int] = field(default_factory=dict)
 
 
 def _rank_facts(doc: Mapping[str, Any], states: list[Any], mtt: float | None) -> tuple[dict[str, float], ...]:
@@ -99,24 +151,41 @@ def _num(v: Any) -> float | None:
 
 
 def parse_server_info(doc: Any) -> ServerInfo:
-    """Extract version, model, scalar args and capacity from any release's server-info JSON."""
+    """Extract version, model, scalar args and capacity from any release's server-info JSON.
+
+    Strings (they become label values and status-page text) are cut to MAX_LABEL_VALUE_CHARS and
+    internal_states to MAX_INTERNAL_STATES entries; `truncated` says how many of each were cut."""
     if not isinstance(doc, dict):
         raise ValueError("server info is not a JSON object")
-    args = {k: v for k, v in doc.items()
-            if isinstance(k, str) and (v is None or isinstance(v, (int, float, str, bool)))
+    cut = {"string": 0}
+    limit = limits.MAX_LABEL_VALUE_CHARS
+
+    def clip(v: Any) -> Any:
+        if isinstance(v, str) and len(v) > limit:
+            cut["string"] += 1
+            return v[:limit]
+        return v
+
+    args = {k: clip(v) for k, v in doc.items()
+            if isinstance(k, str) and len(k) <= limit and (v is None or isinstance(v, (int, float, str, bool)))
             and k not in ("version", "launch_command")}
     states = doc.get("internal_states")
+    states = states if isinstance(states, list) else []
+    if len(states) > limits.MAX_INTERNAL_STATES:
+        cut["internal_states"] = 1
+        states = states[:limits.MAX_INTERNAL_STATES]
     model = doc.get("served_model_name") or doc.get("model_path")
     mtt = _num(doc.get("max_total_num_tokens"))
     version = doc.get("version")
     marker = doc.get("startup_time")
     return ServerInfo(
-        version=str(version) if version is not None else None,
-        model_name=str(model) if model is not None else None,
+        version=clip(str(version)) if version is not None else None,
+        model_name=str(model)[:limit] if model is not None else None,  # an arg too: counted there
         args=args,
         max_total_num_tokens=int(mtt) if mtt is not None else None,
-        start_marker=json.dumps(marker, sort_keys=True) if marker is not None else None,
-        rank_facts=_rank_facts(doc, states if isinstance(states, list) else [], mtt),
+        start_marker=json.dumps(marker, sort_keys=True)[:limit] if marker is not None else None,
+        rank_facts=_rank_facts(doc, states, mtt),
+        truncated={k: v for k, v in cut.items() if v},
     )
 
 
@@ -128,6 +197,7 @@ class FetchResult:
     endpoint: str | None  # the endpoint that answered
     error: str | None
     duration_s: float
+    reason: str | None = None  # one of REASONS when it failed
 
 
 @dataclass(slots=True)
@@ -142,24 +212,41 @@ class ServerInfoClient:
     _order: tuple[str, ...] = field(default=ENDPOINTS)
 
     def fetch(self) -> FetchResult:
-        """Try the known endpoint first, then the others; 404 means 'older release, try the next'."""
+        """Try the known endpoint first, then the others; 404 means 'older release, try the next'.
+
+        One deadline (`timeout`) covers every endpoint tried. Never raises: a body that is not a
+        document we can read (too large, not JSON, nested past the decoder's recursion) is a failure
+        with its reason."""
         start = self.timer()
         order = ((self.endpoint,) if self.endpoint else ()) + tuple(
             e for e in self._order if e != self.endpoint)
-        last_error = "no endpoint answered"
+        last_error, reason = "no endpoint answered", "connection"
         for path in order:
+            left = self.timeout - (self.timer() - start)
+            if left <= 0:
+                last_error, reason = f"{path}: no answer within the {self.timeout:g} s deadline", "timeout"
+                break
             try:
-                body = self.get(self.base_url.rstrip("/") + path, self.timeout)
+                body = self.get(self.base_url.rstrip("/") + path, left)
             except HttpError as exc:
-                last_error = str(exc)
+                last_error, reason = str(exc), exc.reason
                 if exc.status in (404, 405):
                     continue
                 break  # server down or erroring: other endpoints will not do better
+            if len(body) > limits.MAX_SERVER_INFO_BYTES:
+                last_error = f"{path}: server info larger than {limits.MAX_SERVER_INFO_BYTES} bytes"
+                reason = "too_large"
+                break
             try:
                 info = parse_server_info(json.loads(body))
+            except RecursionError:
+                last_error, reason = f"{path}: invalid server info: {limits.MAX_JSON_DEPTH_HINT}", "invalid"
+                break
             except (ValueError, UnicodeDecodeError) as exc:
-                last_error = f"{path}: invalid server info: {exc}"
+                last_error, reason = f"{path}: invalid server info: {str(exc)[:200]}", "invalid"
                 break
             self.endpoint = path
             return FetchResult(info, path, None, self.timer() - start)
-        return FetchResult(None, None, last_error, self.timer() - start)
+        if reason == "http_status" and self.timer() - start >= self.timeout:  # 404s until time ran out
+            last_error, reason = f"no endpoint answered within the {self.timeout:g} s deadline", "timeout"
+        return FetchResult(None, None, last_error, self.timer() - start, reason)

@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from . import limits
 from .checks import merge_version
 from .events import Event
 from .model import Finding, Observation, Rank, Sample, ServerState
@@ -161,23 +162,38 @@ class Sidecar:
         return self.evaluations > 0
 
     def tick(self, now: float) -> None:
-        """One round: log, scrape (when due), server info (when due), expiry, evaluation."""
+        """One round: log, scrape (when due), server info (when due), expiry, evaluation.
+
+        Each source runs guarded: whatever it raises marks that source down (reason `internal`), is
+        counted, and the other sources and the evaluation still run."""
         if self.log_input is not None:
-            self._read_log(now)
+            self._guarded("log", now, self._read_log)
         if self.metrics is not None and now >= self._next_info:
-            self._refresh_server_info(now)  # first: rank normalisation needs tp/pp/ep sizes
+            self._next_info = now + self.metrics.interval  # retry soon unless it works (then: later)
+            self._guarded("server_info", now, self._refresh_server_info)  # first: ranks need tp/pp/ep sizes
         if self.metrics is not None and now >= self._next_scrape:
             self._next_scrape = now + self.metrics.interval
-            self._scrape(now)
+            self._guarded("metrics", now, self._scrape)
         self.state.expire(now)
         if now >= self._next_eval:
             self._next_eval = now + self.evaluate_every_s
             self._evaluate(now)
 
-    def _record(self, source: str, *, ok: bool, duration_s: float | None, now: float, detail: str = "") -> None:
-        """Record a source attempt; log only when its health changes (not on every tick)."""
+    def _guarded(self, source: str, now: float, step: Callable[[float], None]) -> None:
+        start = self.timer()
+        try:
+            step(now)
+        except Exception as exc:  # a bug or an input nobody foresaw: this source is down, the rest go on
+            log.debug("source %s failed", source, exc_info=True)
+            detail = f"internal error: {type(exc).__name__}: {str(exc)[:200]}"
+            self._record(source, ok=False, duration_s=self.timer() - start, now=now, detail=detail,
+                         reason="internal")
+
+    def _record(self, source: str, *, ok: bool, duration_s: float | None, now: float, detail: str = "",
+                reason: str | None = None) -> None:
+        """Record a source attempt (a failure counted under `reason`); log only when its health changes."""
         before = self.state.source_up(source)
-        self.state.record_source(source, ok=ok, duration_s=duration_s, now=now, detail=detail)
+        self.state.record_source(source, ok=ok, duration_s=duration_s, now=now, detail=detail, reason=reason)
         if before is None and ok:
             log.info("source %s up%s", source, f" ({detail})" if detail else "")
         elif before is not False and not ok:
@@ -193,8 +209,9 @@ class Sidecar:
         try:
             lines = src.follower.poll()
         except Exception as exc:  # unreadable file, permissions...: report it, keep scraping
+            reason = "permission_denied" if isinstance(exc, PermissionError) else "read_error"
             self._record("log", ok=False, duration_s=self.timer() - start, now=now,
-                                     detail=f"read failed: {exc}")
+                         detail=f"read failed: {exc}", reason=reason)
             return
         events = self._parse(src.reader, lines)
         if lines:
@@ -209,15 +226,23 @@ class Sidecar:
         kinds = Counter(e.kind for e in events)
         self.state.count_log_lines(len(lines), kinds, now)
         self.state.set_log_totals(unparsed=src.unparsed(), rotations=src.follower.rotations,
-                                  truncations=src.follower.truncations, oversized=src.oversized())
+                                  truncations=src.follower.truncations, oversized=src.oversized(),
+                                  unread_bytes=getattr(src.follower, "unread_bytes", 0))
         self._apply_config_events(events)
         self.state.add_events(events, now)
         if events:
             self._observe(events, now)
             self._note_version_floor()
         exists = src.exists()
-        gone = "input closed by its writer" if getattr(src.follower, "eof", False) else "log file not found (waiting for it)"
-        self._record("log", ok=exists, duration_s=self.timer() - start, now=now, detail="" if exists else gone)
+        problem = getattr(src.follower, "problem", None)  # (reason, detail): e.g. permission denied
+        if getattr(src.follower, "eof", False):
+            reason, gone = "closed", "input closed by its writer"
+        elif isinstance(problem, tuple):
+            reason, gone = problem
+        else:
+            reason, gone = "not_found", "log file not found (waiting for it)"
+        self._record("log", ok=exists, duration_s=self.timer() - start, now=now, detail="" if exists else gone,
+                     reason=None if exists else reason)
 
     @staticmethod
     def _parse(reader: EventFeed, lines: list[str]) -> list[Event]:
@@ -268,7 +293,16 @@ class Sidecar:
     def _apply_config_events(self, events: Iterable[Event]) -> None:
         for e in events:
             if e.kind == "server_args":
-                args = {k: v for k, v in e.fields.items() if not isinstance(v, (dict, list))}
+                args: dict[str, Any] = {}
+                cut = 0
+                for k, v in e.fields.items():
+                    if isinstance(v, (dict, list)):
+                        continue
+                    if isinstance(v, str):
+                        v, was_cut = limits.clip_text(v)  # label values and page text: bounded
+                        cut += was_cut
+                    args[k] = v
+                self.state.count_truncations("log", "string", cut)
                 self.state.set_server(args=args, model_name=_sgl_arg_model(args))
                 if self.server_overrides:
                     self.state.set_server(args=self.server_overrides)
@@ -282,12 +316,19 @@ class Sidecar:
         start = self.timer()
         try:
             body = m.get(m.base_url.rstrip("/") + "/metrics", m.timeout)
-            text = body.decode("utf-8", errors="replace")
         except HttpError as exc:
             self._record("metrics", ok=False, duration_s=self.timer() - start, now=now,
-                                     detail=str(exc))
+                         detail=str(exc), reason=exc.reason)
             return
-        result = self._interp.interpret(parse_exposition(text, keep=wanted), self._log_now(now))
+        if len(body) > limits.MAX_METRICS_BODY_BYTES:  # an injected getter without the cap
+            self._record("metrics", ok=False, duration_s=self.timer() - start, now=now, reason="too_large",
+                         detail=f"/metrics body larger than {limits.MAX_METRICS_BODY_BYTES} bytes")
+            return
+        exposition = parse_exposition(body.decode("utf-8", errors="replace"), keep=wanted)
+        for limit, n in (("line", exposition.long_lines), ("label_value", exposition.clipped_labels),
+                         ("samples", exposition.dropped_samples)):
+            self.state.count_truncations("metrics", limit, n)
+        result = self._interp.interpret(exposition, self._log_now(now))
         norm = _rank_normaliser(self.state.server_state().args)
         # With a working log, counted events come from its lines: the scrape's counter deltas
         # would count the same retractions and batches twice.
@@ -310,7 +351,8 @@ class Sidecar:
                                  model_name=result.model_name, restarted=result.restarted)
         ok = result.samples > 0
         self._record("metrics", ok=ok, duration_s=self.timer() - start, now=now,
-                                 detail="" if ok else "no samples (is --enable-metrics set?)")
+                     detail="" if ok else "no samples (is --enable-metrics set?)",
+                     reason=None if ok else "invalid")
         if result.restarted:
             self._next_info = now  # re-read args and version of the new process at once
 
@@ -319,10 +361,12 @@ class Sidecar:
         res = self._info.fetch()
         if res.info is None:
             self._record("server_info", ok=False, duration_s=res.duration_s, now=now,
-                                     detail=res.error or "")
+                         detail=res.error or "", reason=res.reason or "connection")
             self._next_info = now + self.metrics.interval  # retry soon
             return
         info = res.info
+        for limit, n in info.truncated.items():
+            self.state.count_truncations("server_info", limit, n)
         restarted = ((self._start_marker is not None and info.start_marker != self._start_marker)
                      or (self._version is not None and info.version != self._version))
         if restarted:

@@ -75,6 +75,9 @@ class Snapshot:
     document: Callable[[], Mapping[str, Any]] | None  # built on demand (only /api/findings needs it)
     evaluated_at: float | None
     window_s: float
+    source_failures: Mapping[tuple[str, str], float] = field(default_factory=dict)  # (source, reason)
+    input_truncations: Mapping[tuple[str, str], float] = field(default_factory=dict)  # (source, limit)
+    log_unread_bytes: float = 0.0
 
     @property
     def up(self) -> bool:
@@ -131,6 +134,9 @@ class LiveState:
         self._rotations = 0.0
         self._truncations = 0.0
         self._oversized = 0.0
+        self._unread_bytes = 0.0
+        self._failures: dict[tuple[str, str], float] = {}
+        self._truncations_by: dict[tuple[str, str], float] = {}
         self._last_line_time: float | None = None
         self._expired = 0.0
         self._restarts = 0.0
@@ -344,20 +350,31 @@ class LiveState:
                 self._last_line_time = now
 
     def set_log_totals(self, *, unparsed: float, rotations: float, truncations: float,
-                       oversized: float = 0.0) -> None:
+                       oversized: float = 0.0, unread_bytes: float = 0.0) -> None:
         """Totals kept by the reader/follower; never allowed to go down (a new reader starts at 0)."""
         with self._lock:
+            self._unread_bytes = max(self._unread_bytes, unread_bytes)
             self._log_unparsed = max(self._log_unparsed, unparsed)
             self._rotations = max(self._rotations, rotations)
             self._truncations = max(self._truncations, truncations)
             self._oversized = max(self._oversized, oversized)
 
     def record_source(self, source: str, *, ok: bool, duration_s: float | None, now: float,
-                      detail: str = "") -> None:
-        """Outcome of one attempt to read a source."""
+                      detail: str = "", reason: str | None = None) -> None:
+        """Outcome of one attempt to read a source; a failure with a `reason` is counted under it."""
         with self._lock:
+            if not ok and reason:
+                key = (source, reason)
+                self._failures[key] = self._failures.get(key, 0.0) + 1
             old = self._sources[source]
             self._sources[source] = SourceStatus(old.enabled, ok, duration_s, now, detail)
+
+    def count_truncations(self, source: str, limit: str, n: int) -> None:
+        """`n` inputs of `source` cut or skipped at `limit` (see limits.py)."""
+        if n > 0:
+            with self._lock:
+                key = (source, limit)
+                self._truncations_by[key] = self._truncations_by.get(key, 0.0) + n
 
     def source_up(self, source: str) -> bool | None:
         """Whether `source` worked at its last attempt (None: not tried)."""
@@ -448,4 +465,6 @@ class LiveState:
                 server_info_endpoint=self._endpoint,
                 signals=tuple((r, dict(self._signals[r])) for r in sorted(self._signals, key=rank_key)),
                 findings=self._findings, document=self._document,
-                evaluated_at=self._evaluated_at, window_s=self.window_s)
+                evaluated_at=self._evaluated_at, window_s=self.window_s,
+                source_failures=dict(self._failures), input_truncations=dict(self._truncations_by),
+                log_unread_bytes=self._unread_bytes)

@@ -12,7 +12,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -21,6 +21,7 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from prometheus_client.registry import CollectorRegistry
 
 from .collector import TUNING_ARGS, BuildInfo, encode_text
+from .httpserver import BoundedHTTPServer, TimedRequestHandler
 from .state import SOURCES, Snapshot
 from .webconfig import (
     BasicAuth,
@@ -152,7 +153,7 @@ def make_handler(app: WebApp, web: WebConfig | None = None) -> type[BaseHTTPRequ
     auth = BasicAuth(web.users)
     extra_headers = web.headers
 
-    class Handler(BaseHTTPRequestHandler):
+    class Handler(TimedRequestHandler):
         server_version = "sglang-tuning-exporter"
         protocol_version = "HTTP/1.1"
 
@@ -199,12 +200,13 @@ def make_handler(app: WebApp, web: WebConfig | None = None) -> type[BaseHTTPRequ
 
 
 def start_http(app: WebApp, host: str, port: int,
-               web: WebConfig | None = None) -> tuple[ThreadingHTTPServer, threading.Thread]:
-    """Bind and serve in a daemon thread (HTTPS when `web` has TLS); the server's `server_address` has the port."""
+               web: WebConfig | None = None) -> tuple[BoundedHTTPServer, threading.Thread]:
+    """Bind and serve in a daemon thread (HTTPS when `web` has TLS); the server's `server_address` has the port.
+
+    The server is bounded (httpserver.py: backlog, concurrency, idle and header timeouts)."""
     handler = make_handler(app, web)
     server = (TLSHTTPServer((host, port), handler, make_ssl_context(web.tls)) if web is not None and web.tls
-              else ThreadingHTTPServer((host, port), handler))
-    server.daemon_threads = True
+              else BoundedHTTPServer((host, port), handler))
     thread = threading.Thread(target=server.serve_forever, name="http", daemon=True)
     thread.start()
     return server, thread

@@ -20,13 +20,13 @@ import threading
 from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass
-from http.server import ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 import bcrypt
 import yaml
 
+from .httpserver import BoundedHTTPServer
 from .problems import ProblemsError
 
 log = logging.getLogger("sglang_tuning_exporter.web")
@@ -335,8 +335,8 @@ def _basic_credentials(authorization: str | None) -> tuple[str, str] | None:
     return (user, password) if sep else None
 
 
-class TLSHTTPServer(ThreadingHTTPServer):
-    """ThreadingHTTPServer over TLS; the handshake runs in the request's thread, not the accept loop."""
+class TLSHTTPServer(BoundedHTTPServer):
+    """The bounded HTTP server over TLS; the handshake runs in the request's thread, not the accept loop."""
 
     def __init__(self, address: tuple[str, int], handler: Any, context: ssl.SSLContext) -> None:
         self.context = context
@@ -344,7 +344,7 @@ class TLSHTTPServer(ThreadingHTTPServer):
 
     def get_request(self) -> tuple[socket.socket, Any]:
         """Accept, and wrap without handshaking (a slow client must not stall other connections)."""
-        sock, addr = self.socket.accept()
+        sock, addr = super().get_request()
         return self.context.wrap_socket(sock, server_side=True, do_handshake_on_connect=False), addr
 
     def finish_request(self, request: Any, client_address: Any) -> None:

@@ -1,0 +1,37 @@
+"""Every input limit of the sidecar in one place (docs/sidecar.md, "Limits", says what happens past each).
+
+A faulty or hostile SGLang, a busy log or a crowd of clients must not blind, bloat or freeze the
+sidecar: each input is bounded here, and what a bound cuts is counted
+(`sglang_tuning_input_truncations_total`, `sglang_tuning_log_unread_bytes_total`). Read the values
+through the module (`limits.X`), not `from limits import X`, so tests can lower them.
+"""
+
+from __future__ import annotations
+
+# --- SGLang HTTP -------------------------------------------------------------------------------
+MAX_METRICS_BODY_BYTES = 16 * 1024 * 1024  # a /metrics body past this is refused (reason too_large)
+MAX_SERVER_INFO_BYTES = 4 * 1024 * 1024  # a server-info document past this is refused (too_large)
+MAX_EXPOSITION_LINE_CHARS = 16 * 1024  # a longer exposition line is skipped, counted (limit=line)
+MAX_LABEL_VALUE_CHARS = 256  # longer label values / server strings are cut, counted (label_value/string)
+MAX_SCRAPE_SAMPLES = 200_000  # samples of the families we read, per scrape; the rest skipped (samples)
+MAX_INTERNAL_STATES = 1024  # internal_states entries (one per DP rank) read; the rest ignored
+MAX_JSON_DEPTH_HINT = "nested too deeply"  # the reason a server-info document hit the decoder's recursion
+
+# --- our HTTP server ---------------------------------------------------------------------------
+LISTEN_BACKLOG = 512  # pending connections the kernel holds while every worker is busy
+MAX_CONNECTIONS = 64  # connections served at once; more wait in the backlog
+IDLE_TIMEOUT_S = 15.0  # a kept-alive connection with no new request is closed after this
+HEADER_TIMEOUT_S = 5.0  # request line + headers must arrive within this of the first byte
+WRITE_TIMEOUT_S = 30.0  # a client that does not read the answer within this is dropped
+ACCEPT_BACKOFF_S = 0.5  # pause of the accept loop when the process is out of file descriptors
+
+# --- log follower ------------------------------------------------------------------------------
+ROTATED_DRAIN_QUIET_S = 10.0  # a rotated-away file is read until it has been quiet this long
+FINGERPRINT_BYTES = 64  # bytes before the read offset compared each poll (copytruncate + regrowth)
+
+
+def clip_text(value: str) -> tuple[str, bool]:
+    """`value` cut to MAX_LABEL_VALUE_CHARS, and whether it was cut."""
+    if len(value) > MAX_LABEL_VALUE_CHARS:
+        return value[:MAX_LABEL_VALUE_CHARS], True
+    return value, False
