@@ -230,7 +230,7 @@ def _evaluate_one(c: Check, sig: Mapping[str, float | None], rank: Rank, args: M
     shown = _pct if c.signal.endswith("_ratio") else _fmt
     fields = {"value": shown(value), "threshold": shown(threshold), "window": _window_text(window_s),
               "flag": flag or "",
-              "suggested": "a value the input does not let us compute" if s.suggested is None else _fmt(s.suggested),
+              "suggested": "a value not computed from this input" if s.suggested is None else _fmt(s.suggested),
               "current": "its current value" if s.current is None else _fmt(s.current),
               "rank": _rank_text(rank), "band_low": _fmt(band[0]), "band_high": _fmt(band[1])}
     try:
