@@ -93,8 +93,9 @@ def _indication(c: Check, sig: Mapping[str, float | None], threshold: float, ban
         n = sig.get(FEW + "graph_samples") or 0.0
         return 1.0, threshold, f"no CUDA graph in {_sample_word(n)} of decode"
     if s == "decode_batch_p90":
-        v = sig.get(FEW + "running_min")
-        if v is not None and v > threshold:
+        low = sig.get(FEW + "running_min")
+        if low is not None and low > threshold:
+            v = float(low)
             n = sig.get(FEW + "decode_samples") or 0.0
             return float(v), threshold, (f"decode batch of {_fmt(v)}{' or more' if n > 1 else ''} in "
                                          f"{_sample_word(n)} (above {_fmt(threshold)})")
@@ -169,13 +170,13 @@ def build_plan(table: CheckTable, findings: Sequence[Finding], signals: RankSign
         key = f.flag if f.flag is not None else f"client:{f.check}"
         groups.setdefault(key, []).append(f)
 
-    def rank_key(f: Finding) -> tuple[int, int, int, int]:
+    def rank_key(f: Finding) -> tuple[int, float, int, int]:
         c = checks[f.check]
         return (stage_of.get(c.plan.stage, len(stage_of)), -STATUS_CODE[f.status],
                 0 if f.action == "decrease" else 1, order[f.check])
 
     steps: list[dict[str, Any]] = []
-    for flag_key, fs in groups.items():
+    for fs in groups.values():
         fs = sorted(fs, key=rank_key)
         lead = fs[0]
         c = checks[lead.check]
