@@ -382,3 +382,46 @@ def test_the_recorded_series_the_report_prefers_are_rendered() -> None:
                            .read_text(encoding="utf-8"))
     records = {r["record"] for g in rules["groups"] for r in g["rules"]}
     assert {fleet.RULE_RETRACTIONS, fleet.RULE_DECODE_SAMPLES, fleet.RULE_PREFILL_TOKENS} <= records
+
+
+# ------------------------------------------------------------------------------------- no data is not health
+@pytest.mark.parametrize("keep", [(), (2,)])
+def test_nothing_judged_exits_1_with_one_line(keep: tuple[int, ...], monkeypatch: pytest.MonkeyPatch,
+                                              capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """No matching series, or only unknown instances: exit 1 and one line on stderr, never 'all ok'."""
+    import dataclasses
+
+    full = sample_report()
+    only = dataclasses.replace(full, instances=tuple(full.instances[i] for i in keep))
+    monkeypatch.setattr(report, "build_report", lambda *a, **k: only)
+    code = main(["report", "--prometheus.url", "http://prom:9090", "--output", str(tmp_path / "r.md")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 1 and len(err) == 1
+    assert ("nothing to judge" in err[0]) if not keep else ("all 1 instances" in err[0] and "unknown" in err[0])
+    assert (tmp_path / "r.md").exists() == bool(keep)  # an empty report is not written
+    if keep:
+        assert "No check fired on any server" not in (tmp_path / "r.md").read_text()
+
+
+def test_report_instances_carry_coverage_and_plan() -> None:
+    """Each instances[] entry has coverage, indications and plan, from the same code as diagnose."""
+    from sglang_tuning_exporter import plan
+    from sglang_tuning_exporter.checks import load_table
+
+    r = sample_report()
+    bad = r.instances[1]
+    parts = plan.document_parts(load_table(), list(bad.findings), {}, fleet.InstanceData(instance="x").server_state())
+    inst = InstanceReport(bad.instance, bad.model_name, bad.version, bad.args, bad.findings, parts=parts)
+    d = inst.to_json_dict()
+    assert d["coverage"] == {"checks": 2, "judged": 2, "unknown": 0, "unknown_why": {}}
+    assert [s["flag"] for s in d["plan"]] == ["--schedule-conservativeness", None]
+    assert d["indications"] == []
+    md = report_formats.render(dataclasses_replace(r, inst), "markdown")
+    assert "Plan, one change at a time" in md and "1. `increase --schedule-conservativeness: 1 -> 1.3`" in md
+
+
+def dataclasses_replace(r: FleetReport, inst: InstanceReport) -> FleetReport:
+    """`r` with its second instance replaced."""
+    import dataclasses
+
+    return dataclasses.replace(r, instances=(r.instances[0], inst, r.instances[2]))

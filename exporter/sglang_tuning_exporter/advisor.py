@@ -10,13 +10,27 @@ from typing import Any
 from .checks import Check, CheckTable
 from .config import Config
 from .model import STATUS_CODE, Finding, Rank, ServerState, version_fields
-from .signals import FACT_NAMES, SAMPLE_COUNT_OF, SignalParams, Window
+from .signals import FACT_NAMES, FEW, SAMPLE_COUNT_OF, SignalParams, Window
 from .suggest import default_schedule_policy, flag_name, suggest
 
 RankSignals = Mapping[Rank, Mapping[str, float | None]]
 FIRING = ("warning", "critical")
 # Signals stated once at startup (not windowed): the evidence says "at startup".
 STARTUP_SIGNALS = FACT_NAMES | {"cuda_graph_ceiling_ratio"}
+
+
+# Why a check has no verdict, in words a person reads (coverage.unknown_why).
+COUNT_WORDS = {"queue_samples": "batch lines with #queue-req", "kv_samples": "batch lines with token usage",
+               "decode_samples": "batch lines with #running-req", "graph_samples": "Decode lines with `cuda graph`",
+               "prefill_samples": "Prefill lines"}
+MISSING_WHY = {
+    "available_gpu_mem_gb": "no startup memory line (`available_gpu_mem=`, or `avail mem=` after the KV pool) "
+                            "in the input",
+    "cuda_graph_ceiling_ratio": "the captured CUDA-graph batch sizes or max_running_requests are not in the input",
+    "metrics_enabled": "the server arguments (enable_metrics) are not in the input",
+    "prefix_cache_hit_ratio": "no Prefill lines with cached tokens in the input",
+    "retractions_per_minute": "no batch activity in the window",
+}
 
 
 def compare(value: float, op: str, threshold: float) -> bool:
@@ -189,10 +203,13 @@ def _evaluate_one(c: Check, sig: Mapping[str, float | None], rank: Rank, args: M
     count_name = SAMPLE_COUNT_OF.get(c.signal)
     count = sig.get(count_name) if count_name else None
     if count_name is not None and (count or 0) < min_samples:
-        return unknown(f"{_fmt(count or 0.0)} {count_name.replace('_', ' ')} in the last "
-                       f"{_window_text(window_s)}; {min_samples} needed")
+        return unknown(f"{_fmt(count or 0.0)} {COUNT_WORDS.get(count_name, count_name.replace('_', ' '))} in the "
+                       f"last {_window_text(window_s)}; {min_samples} needed")
     if value is None:
-        return unknown(f"signal {c.signal} unknown on {_rank_text(rank)} (no data in the last "
+        missing = MISSING_WHY.get(c.signal) or ("OOMs are seen only in the log, and none was read"
+                                               if c.signal.startswith("oom_") else None)
+        return unknown(f"{missing} ({c.signal} unknown on {_rank_text(rank)})" if missing else
+                       f"signal {c.signal} unknown on {_rank_text(rank)} (no data in the last "
                        f"{_window_text(window_s)})")
     for g in c.guard:
         gv = sig.get(g.signal)
@@ -213,7 +230,7 @@ def _evaluate_one(c: Check, sig: Mapping[str, float | None], rank: Rank, args: M
     shown = _pct if c.signal.endswith("_ratio") else _fmt
     fields = {"value": shown(value), "threshold": shown(threshold), "window": _window_text(window_s),
               "flag": flag or "",
-              "suggested": "a value not computed here (see below)" if s.suggested is None else _fmt(s.suggested),
+              "suggested": "a value not computed from this input" if s.suggested is None else _fmt(s.suggested),
               "current": "its current value" if s.current is None else _fmt(s.current),
               "rank": _rank_text(rank), "band_low": _fmt(band[0]), "band_high": _fmt(band[1])}
     try:
@@ -289,8 +306,11 @@ def _jsonable(v: Any) -> Any:
 
 def findings_document(*, findings: list[Finding], signals: RankSignals, server: ServerState,
                       profile: str | None, workload: str | None, window: tuple[Any, Any] | None = None,
-                      table: CheckTable | None = None, extra: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """The diagnose JSON of interfaces.md (also `/api/findings`)."""
+                      table: CheckTable | None = None, extra: Mapping[str, Any] | None = None,
+                      config: Config | None = None) -> dict[str, Any]:
+    """The diagnose JSON of interfaces.md (also `/api/findings`), with coverage, indications and plan."""
+    from . import plan  # plan imports this module's neighbours only; imported here to keep the cycle out
+
     prof = profile
     if prof is None and table is not None:
         prof = table.default_profile()
@@ -299,8 +319,9 @@ def findings_document(*, findings: list[Finding], signals: RankSignals, server: 
         "profile": prof, "workload": workload or "throughput",
         "server": {**version_fields(server.version), "args": _jsonable(dict(server.args))},
         "window": {"start": time_text(start), "end": time_text(end)},
-        "signals": {k: _jsonable(v) for k, v in sorted(aggregate_signals(signals).items())},
-        "signals_by_rank": [{"rank": r.as_dict(), "signals": {k: _jsonable(v) for k, v in sorted(s.items())}}
+        "signals": {k: _jsonable(v) for k, v in sorted(aggregate_signals(signals).items()) if not k.startswith(FEW)},
+        "signals_by_rank": [{"rank": r.as_dict(), "signals": {k: _jsonable(v) for k, v in sorted(s.items())
+                                                              if not k.startswith(FEW)}}
                             for r, s in sorted(signals.items())],
         "findings": [_jsonable(f.to_json_dict()) for f in findings],
         "status": worst_status(findings),
@@ -308,6 +329,12 @@ def findings_document(*, findings: list[Finding], signals: RankSignals, server: 
     }
     if server.model_name:
         doc["server"]["model_name"] = server.model_name
+    if table is not None:
+        parts = plan.document_parts(table, findings, signals, server, profile=prof, workload=workload, config=config)
+    else:
+        parts = {"coverage": plan.coverage(findings), "indications": [], "plan": [], "command_diff": []}
+    doc.update(_jsonable(parts))
+    doc["verdict"] = plan.verdict_line(doc)
     if extra:
         doc.update(extra)
     return doc

@@ -72,6 +72,19 @@ class Suggest:
 
 
 @dataclass(frozen=True, slots=True)
+class PlanStep:
+    """Where a check's change goes in the plan, and what to watch after it."""
+
+    stage: str
+    watch: str
+    watch_for: str
+
+
+# The default order when a table names none (crash first, client last).
+PLAN_STAGES = ("crash", "memory", "scheduling", "graphs", "observability", "client")
+
+
+@dataclass(frozen=True, slots=True)
 class Profile:
     """A guide version's thresholds (resolved: inherited values filled in)."""
 
@@ -112,6 +125,7 @@ class Check:
     tradeoff: str
     runbook: dict[str, str]
     promql: dict[str, str | None]
+    plan: PlanStep = PlanStep("scheduling", "", "")
 
     def thresholds_for(self, profile: str, workload: str | None = None) -> dict[str, float]:
         """Level -> threshold for a profile, with the workload's override applied."""
@@ -156,6 +170,7 @@ class CheckTable:
     non_checks: list[NonCheck]
     workloads: tuple[str, ...]
     defaults: dict[str, float]
+    plan_stages: tuple[str, ...] = PLAN_STAGES
 
     def default_profile(self) -> str:
         """The profile used when none is chosen (the newest guide)."""
@@ -297,7 +312,7 @@ def _profiles(raw: Any, problems: list[str]) -> dict[str, Profile]:
 _CHECK_KEYS = {"id", "alert", "title", "guide", "signal", "comparison", "thresholds", "profile_thresholds",
                "guard", "window_s", "for_s", "min_samples", "workloads", "workload_overrides", "severity",
                "flag", "flags_by_version", "action", "client_action", "suggest", "suppressed_by", "summary",
-               "description", "tradeoff", "runbook", "promql"}
+               "description", "tradeoff", "runbook", "promql", "plan"}
 
 
 def parse_levels(raw: Any, where: str, problems: list[str]) -> dict[str, float]:
@@ -316,8 +331,19 @@ def parse_levels(raw: Any, where: str, problems: list[str]) -> dict[str, float]:
     return out
 
 
+def _plan_step(raw: Any, where: str, stages: tuple[str, ...], problems: list[str]) -> PlanStep:
+    if raw is None:  # optional: such a check's change goes with the scheduler's
+        return PlanStep("scheduling", "", "")
+    if not isinstance(raw, dict) or raw.get("stage") not in stages or set(raw) - {"stage", "watch", "watch_for"} \
+            or not all(isinstance(raw.get(k), str) and raw.get(k) for k in ("watch", "watch_for")):
+        problems.append(f"{where}.plan: needs stage (one of {list(stages)}), watch and watch_for")
+        return PlanStep("scheduling", "", "")
+    return PlanStep(str(raw["stage"]), str(raw["watch"]), str(raw["watch_for"]))
+
+
 def _check(raw: Any, i: int, profiles: dict[str, Profile], workloads: tuple[str, ...],
-           defaults: dict[str, float], problems: list[str]) -> Check | None:
+           defaults: dict[str, float], problems: list[str],
+           stages: tuple[str, ...] = PLAN_STAGES) -> Check | None:
     where = f"checks[{i}]"
     if not isinstance(raw, dict):
         problems.append(f"{where}: must be a mapping")
@@ -450,7 +476,8 @@ def _check(raw: Any, i: int, profiles: dict[str, Profile], workloads: tuple[str,
         suppressed_by=tuple(raw.get("suppressed_by") or ()), summary=str(raw.get("summary", "")),
         description=str(raw.get("description", "")), tradeoff=str(raw.get("tradeoff", "")),
         runbook={k: str(v) for k, v in runbook.items()},
-        promql={"exporter": promql.get("exporter"), "sglang": promql.get("sglang")})
+        promql={"exporter": promql.get("exporter"), "sglang": promql.get("sglang")},
+        plan=_plan_step(raw.get("plan"), where, stages, problems))
 
 
 def parse_table(raw: Any) -> CheckTable:
@@ -458,7 +485,8 @@ def parse_table(raw: Any) -> CheckTable:
     problems: list[str] = []
     if not isinstance(raw, dict):
         raise TableError(["top level must be a mapping"])
-    unknown = set(raw) - {"schema_version", "defaults", "workloads", "profiles", "checks", "non_checks"}
+    unknown = set(raw) - {"schema_version", "defaults", "workloads", "profiles", "checks", "non_checks",
+                         "plan_stages"}
     if unknown:
         problems.append(f"unknown top-level keys {sorted(unknown)}")
     if raw.get("schema_version") != SCHEMA_VERSION:
@@ -473,13 +501,18 @@ def parse_table(raw: Any) -> CheckTable:
         workloads_raw = []
     workloads = tuple(str(w) for w in workloads_raw)
     profiles = _profiles(raw.get("profiles"), problems)
+    stages_raw = raw.get("plan_stages", list(PLAN_STAGES))
+    if not isinstance(stages_raw, list) or not stages_raw or len(set(map(str, stages_raw))) != len(stages_raw):
+        problems.append("plan_stages: must be a non-empty list of distinct names")
+        stages_raw = list(PLAN_STAGES)
+    stages = tuple(str(x) for x in stages_raw)
     checks: list[Check] = []
     raw_checks = raw.get("checks")
     if not isinstance(raw_checks, list) or not raw_checks:
         problems.append("checks: must be a non-empty list")
         raw_checks = []
     for i, rc in enumerate(raw_checks):
-        c = _check(rc, i, profiles, workloads, defaults, problems)
+        c = _check(rc, i, profiles, workloads, defaults, problems, stages)
         if c is not None:
             checks.append(c)
     ids = [c.id for c in checks]
@@ -502,4 +535,4 @@ def parse_table(raw: Any) -> CheckTable:
     if problems:
         raise TableError(problems)
     return CheckTable(checks=checks, profiles=profiles, non_checks=non_checks, workloads=workloads,
-                      defaults=defaults)
+                      defaults=defaults, plan_stages=stages)

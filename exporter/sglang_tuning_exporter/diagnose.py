@@ -885,7 +885,8 @@ class Diagnosis:
         if self.overrides:
             server = ServerState(server.version, {**server.args, **self.overrides}, server.model_name)
         doc = findings_document(findings=findings, signals=self.last_signals, server=server, profile=self.profile,
-                                workload=self.workload, window=(self.first_t, self.last_t), table=self.table)
+                                workload=self.workload, window=(self.first_t, self.last_t), table=self.table,
+                                config=self.cfg)
         for fd, (_, ws, we) in zip(doc["findings"], entries, strict=True):
             fd["window"] = {"start": _iso(max(ws, self.first_t or ws)), "end": _iso(min(we, end))}
         doc["source"] = source

@@ -119,6 +119,16 @@ def render_text(results: Sequence[FileDiagnosis], table: CheckTable, *, color: b
         lines.append(f"== {r.source}")
         lines.extend("  " + h for h in _header_lines(r))
         lines.append("")
+        d = r.document
+        lines.append(f"  {d.get('verdict', '')}")
+        if d.get("plan"):
+            lines.append("")
+            lines.append("  Plan (one change at a time, in this order):")
+            lines.extend("    " + x for x in plan_lines(d))
+            if d.get("command_diff"):
+                lines.append("  Command line:")
+                lines.extend("    " + x for x in d["command_diff"])
+        lines.append("")
         rows = _rows(r, table)
         w1 = max([len("CHECK")] + [len(x[0]) for x in rows])
         w3 = max([len("RANKS")] + [len(x[2]) for x in rows])
@@ -129,10 +139,18 @@ def render_text(results: Sequence[FileDiagnosis], table: CheckTable, *, color: b
                 st = f"{_ANSI[status]}{st}{_RESET}"
             lines.append(f"  {cid:<{w1}}  {st}  {ranks:<{w3}}  {summary}")
         firing = _firing(r)
-        lines.append("")
-        if not firing:
-            lines.append("  No findings: nothing in this log contradicts the tuning guide.")
-        else:
+        why = not_judged(d)
+        if why:
+            lines.append("")
+            lines.append(f"  Not judged ({len(why)} of {d['coverage']['checks']} checks):")
+            lines.extend(f"    {cid}: {text}" for cid, text in why)
+        if d.get("indications"):
+            lines.append("")
+            lines.append("  Indications (too few samples to judge; not findings, --fail-on ignores them):")
+            lines.extend(f"    {i['check']} on {rank_text(i['rank'], 'the server')}: {i['evidence']}"
+                         for i in d["indications"])
+        if firing:
+            lines.append("")
             lines.append(f"  {len(firing)} finding(s):")
         for f in firing:
             tag = f.status.upper()
@@ -151,6 +169,30 @@ def render_text(results: Sequence[FileDiagnosis], table: CheckTable, *, color: b
                 lines.append(f"    trade-off: {f.tradeoff}")
         lines.append("")
     return "\n".join(lines)
+
+
+def plan_step_text(step: dict[str, Any]) -> str:
+    """`1. increase --mem-fraction-static: 0.8 -> 0.86` (client steps: the change in words)."""
+    if step.get("flag") is None:
+        return f"{step['step']}. client side ({', '.join(step.get('checks', []))})"
+    cur = "?" if step.get("current") is None else _v(step["current"])
+    to = "a value not computed (see why)" if step.get("to") is None else _v(step["to"])
+    return f"{step['step']}. {step['action']} {step['flag']}: {cur} -> {to}"
+
+
+def plan_lines(doc: dict[str, Any]) -> list[str]:
+    """The plan as plain lines (shared by text and Markdown)."""
+    out: list[str] = []
+    for step in doc.get("plan") or []:
+        out.append(plan_step_text(step))
+        out.append(f"   why:  {step.get('why', '')}")
+        out.append(f"   then: {step.get('then', '')}")
+    return out
+
+
+def not_judged(doc: dict[str, Any]) -> list[tuple[str, str]]:
+    """(check, why) for each check without a verdict."""
+    return sorted((doc.get("coverage") or {}).get("unknown_why", {}).items())
 
 
 def _window_of(r: FileDiagnosis, f: Finding) -> str:
@@ -180,14 +222,39 @@ def render_markdown(results: Sequence[FileDiagnosis], table: CheckTable) -> str:
         out.append("")
         out.extend(f"- {_md(h)}" for h in _header_lines(r))
         out.append("")
+        d = r.document
+        out.append(f"**{_md(d.get('verdict', ''))}**")
+        out.append("")
+        if d.get("plan"):
+            out.append("### Plan (one change at a time, in this order)")
+            out.append("")
+            for step in d["plan"]:
+                out.append(f"{step['step']}. {_md_code(plan_step_text(step).split('. ', 1)[1])}"
+                           f" — {_md(step.get('why', ''))}. *Then:* {_md(step.get('then', ''))}.")
+            out.append("")
+            if d.get("command_diff"):
+                out.append("```diff")
+                out.extend(d["command_diff"])
+                out.append("```")
+                out.append("")
         out.append("| check | status | ranks | summary |")
         out.append("|---|---|---|---|")
         for cid, status, ranks, summary in _rows(r, table):
             out.append(f"| `{cid}` | **{status}** | {_md(ranks)} | {_md(summary)} |")
         out.append("")
         firing = _firing(r)
-        if not firing:
-            out.append("No findings: nothing in this log contradicts the tuning guide.")
+        why = not_judged(d)
+        if why:
+            out.append(f"### Not judged ({len(why)} of {d['coverage']['checks']} checks)")
+            out.append("")
+            out.extend(f"- `{cid}`: {_md(text)}" for cid, text in why)
+            out.append("")
+        if d.get("indications"):
+            out.append("### Indications (too few samples to judge; not findings)")
+            out.append("")
+            out.extend(f"- `{i['check']}` on {_md(rank_text(i['rank'], 'the server'))}: {_md(i['evidence'])}"
+                       for i in d["indications"])
+            out.append("")
         for f in firing:
             out.append(f"### {f.status.upper()}: `{f.check}` on {_md(rank_text(f.rank, 'the server'))}")
             out.append("")
@@ -246,14 +313,30 @@ def render_html(results: Sequence[FileDiagnosis], table: CheckTable) -> str:
     for r in results:
         body.append(f"<h2><code>{e(r.source)}</code></h2>")
         body.append("<ul>" + "".join(f"<li>{e(h)}</li>" for h in _header_lines(r)) + "</ul>")
+        d = r.document
+        body.append(f'<p class="verdict"><b>{e(d.get("verdict", ""))}</b></p>')
+        if d.get("plan"):
+            body.append("<h3>Plan (one change at a time, in this order)</h3><ol class=\"plan\">")
+            for step in d["plan"]:
+                body.append(f"<li><code>{e(plan_step_text(step).split('. ', 1)[1])}</code>"
+                            f"<br>{e(step.get('why', ''))}<br><i>Then:</i> {e(step.get('then', ''))}</li>")
+            body.append("</ol>")
+            if d.get("command_diff"):
+                body.append("<pre>" + e("\n".join(d["command_diff"])) + "</pre>")
         body.append("<table><tr><th>check</th><th>status</th><th>ranks</th><th>summary</th></tr>")
         for cid, status, ranks, summary in _rows(r, table):
             body.append(f'<tr><td><code>{e(cid)}</code></td><td class="status" style="color:{COLOURS[status]}">'
                         f"{e(status)}</td><td>{e(ranks)}</td><td>{e(summary)}</td></tr>")
         body.append("</table>")
         firing = _firing(r)
-        if not firing:
-            body.append("<p>No findings: nothing in this log contradicts the tuning guide.</p>")
+        why = not_judged(d)
+        if why:
+            body.append(f"<h3>Not judged ({len(why)} of {d['coverage']['checks']} checks)</h3><ul>"
+                        + "".join(f"<li><code>{e(cid)}</code>: {e(text)}</li>" for cid, text in why) + "</ul>")
+        if d.get("indications"):
+            body.append("<h3>Indications (too few samples to judge; not findings)</h3><ul>"
+                        + "".join(f"<li><code>{e(i['check'])}</code> on {e(rank_text(i['rank'], 'the server'))}: "
+                                  f"{e(i['evidence'])}</li>" for i in d["indications"]) + "</ul>")
         for f in firing:
             colour = COLOURS[f.status]
             body.append(f'<div class="finding" style="border-color:{colour}">'

@@ -253,6 +253,8 @@ class EventConverter:
             add("kv_cache_gb", kv)
         elif stage in _AFTER_POOL_STAGES and avail is not None:
             add("avail_mem_after_pool_gb", avail)
+            if stage == "cuda_graph_end":  # the graphs' own memory: the plan's budget for a larger capture
+                add("cuda_graph_gb", number(f.get("mem_usage_gb")))
         elif stage == "summary":
             add("available_gpu_mem_gb", f.get("available_gpu_mem_gb"))
             for key in ("max_total_num_tokens", "max_running_requests", "chunked_prefill_size", "context_len"):

@@ -94,6 +94,8 @@ class InstanceReport:
     args: dict[str, Any]
     findings: tuple[Finding, ...]
     signals: dict[str, dict[str, float | None]] = field(default_factory=dict)  # rank text -> signals
+    # coverage, indications, plan (interfaces.md), from the same code as diagnose's document
+    parts: dict[str, Any] = field(default_factory=dict)
 
     @property
     def status(self) -> str:
@@ -115,7 +117,8 @@ class InstanceReport:
                 "status": self.status, "args": dict(self.args),
                 "findings": [f.to_json_dict() for f in self.findings],
                 "signals": {rank: {k: v for k, v in sig.items() if v is not None}
-                            for rank, sig in self.signals.items()}}
+                            for rank, sig in self.signals.items()},
+                **self.parts}
 
 
 @dataclass(frozen=True, slots=True)
@@ -168,6 +171,7 @@ class FleetReport:
 # --------------------------------------------------------------------------------------------- evaluation
 
 Evaluate = Callable[[Mapping[Any, dict[str, float | None]], fleet.InstanceData, float], list[Finding]]
+Parts = Callable[[list[Finding], Mapping[Any, dict[str, float | None]], fleet.InstanceData], dict[str, Any]]
 
 
 def rank_text(rank: Rank) -> str:
@@ -177,7 +181,8 @@ def rank_text(rank: Rank) -> str:
 
 
 def evaluate_fleet(data: Mapping[str, fleet.InstanceData], evaluate: Evaluate,
-                   overrides: Mapping[str, Any], window_s: float) -> list[InstanceReport]:
+                   overrides: Mapping[str, Any], window_s: float,
+                   parts: Parts | None = None) -> list[InstanceReport]:
     """Run the advisor's evaluation once per instance on its per-rank signals (pure given `evaluate`)."""
     out: list[InstanceReport] = []
     for name in sorted(data, key=natural_key):
@@ -185,9 +190,11 @@ def evaluate_fleet(data: Mapping[str, fleet.InstanceData], evaluate: Evaluate,
         d = dataclasses.replace(data[name], args={**data[name].args, **overrides})
         signals = fleet.derive_signals(d)
         findings = evaluate(signals, d, window_s)
+        extra = parts(findings, signals, d) if parts is not None else {}
         out.append(InstanceReport(instance=name, model_name=d.model_name, version=d.version, args=dict(d.args),
                                   findings=tuple(findings),
-                                  signals={rank_text(r): dict(s) for r, s in sorted(signals.items())}))
+                                  signals={rank_text(r): dict(s) for r, s in sorted(signals.items())},
+                                  parts=extra))
     return out
 
 
@@ -201,6 +208,7 @@ class Guide:
     checks: tuple[str, ...]
     params: SignalParams
     server_args: dict[str, Any]
+    parts: Parts | None = None  # coverage, indications and plan of one instance
 
 
 def load_guide(args: argparse.Namespace) -> Guide:
@@ -239,9 +247,18 @@ def load_guide(args: argparse.Namespace) -> Guide:
         return list(advisor.evaluate(table, dict(signals), d.server_state(), profile=profile,
                                      workload=workload, config=cfg))
 
+    def parts(findings: list[Finding], signals: Mapping[Any, dict[str, float | None]],
+              d: fleet.InstanceData) -> dict[str, Any]:
+        from . import plan
+
+        got = plan.document_parts(table, findings, signals, d.server_state(), profile=profile, workload=workload,
+                                  config=config)
+        got["verdict"] = plan.verdict_line({**got, "findings": [f.to_json_dict() for f in findings]})
+        return got
+
     return Guide(evaluate=run, profile=profile, workload=workload,
                  checks=tuple(c.id for c in table.for_workload(workload)), params=params,
-                 server_args={**config.server_args, **overrides})
+                 server_args={**config.server_args, **overrides}, parts=parts)
 
 
 # --------------------------------------------------------------------------------------------- driver
@@ -278,7 +295,7 @@ def build_report(client: PrometheusClient, window: fleet.Window, guide: Guide, *
     answers = run_queries(jobs, concurrency)
     data = fleet.collect({k: v for k, v in answers.items() if not k.startswith("chart:")})
     charts = fleet.charts_by_instance({k[6:]: v for k, v in answers.items() if k.startswith("chart:")})
-    instances = evaluate_fleet(data, guide.evaluate, guide.server_args, window.length_s)
+    instances = evaluate_fleet(data, guide.evaluate, guide.server_args, window.length_s, guide.parts)
     drift = fleet.find_drift(data.values())
     return FleetReport(prometheus=client.base, start=window.start, end=window.end, queries=client.queries,
                        profile=guide.profile, workload=guide.workload, selector=window.selector,
@@ -458,8 +475,27 @@ def run(args: argparse.Namespace) -> int:
     try:
         report = build_report(client, window, guide, with_charts=args.format == "html",
                               concurrency=concurrency)
+        blind = no_data(report)
+        if blind and not report.instances:  # nothing to render: an empty report would read as a healthy fleet
+            print(f"report: {blind}", file=sys.stderr)
+            return EXIT_RUNTIME
         write_output(report_formats.render(report, args.format), args.output)
     except (PrometheusError, OutputError) as exc:
         print(f"report: {exc}", file=sys.stderr)
         return EXIT_RUNTIME
+    if blind:
+        print(f"report: {blind}", file=sys.stderr)
+        return EXIT_RUNTIME
     return EXIT_OK
+
+
+def no_data(report: FleetReport) -> str:
+    """One line when the report judged nothing (no data is not health); empty when it judged something."""
+    sel = f"{{{report.selector}}}" if report.selector else "the exporter's series"
+    if not report.instances:
+        return (f"no sglang_tuning series matched {sel} on {report.prometheus} between {iso(report.start)} and "
+                f"{iso(report.end)}: nothing to judge")
+    if all(i.status == "unknown" for i in report.instances):
+        return (f"all {len(report.instances)} instances matching {sel} are unknown: no check had enough data "
+                "to judge (see each instance's coverage)")
+    return ""

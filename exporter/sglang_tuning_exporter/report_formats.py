@@ -11,6 +11,7 @@ import json
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from .diagnose_formats import plan_step_text
 from .model import STATUS_CODE, Finding
 from .report import FleetReport, InstanceReport, iso
 
@@ -112,7 +113,7 @@ def render_markdown(report: FleetReport) -> str:
         out += [f"| {c['check']} | {c['servers']} | {c['worst']} | {_md(c['flag'] or 'client side')} | "
                 f"{_md(c['action'])} |" for c in common]
     else:
-        out.append("No check fired on any server.")
+        out.append(_nothing_fired(report))
     out += ["", "## Mis-tuned servers", ""]
     bad = mistuned(report)
     if not bad:
@@ -122,6 +123,7 @@ def render_markdown(report: FleetReport) -> str:
         out.append("")
         out.append(f"Model {_code(inst.model_name or '?')}, SGLang {_md(inst.version or '?')}.")
         out.append("")
+        out += _plan_markdown(inst)
         out += ["| check | rank | status | change | evidence |", "|---|---|---|---|---|"]
         for f in inst.firing():
             out.append(f"| {f.check} | {rank_of(f)} | {f.status} | {_md(change_text(f))} | {_md(f.evidence)} |")
@@ -138,6 +140,29 @@ def render_markdown(report: FleetReport) -> str:
     out += ["", "Legend: ok, WARN = warning, CRIT = critical, ? = unknown (not enough data), "
                 "- = not evaluated.", ""]
     return "\n".join(out)
+
+
+def _nothing_fired(report: FleetReport) -> str:
+    """No firing check: say how much was judged, so that no data never reads as a healthy fleet."""
+    judged = sum(1 for i in report.instances if i.status != "unknown")
+    if not report.instances:
+        return "No server matched: nothing was judged."
+    if judged == 0:
+        return f"No check could be judged on any of the {len(report.instances)} servers (not enough data)."
+    return (f"No check fired on the {judged} of {len(report.instances)} servers that could be judged"
+            + (f"; {len(report.instances) - judged} had no verdict." if judged < len(report.instances) else "."))
+
+
+def _plan_markdown(inst: InstanceReport) -> list[str]:
+    """The instance's verdict line and plan: what to change first (interfaces.md `plan`)."""
+    out = [f"*{_md(inst.parts.get('verdict', ''))}*", ""] if inst.parts.get("verdict") else []
+    steps = inst.parts.get("plan") or []
+    if steps:
+        out += ["Plan, one change at a time:", ""]
+        out += [f"{s['step']}. {_code(plan_step_text(s).split('. ', 1)[1])} — {_md(s.get('why', ''))}. "
+                f"*Then:* {_md(s.get('then', ''))}." for s in steps]
+        out.append("")
+    return out
 
 
 def _listing(insts: Sequence[str]) -> str:
@@ -250,7 +275,7 @@ def render_html(report: FleetReport) -> str:
     parts.append(_table(["check", "servers", "worst", "flag", "action"],
                         [[_td(c["check"]), _td(c["servers"]), _td(c["worst"], c["worst"]),
                           _td(c["flag"] or "client side"), _td(c["action"])] for c in common])
-                 if common else "<p>No check fired on any server.</p>")
+                 if common else f"<p>{_e(_nothing_fired(report))}</p>")
     parts.append('<h2 id="mistuned">Mis-tuned servers</h2>')
     bad = mistuned(report)
     if not bad:
@@ -263,6 +288,11 @@ def render_html(report: FleetReport) -> str:
         parts.append(f'<section class="server" id="{_e("srv-" + inst.instance)}">'
                      f"<h3><code>{_e(inst.instance)}</code> — {_e(inst.status)}</h3>"
                      f"<p>Model <code>{_e(inst.model_name or '?')}</code>, SGLang {_e(inst.version or '?')}.</p>"
+                     + (f"<p><i>{_e(inst.parts['verdict'])}</i></p>" if inst.parts.get("verdict") else "")
+                     + ("<ol class=\"plan\">" + "".join(
+                         f"<li><code>{_e(plan_step_text(s).split('. ', 1)[1])}</code> {_e(s.get('why', ''))}. "
+                         f"<i>Then:</i> {_e(s.get('then', ''))}.</li>" for s in inst.parts.get("plan") or [])
+                        + "</ol>" if inst.parts.get("plan") else "")
                      + (f'<div class="charts">{spark}</div>' if spark else "")
                      + _table(["check", "rank", "status", "change", "evidence", "trade-off"], rows) + "</section>")
     parts.append('<h2 id="drift">Configuration drift</h2>')

@@ -112,7 +112,8 @@ def build_advisor(cfg: ServeConfig) -> Advisor:
     def document(findings: list[Finding], signals: Mapping[Rank, Mapping[str, float | None]],
                  server: ServerState, now: float) -> Mapping[str, Any]:
         return dict(findings_document(findings=findings, signals=signals, server=server, profile=profile,
-                                                  workload=workload, window=(now - window_s, now), table=table))
+                                                  workload=workload, window=(now - window_s, now), table=table,
+                                      config=config))
 
     exported = frozenset({c.signal for c in table.checks} | set(EXTRA_SIGNALS))
     return Advisor(window=window, evaluate=evaluate, document=document, to_observations=to_obs,

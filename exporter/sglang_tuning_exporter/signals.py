@@ -34,11 +34,11 @@ OOM_PHASES = ("prefill", "decode", "startup", "unknown", "capture")
 # One observation = one thing that happened (value = its size).
 EVENT_NAMES = frozenset({"retraction", *(f"oom_{p}" for p in OOM_PHASES), "prefill_new_tokens",
                          "prefill_cached_tokens", "decode_cuda_graph_passes", "decode_eager_passes"})
-# Facts stated once (startup lines, server info): kept while the rank lives, not windowed.
+# Facts stated once (startup lines, server info): kept until the next startup, not windowed.
 FACT_NAMES = frozenset({"available_gpu_mem_gb", "avail_mem_after_pool_gb", "gpu_mem_total_gb", "weights_gb",
                         "max_total_num_tokens", "max_running_requests", "cuda_graph_max_bs_captured",
                         "chunked_prefill_size", "context_len", "metrics_enabled", "avail_after_weights_gb",
-                        "kv_cache_gb"})
+                        "kv_cache_gb", "cuda_graph_gb"})
 SERVER_START = "server_start"  # a `server_args` line: the observation that resets startup facts
 # Facts that differ between TP ranks of one replica: keep the worst when folding TP ranks.
 _FACT_MIN = frozenset({"available_gpu_mem_gb", "avail_mem_after_pool_gb", "gpu_mem_total_gb",
@@ -65,6 +65,7 @@ SIGNAL_NAMES = (
     "available_gpu_mem_gb", "available_gpu_mem_from_summary", "gpu_mem_total_gb", "weights_gb",
     "max_total_num_tokens", "max_running_requests", "cuda_graph_max_bs_captured", "cuda_graph_ceiling_ratio",
     "chunked_prefill_size", "context_len", "metrics_enabled", "gen_throughput_mean", "kv_cache_gb",
+    "cuda_graph_gb",
     "mem_fraction_static_estimate",
     "decode_samples", "queue_samples", "kv_samples", "graph_samples", "prefill_samples",
 )
@@ -946,6 +947,34 @@ class Window:
         return total
 
 
+# Too few samples to judge, but worth showing (the advisor's "indications"): these keys carry the
+# same signals computed on the samples there are, plus the extremes of those samples. Never exported.
+FEW = "few:"
+
+
+def few_sample_signals(s: SampleStats, p: SignalParams) -> dict[str, float]:
+    """Signals of a rank that has some samples but fewer than `p.min_samples` (pure)."""
+    out: dict[str, float] = {}
+    if s.queue_n:
+        out[FEW + "queue_samples"] = float(s.queue_n)
+        out[FEW + "queue_over_band_ratio"] = s.queue_over / s.queue_n
+        out[FEW + "queue_empty_ratio"] = s.queue_zero / s.queue_n
+        out[FEW + "queue_min"] = float(min(k for k, _ in _pairs(s.queue)))
+        out[FEW + "queue_max"] = float(hist_max(s.queue))
+    if s.kv_n:
+        out[FEW + "kv_samples"] = float(s.kv_n)
+        out[FEW + "kv_underused_ratio"] = s.kv_under / s.kv_n
+        out[FEW + "token_usage_max"] = s.usage_max
+    if s.running_n:
+        out[FEW + "decode_samples"] = float(s.running_n)
+        out[FEW + "running_min"] = float(min(k for k, _ in _pairs(s.running)))
+        out[FEW + "running_max"] = float(hist_max(s.running))
+    if s.graph_n:
+        out[FEW + "graph_samples"] = float(s.graph_n)
+        out[FEW + "cuda_graph_miss_ratio"] = s.graph_miss / s.graph_n
+    return out
+
+
 def compute_signals(total: Bucket, facts: dict[str, float], p: SignalParams, *, span_s: float,
                     from_log: bool) -> dict[str, float | None]:
     """The signals of one rank from its merged window bucket and its startup facts (pure)."""
@@ -956,6 +985,8 @@ def compute_signals(total: Bucket, facts: dict[str, float], p: SignalParams, *, 
     out["queue_samples"] = float(s.queue_n)
     out["decode_samples"] = float(s.running_n)
     out["kv_samples"] = float(s.kv_n)
+    if any(0 < n < enough for n in (s.queue_n, s.kv_n, s.running_n, s.graph_n)):
+        out.update(few_sample_signals(s, p))
     if s.queue_n >= enough:
         nq = s.queue_n
         out["queue_empty_ratio"] = s.queue_zero / nq
@@ -1001,7 +1032,7 @@ def compute_signals(total: Bucket, facts: dict[str, float], p: SignalParams, *, 
             out[f"oom_{phase}_count"] = float(total.oom.get(f"oom_{phase}", 0))
     for name in ("gpu_mem_total_gb", "weights_gb", "max_total_num_tokens", "max_running_requests",
                  "cuda_graph_max_bs_captured", "chunked_prefill_size", "context_len", "metrics_enabled",
-                 "kv_cache_gb"):
+                 "kv_cache_gb", "cuda_graph_gb"):
         out[name] = facts.get(name)
     if "available_gpu_mem_gb" in facts:
         out["available_gpu_mem_gb"] = facts["available_gpu_mem_gb"]

@@ -20,6 +20,7 @@ import jinja2
 from prometheus_client import CONTENT_TYPE_LATEST
 from prometheus_client.registry import CollectorRegistry
 
+from . import plan
 from .collector import TUNING_ARGS, BuildInfo, encode_text
 from .httpserver import BoundedHTTPServer, TimedRequestHandler
 from .state import SOURCES, Snapshot
@@ -74,10 +75,23 @@ def findings_json(snap: Snapshot) -> dict[str, Any]:
             return dict(snap.document())
         except Exception:  # the advisor's document failed: serve the findings we have
             log.exception("findings document failed")
-    return {"profile": None, "workload": None,
-            "server": {"version": snap.version, "args": dict(snap.args)},
-            "window": {"start": None, "end": None}, "signals": {},
-            "findings": [f.to_json_dict() for f in snap.findings]}
+    doc: dict[str, Any] = {"profile": None, "workload": None,
+                           "server": {"version": snap.version, "args": dict(snap.args)},
+                           "window": {"start": None, "end": None}, "signals": {},
+                           "findings": [f.to_json_dict() for f in snap.findings],
+                           "coverage": plan.coverage(snap.findings), "indications": [], "plan": []}
+    doc["verdict"] = plan.verdict_line(doc)
+    return doc
+
+
+def blind_sources(snap: Snapshot) -> list[dict[str, str]]:
+    """Enabled sources whose last read failed (or that never answered), with why: the page's top banner."""
+    out = []
+    for name in SOURCES:
+        st = snap.sources[name]
+        if st.enabled and st.up is False:
+            out.append({"name": name, "detail": st.detail or "the last read failed"})
+    return out
 
 
 class WebApp:
@@ -131,14 +145,25 @@ class WebApp:
                   "throughput": _fmt(r.gauges.get("gen_throughput"))} for r in snap.ranks]
         signals = [{"rank_text": _rank_text(rank.as_dict()),
                     "pairs": [(k, _fmt(v)) for k, v in sorted(values.items())]} for rank, values in snap.signals]
+        doc = findings_json(snap) if snap.findings else {}
+        cov = doc.get("coverage") or plan.coverage(snap.findings)
+        blind = blind_sources(snap)
+        unknown_checks = sorted(cov.get("unknown_why", {}))
+        rows = [{"status": f.status, "check": f.check, "rank_text": _rank_text(f.rank), "flag": f.flag,
+                 "action": f.action, "current": _fmt(f.current), "suggested": _fmt(f.suggested),
+                 "summary": f.summary, "evidence": f.evidence, "guide": f.guide, "tradeoff": f.tradeoff}
+                for f in findings]
         return self._template.render(
+            verdict=doc.get("verdict") or (plan.verdict_line({"coverage": cov, "findings": []}) if snap.findings
+                                           else ""),
+            blind=blind, unknown_checks=unknown_checks, plan_steps=doc.get("plan") or [],
+            command_diff=doc.get("command_diff") or [], indications=doc.get("indications") or [],
+            firing=[r for r in rows if r["status"] in ("warning", "critical")],
+            unknown_rows=[r for r in rows if r["status"] == "unknown"],
+            ok_rows=[r for r in rows if r["status"] == "ok"],
             refresh_s=self._refresh_s, model=snap.model_name, version=snap.version,
             window=f"{snap.window_s:.0f} s", evaluated=_when(snap.evaluated_at, snap.now) if snap.evaluated_at else "",
-            telemetry_path=self.telemetry_path, counts=counts,
-            findings=[{"status": f.status, "check": f.check, "rank_text": _rank_text(f.rank), "flag": f.flag,
-                       "action": f.action, "current": _fmt(f.current), "suggested": _fmt(f.suggested),
-                       "summary": f.summary, "evidence": f.evidence, "guide": f.guide, "tradeoff": f.tradeoff}
-                      for f in findings],
+            telemetry_path=self.telemetry_path, counts=counts, findings=rows,
             sources=sources, log_lines=sorted((k, int(v)) for k, v in snap.log_lines.items()),
             unparsed=int(snap.log_unparsed), rotations=int(snap.log_rotations),
             truncations=int(snap.log_truncations), restarts=int(snap.restarts), ranks=ranks, signals=signals,
