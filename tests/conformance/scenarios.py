@@ -150,7 +150,7 @@ def replayed_history() -> Scenario:
 def log_only() -> Scenario:
     w = _writer(version="0.5.10")
     _startup(w)
-    steady(w, 15, retract_every_s=40, queue=0, usage=0.5)
+    steady(w, 30, retract_every_s=40, queue=0, usage=0.5)  # alerts wait their `for` (15 min here)
     return Scenario("log_only_old_release", w.lines, {"retractions_frequent": "warning", "queue_empty": "warning"},
                     {"retractions_per_minute": 1.5, "queue_empty_ratio": 1.0})
 

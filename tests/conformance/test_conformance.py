@@ -4,12 +4,20 @@ values at its end (docs/signals.md, "Conformance").  A new evaluator or check jo
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from .evaluators import Reading, diagnose, live, replay, sidecar_restarted
-from .scenarios import ALL, Scenario
+from sglang_tuning_exporter.model import STATUS_CODE
+
+from . import promql
+from .evaluators import TABLE, Reading, diagnose, live, replay, sidecar_restarted
+from .scenarios import ALL, START, Scenario
+from .test_promql_tp import tolerance
+
+WINDOW_S = 600.0
+NATIVE_ALERTS = {c.alert for c in TABLE.checks if c.promql.get("sglang")}  # checks SGLang's own metrics can judge
 
 SCENARIOS = {f().name: f for f in ALL}
 PY_EVALUATORS = {"diagnose": diagnose, "replay": replay, "live": live}
@@ -51,3 +59,106 @@ def test_sidecar_restarted_mid_log_knows_the_startup_facts(tmp_path: Path) -> No
     """A sidecar started without --from-start reads the running server's startup section."""
     sc = SCENARIOS["sidecar_restart"]()
     check_reading(sc, sidecar_restarted(sc, tmp_path), "sidecar restarted")
+
+
+# ----------------------------------------------------------------------------- PromQL evaluators
+# The live run's /metrics history (and SGLang's own, where the scenario has one) is what a Prometheus
+# scraped: the rendered rules under promtool, every dashboard panel and the fleet report read it.
+
+EXPORTER_INSTANCE = "{}:9470"
+SGLANG_INSTANCE = "{}:30000"
+STEP_S = 15.0
+
+
+def _scrapes(sc: Scenario, reading: Reading) -> list[promql.Scrape]:
+    out = [promql.Scrape(t, promql.EXPORTER_JOB, EXPORTER_INSTANCE.format(sc.name), text)
+           for t, text in reading.expositions]
+    out += [promql.Scrape(START + t, promql.SGLANG_JOB, SGLANG_INSTANCE.format(sc.name), text)
+            for t, text in sc.metrics]
+    return out
+
+
+@pytest.fixture(scope="module")
+def histories(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Scenario, list[promql.Scrape], float]]:
+    reason = promql.skip_reason()
+    if reason:
+        pytest.skip(reason)
+    out = {}
+    for name, make in SCENARIOS.items():
+        sc = make()
+        reading = live(sc, tmp_path_factory.mktemp(name))
+        scrapes = _scrapes(sc, reading)
+        out[name] = (sc, scrapes, max(s.t for s in scrapes))
+    return out
+
+
+def _expected_alerts(sc: Scenario) -> dict[str, list[dict[str, str]]]:
+    """Each compared check's alert: fires at warning (and critical) as the scenario's end status says."""
+    by_id = {c.id: c for c in TABLE.checks}
+    out: dict[str, list[dict[str, str]]] = {}
+    for check, status in sc.statuses.items():
+        levels = {"ok": [], "warning": ["warning"], "critical": ["warning", "critical"]}[status]
+        subsets = [{"severity": lv} for lv in levels]
+        for rank_text, checks in sc.rank_statuses.items():
+            if check in checks:
+                dim, _, value = rank_text.partition("=")
+                subsets = [{**s, f"{dim}_rank": value} for s in subsets] if checks[check] != "ok" else subsets
+        out[by_id[check].alert] = subsets
+    return out
+
+
+@pytest.mark.parametrize("name", sorted(SCENARIOS))
+def test_rules_agree(name: str, histories: dict[str, tuple[Scenario, list[promql.Scrape], float]],
+                     tmp_path: Path) -> None:
+    """The rendered alert rules (promtool) fire as the scenario's end status says: exporter rules on our
+    /metrics, SGLang-native rules on SGLang's own /metrics where the scenario has it."""
+    sc, scrapes, end = histories[name]
+    expected = _expected_alerts(sc)
+    promql.rules_check([s for s in scrapes if s.job == promql.EXPORTER_JOB], end, expected, tmp_path / "exporter")
+    if sc.metrics:
+        native = [s for s in scrapes if s.job == promql.SGLANG_JOB]
+        promql.rules_check(native, end, {a: v for a, v in expected.items() if a in NATIVE_ALERTS}, tmp_path / "native",
+                           native=True)
+
+
+@pytest.fixture(scope="module")
+def prom(histories: dict[str, tuple[Scenario, list[promql.Scrape], float]],
+         tmp_path_factory: pytest.TempPathFactory) -> Iterator[promql.PromHistory]:
+    scrapes = [s for _, ss, _ in histories.values() for s in ss]
+    with promql.PromHistory(scrapes, tmp_path_factory.mktemp("prom")) as p:
+        yield p
+
+
+RETRACTION_PANEL = "sglang-tuning-server/Retractions per minute/A"
+
+
+@pytest.mark.parametrize("name", sorted(SCENARIOS))
+def test_dashboards_and_report_agree(name: str, histories: dict[str, tuple[Scenario, list[promql.Scrape], float]],
+                                     prom: promql.PromHistory) -> None:
+    """The server dashboard's retraction panel and the fleet report over the last window read the scenario's
+    end as the Python evaluators do (within PromQL's stated tolerance, docs/signals.md)."""
+    sc, _, end = histories[name]
+    instances = {EXPORTER_INSTANCE.format(sc.name), SGLANG_INSTANCE.format(sc.name)}
+    want = sc.signals.get("retractions_per_minute")
+    if want is not None:
+        panel = promql.dashboard_values(prom, end)[RETRACTION_PANEL]
+        got = [v for k, v in panel.items() if dict(k).get("instance") in instances]
+        assert got, f"no retraction series for {sc.name}"
+        # Grafana's $__rate_interval (4 scrapes) counts few events: one event per minute of tolerance.
+        assert max(got) == pytest.approx(want, abs=tolerance(want, 4 * STEP_S)), got
+    doc = promql.fleet_report(prom, end - WINDOW_S, end)
+    found = [i for i in doc["instances"] if i["instance"] in instances]
+    assert found, f"the report has no instance of {sc.name}"
+    for inst in found:
+        statuses = {}
+        for f in inst["findings"]:
+            old = statuses.get(f["check"])
+            if old is None or STATUS_CODE[f["status"]] > STATUS_CODE[old]:
+                statuses[f["check"]] = f["status"]
+        for check, status in sc.statuses.items():
+            if check in statuses and statuses[check] != "unknown":
+                assert statuses[check] == status, f"report on {inst['instance']}: {check} {statuses[check]}"
+        if want is not None:
+            vals = [s.get("retractions_per_minute") for s in inst["signals"].values()]
+            vals = [v for v in vals if v is not None]
+            assert vals and max(vals) == pytest.approx(want, abs=tolerance(want, WINDOW_S)), vals
