@@ -21,7 +21,6 @@ from .timeparse import LogClock
 
 SECONDS_PER_LINE = 1.0  # the stand-in clock of a log without timestamps
 _NOT_ENOUGH = re.compile(r"not enough memory|leave no gpu memory for the kv cache", re.I)
-_CAPTURE = re.compile(r"capture cuda graph failed|cuda graph capture|capture .*graph", re.I)
 # Stages after the KV pool is allocated: their `avail mem` is the headroom when the summary lacks it.
 _AFTER_POOL_STAGES = ("memory_pool_end", "cuda_graph_begin", "cuda_graph_end", "cuda_graph_bs",
                       "prefill_graph_begin", "prefill_graph_end")
@@ -188,8 +187,13 @@ class EventConverter:
         elif kind == "retract":
             add("retraction", f.get("num_retracted_reqs", 1))
         elif kind == "oom":
-            out.extend(self._oom(t, rank, str(f.get("phase") or "unknown"),
-                                 str(f.get("reason") or "") + " " + str(f.get("message") or "")))
+            phase = str(f.get("phase") or "unknown")
+            out.extend(self._oom(t, rank, phase, str(f.get("reason") or "") + " " + str(f.get("message") or "")))
+            if phase == "startup":
+                # torch's `GPU N has a total capacity of X of which Y is free`: the headroom left at the
+                # failure (a failed start prints no summary) and the GPU's size.
+                add("avail_mem_after_pool_gb", f.get("gpu_free_gb"))
+                add("gpu_mem_total_gb", f.get("gpu_total_gb"))
         elif kind == "error":
             msg = str(f.get("message") or "")
             if _NOT_ENOUGH.search(msg):
@@ -221,8 +225,10 @@ class EventConverter:
 
     @staticmethod
     def _oom(t: float, rank: Rank, phase: str, message: str) -> list[Observation]:
-        if phase == "startup" and (_CAPTURE.search(message) or "cuda_graph_capture" in message) \
-                and not _NOT_ENOUGH.search(message):
+        if phase == "startup" and not _NOT_ENOUGH.search(message) \
+                and "mem_fraction_static_too_small" not in message:
+            # Not SGLang's "pool does not fit" error: an allocation failed in the headroom before the
+            # first batch (CUDA-graph capture, workspace, pool preallocation): the fraction must go down.
             name = "oom_capture"
         elif phase in ("prefill", "decode", "startup"):
             name = f"oom_{phase}"
