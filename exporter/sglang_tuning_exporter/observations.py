@@ -204,6 +204,11 @@ class EventConverter:
             sizes = [s for s in (f.get("batch_sizes") or []) if isinstance(s, (int, float))]
             if sizes:
                 add("cuda_graph_max_bs_captured", max(sizes))
+        elif kind == "cuda_graph_disabled":
+            # SGLang warns at every 5th consecutive eager decode step (managers/cuda_graph_warner.py):
+            # each warning stands for 5 more decode steps without a CUDA graph.
+            if number(f.get("consecutive_steps")) is not None:
+                add("cuda_graph_disabled_steps", 5)
         elif kind == "max_running_reduced":
             add("max_running_requests", f.get("reduced_to"))
         elif kind == "server_args":

@@ -148,7 +148,8 @@ def s_mem_fraction_headroom(check: Check, p: Mapping[str, Any], cur: Any, sig: S
     how = (f"headroom {_f(avail)} GB -> {_f(target)} GB target on a ~{_f(total)} GB GPU "
            f"(estimated from the `Load weight` lines): change {delta:+.3f}")
     if not isinstance(cur, (int, float)):
-        return Suggestion(cur, None, how + "; current --mem-fraction-static unknown, apply the change to it")
+        return Suggestion(cur, None, how + "; current --mem-fraction-static unknown (its default None is computed "
+                          "at start-up; /server_info or the start-up memory lines state it): apply the change to it")
     raw = float(cur) + delta
     # Rounding down is the safe side both ways: a raise stays under the target, a cut leaves more headroom.
     s = _round_step(raw, step, up=False)
