@@ -80,6 +80,11 @@ def phase_from_frames(frames: list[tuple[str, str]]) -> str | None:
             return "decode"
         if func in _STARTUP_FRAMES:
             return "startup"
+    # Before the first batch the scheduler is still being built: constructors (a workspace or buffer
+    # allocated in some `__init__`) and no event-loop frame. At run time every traceback passes the loop.
+    funcs = [func for _, func in frames]
+    if "__init__" in funcs and not any(f.startswith("event_loop") for f in funcs):
+        return "startup"
     return None
 
 
@@ -166,7 +171,6 @@ class EventReader:
         self._next = start_line
         self._block: _Block | None = None
         self._last_oom: tuple[int, str] | None = None
-        self._batches_at_startup: int | None = None  # Decode+Prefill count at the last start-up line
         # Line of the first re-raised-OOM check made while no OOM was known yet: a reader that starts
         # mid-file (parallel chunks) cannot know the lines before it, so its caller re-checks this.
         self.first_blind_oom_check: int | None = None
@@ -332,8 +336,6 @@ class EventReader:
         if kind == ev.OOM:
             self._startup_oom(e.fields)
             self._remember_oom(e)
-        elif kind == ev.STARTUP_MEMORY or kind == ev.SERVER_ARGS:
-            self._batches_at_startup = st.by_kind[ev.DECODE] + st.by_kind[ev.PREFILL]
         out.append(e)
         if kind == ev.STARTUP_MEMORY:
             extra = capture_event(e)
@@ -347,22 +349,10 @@ class EventReader:
             return []
         return [self._finish()]
 
-    def _before_first_batch(self) -> bool:
-        """A start-up line was read and no Decode/Prefill batch since (this reader's view)."""
-        at = self._batches_at_startup
-        if at is None:
-            return False
-        k = self.classifier.stats.by_kind
-        return k[ev.DECODE] + k[ev.PREFILL] == at
-
     def _startup_oom(self, fields: dict[str, Any]) -> None:
         """Tell the two start-up failures apart: `reason` mem_fraction_static_too_small (the pool does not
         fit after the weights: raise) or init_headroom / cuda_graph_capture (an allocation failed in the
-        headroom: CUDA-graph capture, workspace, pool preallocation: lower). An OOM of unknown phase
-        after start-up lines and before the first batch is an init failure."""
-        if fields.get("phase") == "unknown" and self._before_first_batch():
-            fields["phase"] = "startup"
-            fields["before_first_batch"] = True
+        headroom: CUDA-graph capture, workspace, pool preallocation: lower)."""
         if fields.get("phase") != "startup":
             return
         if _POOL_TOO_SMALL.search(str(fields.get("message", ""))):
