@@ -303,8 +303,8 @@ class EventReader:
         second, p2 = parse_any(line[cut:], n)
         if first.__class__ is not Event or second.__class__ is not Event:
             return False
-        a: Event = first  # type: ignore[assignment]
-        b: Event = second  # type: ignore[assignment]
+        a: Event = first
+        b: Event = second
         if a.kind in (ev.ERROR, ev.OOM):
             return False  # a record that may continue on the next lines: read the line whole
         if b.time is None and not b.rank:
