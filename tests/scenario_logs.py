@@ -203,12 +203,14 @@ class LogWriter:
         return self.raw("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.50 GiB. "
                         "GPU 0 has a total capacity of 79.10 GiB")
 
-    def not_enough_memory(self, **rank: Any) -> LogWriter:
-        """The startup sizing failure: the static fraction is too small for the weights."""
+    def not_enough_memory(self, current: float | None = None, **rank: Any) -> LogWriter:
+        """The startup sizing failure: the static fraction is too small for the weights (late 2026 adds
+        ` Current value: mem_fraction_static=X`)."""
+        tail = "" if current is None else f" Current value: mem_fraction_static={current}"
         self.add("Scheduler hit an exception: Traceback (most recent call last):", **rank)
         return self.raw('  File "/sglang/srt/model_executor/model_runner.py", line 1203, in init_memory_pool\n'
                         "    raise RuntimeError(\n"
-                        "RuntimeError: Not enough memory. Please try to increase --mem-fraction-static.")
+                        "RuntimeError: Not enough memory. Please try to increase --mem-fraction-static." + tail)
 
     def capture_oom(self, free_mib: float = 412.0, total_gib: float = 79.19, **rank: Any) -> LogWriter:
         """A torch OOM during CUDA-graph capture, re-raised as `Capture cuda graph failed` (start-up, before

@@ -396,6 +396,18 @@ def test_default_mem_fraction_none_is_never_printed(tmp_path: Path) -> None:
     assert not any("None" in x.evidence or "None" in x.summary for x in findings)
 
 
+def test_not_enough_memory_states_the_resolved_default(tmp_path: Path) -> None:
+    """With the default `--mem-fraction-static` (None) the late-2026 message's `Current value:` is the
+    current value of the raise advice."""
+    w = LogWriter("0.5.23").server_args(mem_fraction_static=None)
+    w.add("Load weight begin. avail mem=80.00 GB")
+    w.add("Load weight end. elapsed=61.20 s, type=LlamaForCausalLM, avail mem=20.00 GB, mem usage=60.00 GB.")
+    f = by_check(run_log(tmp_path, w.not_enough_memory(current=0.7).text(), profile="upstream-2026"),
+                 "startup_mem_fraction_too_small")
+    assert f.action == "increase" and f.current == 0.7 and f.suggested == 0.85
+    assert "None" not in f.evidence
+
+
 def test_server_arg_override_changes_current_value(tmp_path: Path) -> None:
     """--server-arg KEY=VALUE replaces what the log says."""
     findings = run_log(tmp_path, kv_underused(), overrides={"schedule_conservativeness": 0.2})

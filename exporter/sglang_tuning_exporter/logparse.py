@@ -531,6 +531,8 @@ _EXC_HEAD = re.compile(r"(?<![\w.])((?:[A-Za-z_]\w{0,60}\.){0,8}[A-Z]\w{0,60}?(?
 _TRY_ALLOC = re.compile(r"Try to allocate (\d+) tokens")
 _AVAIL_TOKENS = re.compile(r"Ava(?:li|il)able tokens: (\d+)")
 _TRIED = re.compile(r"Tried to allocate ([0-9.]+) ([KMGT]i?B)")
+# `Not enough memory. ... Current value: mem_fraction_static=0.3` (late 2026): the value SGLang resolved.
+_MFS_VALUE = re.compile(r"Current value: mem_fraction_static=([0-9.]+)")
 # torch's allocator message ("capacty" in torch 2.0-2.1): the GPU's size and what was free at the failure,
 # the headroom fact of an OOM before the first batch.
 _CAPACITY = re.compile(r"GPU (\d+) has a total capac(?:i)?ty of ([0-9.]+) ([KMGT]i?B) of which ([0-9.]+) ([KMGT]i?B)"
@@ -564,6 +566,9 @@ def oom_detail_fields(text: str, fields: dict[str, Any]) -> None:
     m = _TRIED.search(text)
     if m:
         fields["tried_to_allocate_gb"] = round(float(m.group(1)) * _UNIT_GB.get(m.group(2), 1.0), 4)
+    m = _MFS_VALUE.search(text)
+    if m:
+        fields["mem_fraction_static"] = float(m.group(1))  # the effective value (its default is None)
     m = _CAPACITY.search(text)
     if m:
         fields["gpu"] = int(m.group(1))

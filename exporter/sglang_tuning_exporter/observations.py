@@ -68,6 +68,11 @@ def apply_to_server(event: Event, server: ServerState) -> bool:
         if isinstance(model, str) and model and server.model_name is None:
             server.model_name = model
         return True
+    if event.kind == "oom" and isinstance(event.fields.get("mem_fraction_static"), float) \
+            and server.args.get("mem_fraction_static") is None:
+        # `--mem-fraction-static` defaults to None; SGLang's `Not enough memory` states the resolved value.
+        server.args["mem_fraction_static"] = event.fields["mem_fraction_static"]
+        return True
     if event.kind == "version" and isinstance(event.fields.get("version"), str):
         server.version = event.fields["version"]
         return True
