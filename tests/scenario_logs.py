@@ -203,12 +203,32 @@ class LogWriter:
         return self.raw("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.50 GiB. "
                         "GPU 0 has a total capacity of 79.10 GiB")
 
-    def not_enough_memory(self, **rank: Any) -> LogWriter:
-        """The startup sizing failure: the static fraction is too small for the weights."""
+    def not_enough_memory(self, current: float | None = None, **rank: Any) -> LogWriter:
+        """The startup sizing failure: the static fraction is too small for the weights (late 2026 adds
+        ` Current value: mem_fraction_static=X`)."""
+        tail = "" if current is None else f" Current value: mem_fraction_static={current}"
         self.add("Scheduler hit an exception: Traceback (most recent call last):", **rank)
         return self.raw('  File "/sglang/srt/model_executor/model_runner.py", line 1203, in init_memory_pool\n'
                         "    raise RuntimeError(\n"
-                        "RuntimeError: Not enough memory. Please try to increase --mem-fraction-static.")
+                        "RuntimeError: Not enough memory. Please try to increase --mem-fraction-static." + tail)
+
+    def capture_oom(self, free_mib: float = 412.0, total_gib: float = 79.19, **rank: Any) -> LogWriter:
+        """A torch OOM during CUDA-graph capture, re-raised as `Capture cuda graph failed` (start-up, before
+        the first batch): the headroom outside the static pool was too small."""
+        torch_msg = (f"CUDA out of memory. Tried to allocate 1.25 GiB. GPU 0 has a total capacity of {total_gib:.2f} "
+                     f"GiB of which {free_mib:.2f} MiB is free.")
+        self.add("Scheduler hit an exception: Traceback (most recent call last):", **rank)
+        return self.raw('  File "/sglang/srt/model_executor/cuda_graph_runner.py", line 520, in capture_one_batch_size\n'
+                        "    logits_output = forward(input_ids, forward_batch.positions, forward_batch)\n"
+                        f"torch.OutOfMemoryError: {torch_msg}\n\n"
+                        "During handling of the above exception, another exception occurred:\n\n"
+                        "Traceback (most recent call last):\n"
+                        '  File "/sglang/srt/model_executor/cuda_graph_runner.py", line 382, in __init__\n'
+                        "    raise Exception(\n"
+                        f"Exception: Capture cuda graph failed: {torch_msg}\n"
+                        "Possible solutions:\n"
+                        "1. set --mem-fraction-static to a smaller value (e.g., 0.8 or 0.7)\n"
+                        "2. set --cuda-graph-max-bs to a smaller value (e.g., 16)")
 
     def text(self) -> str:
         """The whole log."""

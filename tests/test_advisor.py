@@ -129,7 +129,19 @@ def test_version_names_the_flag_when_not_firing() -> None:
 def test_server_signals() -> None:
     """Policy and metrics flags read from the server args."""
     assert server_signals(ServerState(args={"schedule_policy": "lpm", "enable_metrics": False})) == \
-        {"schedule_policy_lpm": 1.0, "metrics_enabled": 0.0}
+        {"schedule_policy_lpm": 1.0, "schedule_policy_cache_aware": 1.0, "metrics_enabled": 0.0}
+
+
+def test_new_cache_aware_policies_are_not_told_to_use_lpm() -> None:
+    """hrrn and shortest-prefill-first (2026) match prefixes themselves: fcfs_with_reuse does not apply to
+    them; fcfs still gets the lpm advice."""
+    s = {Rank(): sig(prefix_cache_hit_ratio=0.8, prefill_samples=50.0)}
+    for policy, status in (("hrrn", "ok"), ("shortest-prefill-first", "ok"), ("fcfs", "warning")):
+        f = one(evaluate(TABLE, s, ServerState(args={"schedule_policy": policy})),
+                "schedule_policy_fcfs_with_reuse")
+        assert f.status == status, policy
+        f = one(evaluate(TABLE, s, ServerState(args={"schedule_policy": policy})), "schedule_policy_lpm_no_reuse")
+        assert "not applicable" in f.summary, policy
 
 
 def test_worst_rank_for_paging_and_aggregates() -> None:

@@ -22,7 +22,8 @@ REQUIRED_IDS = {"queue_empty", "queue_overloaded", "kv_underused", "retractions_
                 "gpu_mem_headroom_high", "gpu_mem_headroom_low", "prefill_oom", "decode_oom",
                 "cuda_graph_uncovered", "running_capped", "schedule_policy_lpm_no_reuse",
                 "schedule_policy_fcfs_with_reuse", "latency_batch_too_large", "metrics_disabled",
-                "startup_mem_fraction_too_small", "cuda_graph_ceiling_low", "oom_unknown_phase"}
+                "startup_mem_fraction_too_small", "cuda_graph_ceiling_low", "oom_unknown_phase",
+                "startup_headroom_oom"}
 
 
 def _raw() -> dict[str, Any]:
@@ -45,11 +46,13 @@ def test_alert_names_are_camelcase_with_prefix_and_unique() -> None:
 def test_profiles_carry_the_guide_bands() -> None:
     """Each guide version's queue band; 000 states none and inherits the newest."""
     profiles = load_table().profiles
+    assert profiles["upstream-2026"].queue_band == (100, 2000)
     assert profiles["docs-2025"].queue_band == (100, 2000)
     assert profiles["older-web"].queue_band == (50, 1000)
     assert profiles["older-md"].queue_band == (50, 500)
     assert profiles["older-fragment"].queue_band == (100, 2000)
-    assert load_table().default_profile() == "docs-2025"
+    assert load_table().default_profile() == "upstream-2026"
+    assert profiles["upstream-2026"].guide_files == ("005",)
 
 
 def test_thresholds_resolved_for_every_profile() -> None:
@@ -93,11 +96,11 @@ def test_version_tuple_ignores_suffixes() -> None:
 
 
 def test_every_guide_file_is_quoted() -> None:
-    """All five guide versions are encoded somewhere (checks or non-checks)."""
+    """All six guide versions are encoded somewhere (checks or non-checks)."""
     table = load_table()
     seen = {v for c in table.checks for q in c.guide for v in q.versions}
     seen |= {v for n in table.non_checks for q in n.guide for v in q.versions}
-    assert seen >= {"000", "001", "002", "003", "004"}
+    assert seen >= {"000", "001", "002", "003", "004", "005"}
     assert all(n.why for n in table.non_checks)
 
 

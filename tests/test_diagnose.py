@@ -91,7 +91,7 @@ def test_json_schema_single_and_multiple(tmp_path: Path) -> None:
     a = retracting_log(tmp_path, "a.log")
     code, out, _ = run([str(a), "--format", "json"])
     doc = json.loads(out)
-    assert code == 0 and doc["profile"] == "docs-2025" and doc["workload"] == "throughput"
+    assert code == 0 and doc["profile"] == "upstream-2026" and doc["workload"] == "throughput"
     assert doc["server"]["args"]["schedule_conservativeness"] == 1.0
     # No version line: the release floor from the line formats, `version` stays a release or null.
     assert (doc["server"]["version"], doc["server"]["version_floor"]) == (None, "0.5.7")

@@ -167,6 +167,28 @@ CASES: list[tuple[str, str, str | None, dict[str, int], dict[str, Any]]] = [
      "2026-01-01T00:00:00", {"tp": 0}, {"phase": "decode"}),
     ("alloc_req_slots runs out of memory. Please set a smaller number for `--max-running-requests`. ",
      "oom", None, {}, {"pool": "req_to_token"}),
+    ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.25 GiB. GPU 3 has a total capacity of "
+     "79.19 GiB of which 412.00 MiB is free. Including non-PyTorch memory, this process has 78.77 GiB memory in use.",
+     "oom", None, {}, {"gpu": 3, "gpu_total_gb": 79.19, "gpu_free_gb": 0.4023, "tried_to_allocate_gb": 1.25}),
+    ("torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 20.00 MiB. GPU 0 has a total capacty of "
+     "23.65 GiB of which 6.06 MiB is free.", "oom", None, {}, {"gpu_total_gb": 23.65, "gpu_free_gb": 0.0059}),
+    # late 2026: managers/cuda_graph_warner.py, capture lines with num_tokens_per_bs / num_tokens lists
+    ("[2026-11-02 09:01:11 TP0] CUDA graph disabled for 15 consecutive decode steps. This may cause significant "
+     "throughput degradation. Check if batch size is within CUDA graph capture range.", "cuda_graph_disabled",
+     "2026-11-02T09:01:11", {"tp": 0}, {"consecutive_steps": 15}),
+    ("[2026-11-02 09:00:41 TP1] Disable prefill CUDA graph because some layers do not apply Standard GQA",
+     "startup_memory", "2026-11-02T09:00:41", {"tp": 1},
+     {"stage": "prefill_graph_disabled", "reason": "some layers do not apply Standard GQA"}),
+    ("[2026-11-02 09:00:54 TP0] Capture target prefill CUDA graph begin. backend=breakable, "
+     "num_tokens=[64, 128, 256, 512], avail mem=12.80 GB", "startup_memory", "2026-11-02T09:00:54", {"tp": 0},
+     {"stage": "prefill_graph_begin", "num_tokens": [64, 128, 256, 512], "backend": "breakable",
+      "avail_mem_gb": 12.8}),
+    ("[2026-11-02 09:00:50 TP0] Capture target verify CUDA graph begin. backend=full, num_tokens_per_bs=4, "
+     "bs=[1, 2, 4, 8], avail mem=13.20 GB", "startup_memory", "2026-11-02T09:00:50", {"tp": 0},
+     {"stage": "cuda_graph_begin", "graph": "target verify CUDA", "num_tokens_per_bs": 4, "batch_sizes": [1, 2, 4, 8]}),
+    ("[2026-11-02 09:00:52 TP0] Capture draft extend CUDA graph end. bs=[1, 2, 4], elapsed=1.00 s, mem usage=0.10 GB, "
+     "avail mem=12.90 GB.", "startup_memory", "2026-11-02T09:00:52", {"tp": 0},
+     {"stage": "cuda_graph_end", "graph": "draft extend CUDA", "batch_sizes": [1, 2, 4], "mem_usage_gb": 0.1}),
     # errors
     ("[2025-06-27 19:02:10 TP0] Scheduler hit an exception: Traceback (most recent call last):", "error",
      "2025-06-27T19:02:10", {"tp": 0}, {"error": "Scheduler hit an exception"}),
@@ -368,6 +390,22 @@ def test_capture_companion_event() -> None:
     assert p is not None and capture_event(p) is None
     d = parse_line("Capture draft decode CUDA graph end. bs=[1, 2], elapsed=1.00 s, avail mem=1.00 GB.", 10)
     assert d is not None and d.fields["batch_sizes"] == [1, 2] and capture_event(d) is None
+
+
+def test_only_the_target_decode_graph_bounds_the_decode_ceiling() -> None:
+    """Verify, draft and prefill capture lines (num_tokens_per_bs or num_tokens) get no cuda_graph_capture
+    companion: only the target decode graph's sizes are the decode ceiling."""
+    head = "[2026-11-02 09:00:50 TP0] Capture "
+    tail = " CUDA graph begin. backend=full, num_tokens_per_bs=4, bs=[1, 2, 4, 512], avail mem=13.20 GB"
+    for graph in ("target verify", "draft decode", "draft extend", "draft verify"):
+        e = parse_line(head + graph + tail, 1)
+        assert e is not None and capture_event(e) is None, graph
+    e = parse_line(head + "target prefill CUDA graph begin. backend=breakable, num_tokens=[64, 4096], avail mem=1 GB", 1)
+    assert e is not None and capture_event(e) is None
+    e = parse_line(head + "target decode" + tail.replace("=4,", "=1,"), 1)
+    assert e is not None
+    c = capture_event(e)
+    assert c is not None and c.fields["max_bs"] == 512
 
 
 def test_event_seconds() -> None:

@@ -165,3 +165,90 @@ def test_torch_rank_tags_swa_details_and_version_line() -> None:
     assert events[1].fields["error"] == "Received sigquit from a child process"
     assert events[2].fields["phase"] == "decode" and events[2].fields["message"].count("\n") == 4
     assert events[3].fields == {"version": "0.5.23"}
+
+
+STARTUP = """\
+[2026-10-01 10:00:01 TP0] Load weight begin. avail mem=78.50 GB
+[2026-10-01 10:00:30 TP0] Load weight end. elapsed=29.00 s, type=LlamaForCausalLM, avail mem=63.20 GB, mem usage=15.30 GB.
+[2026-10-01 10:00:31 TP0] Memory pool end. avail mem=6.60 GB
+"""
+TORCH_OOM = """\
+[2026-10-01 10:00:40 TP0] Scheduler hit an exception: Traceback (most recent call last):
+  File "/sglang/srt/managers/scheduler.py", line 2900, in run_scheduler_process
+    scheduler = Scheduler(server_args, port_args, gpu_id, tp_rank)
+  File "/sglang/srt/managers/scheduler.py", line 310, in __init__
+    self.tp_worker = TpModelWorker(server_args, gpu_id, tp_rank)
+  File "/sglang/srt/layers/attention/flashinfer_backend.py", line 99, in __init__
+    self.workspace = torch.empty(size, device="cuda")
+torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.25 GiB. GPU 0 has a total capacity of 79.19 GiB of which 412.00 MiB is free.
+"""
+CAPTURE_FAILED = """\
+[2026-10-01 10:00:40 TP0] Scheduler hit an exception: Traceback (most recent call last):
+  File "/sglang/srt/model_executor/cuda_graph_runner.py", line 520, in capture_one_batch_size
+    logits_output = forward(input_ids, forward_batch.positions, forward_batch)
+torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.25 GiB. GPU 0 has a total capacity of 79.19 GiB of which 412.00 MiB is free.
+
+During handling of the above exception, another exception occurred:
+
+Traceback (most recent call last):
+  File "/sglang/srt/model_executor/cuda_graph_runner.py", line 382, in __init__
+    raise Exception(
+Exception: Capture cuda graph failed: CUDA out of memory. Tried to allocate 1.25 GiB. GPU 0 has a total capacity of 79.19 GiB of which 412.00 MiB is free.
+Possible solutions:
+1. set --mem-fraction-static to a smaller value (e.g., 0.8 or 0.7)
+2. set --cuda-graph-max-bs to a smaller value (e.g., 16)
+Open an issue on GitHub https://github.com/sgl-project/sglang/issues/new/choose
+
+[2026-10-01 10:00:41] Received sigquit from a child process. It usually means the child failed.
+"""
+NOT_ENOUGH = """\
+[2026-10-01 10:00:40 TP0] Scheduler hit an exception: Traceback (most recent call last):
+  File "/sglang/srt/model_executor/model_runner.py", line 715, in init_memory_pool
+RuntimeError: Not enough memory. Please try to increase --mem-fraction-static. Current value: mem_fraction_static=0.3
+"""
+
+
+def _ooms(text: str) -> list[Event]:
+    return [e for e in _events(text) if e.kind == "oom"]
+
+
+def test_capture_oom_is_one_headroom_incident_with_the_torch_free_fact() -> None:
+    """The chained `Exception: Capture cuda graph failed` traceback is one OOM: start-up phase, reason
+    init_headroom (lower the fraction), with torch's capacity and free memory as GB facts."""
+    (oom,) = _ooms(STARTUP + CAPTURE_FAILED)
+    f = oom.fields
+    assert (oom.line, f["phase"], f["reason"]) == (4, "startup", "init_headroom")
+    assert (f["gpu_total_gb"], f["gpu_free_gb"]) == (79.19, 0.4023)
+
+
+def test_an_oom_while_the_scheduler_is_built_is_an_init_failure() -> None:
+    """A workspace allocation OOM in constructors (no event-loop frame: before the first batch) is a start-up
+    headroom failure; the same allocation under the event loop keeps its unknown phase."""
+    (oom,) = _ooms(STARTUP + TORCH_OOM)
+    assert (oom.fields["phase"], oom.fields["reason"]) == ("startup", "init_headroom")
+    runtime = TORCH_OOM.replace("scheduler = Scheduler(server_args, port_args, gpu_id, tp_rank)",
+                                "scheduler.event_loop_overlap()").replace("in __init__\n    self.tp_worker",
+                                                                          "in event_loop_overlap\n    self.tp_worker")
+    (oom,) = _ooms(STARTUP + runtime)
+    assert oom.fields["phase"] == "unknown" and "reason" not in oom.fields
+
+
+def test_not_enough_memory_stays_the_raise_case() -> None:
+    """SGLang's own sizing failure keeps reason mem_fraction_static_too_small (the pool does not fit)."""
+    (oom,) = _ooms(STARTUP + NOT_ENOUGH)
+    assert (oom.fields["phase"], oom.fields["reason"]) == ("startup", "mem_fraction_static_too_small")
+
+
+def test_two_messages_glued_on_one_line_give_both_events() -> None:
+    """A lost newline (`... avail mem=6.95 GB max_total_num_tokens=...`): the pool line and the start-up
+    summary, both with the line's time and rank; a normal summary line stays one event."""
+    glued = ("[2026-11-02 09:00:56 TP0] Memory pool end. avail mem=6.95 GB max_total_num_tokens=2980168, "
+             "chunked_prefill_size=8192, max_prefill_tokens=16384, max_running_requests=4096, context_len=65536, "
+             "available_gpu_mem=6.95 GB\n")
+    a, b = _events(glued)
+    assert (a.kind, a.fields["stage"], a.fields["avail_mem_gb"]) == ("startup_memory", "memory_pool_end", 6.95)
+    assert (b.kind, b.fields["stage"], b.fields["max_total_num_tokens"], b.fields["max_running_requests"]) == \
+        ("startup_memory", "summary", 2980168, 4096)
+    assert a.line == b.line == 1 and a.time == b.time == "2026-11-02T09:00:56" and a.rank == b.rank == {"tp": 0}
+    plain = "[2026-11-02 09:00:56 TP0] max_total_num_tokens=2980168, max_running_requests=4096, context_len=65536\n"
+    assert [e.fields["stage"] for e in _events(plain)] == ["summary"]

@@ -239,6 +239,17 @@ def dp_one_bad_rank() -> str:
     return w.text()
 
 
+def startup_capture_oom(mem_fraction: float | None = 0.93) -> str:
+    """0.5.23 incident: a torch OOM while capturing CUDA graphs at start-up (before the first batch)."""
+    w = LogWriter("0.5.23").server_args(mem_fraction_static=mem_fraction, enable_metrics=True)
+    w.add("Load weight begin. avail mem=78.50 GB")
+    w.add("Load weight end. elapsed=21.40 s, type=Qwen2ForCausalLM, avail mem=63.20 GB, mem usage=15.30 GB.")
+    w.add("KV Cache is allocated. dtype: torch.bfloat16, #tokens: 700000, K size: 28.00 GB, V size: 28.00 GB")
+    w.add("Memory pool end. avail mem=6.60 GB")
+    w.add("Capture target decode CUDA graph begin. backend=flashinfer, num_tokens_per_req=1, avail mem=6.40 GB")
+    return w.capture_oom().text()
+
+
 SCENARIOS: dict[str, tuple[Callable[[], str], Expect]] = {
     "queue_empty": (queue_empty, Expect("queue_empty", FIRING, None, "increase the request submission rate "
                                         "(more concurrent clients or a larger client-side batch)")),
@@ -260,6 +271,8 @@ SCENARIOS: dict[str, tuple[Callable[[], str], Expect]] = {
                                                              "--mem-fraction-static", "decrease", 0.83, 0.85)),
     "startup_too_small": (startup_too_small, Expect("startup_mem_fraction_too_small", ("critical",),
                                                     "--mem-fraction-static", "increase", 0.85, 0.86)),
+    "startup_headroom_oom": (startup_capture_oom, Expect("startup_headroom_oom", ("critical",), "--mem-fraction-static",
+                                                         "decrease", 0.85, 0.85)),
     "prefill_oom": (prefill_oom, Expect("prefill_oom", ("critical",), "--chunked-prefill-size", "decrease", 4096, 4096)),
     "prefill_oom_v02": (prefill_oom_v02, Expect("prefill_oom", ("critical",), "--max-prefill-tokens", "decrease",
                                                 4096, 4096)),
@@ -359,6 +372,40 @@ def test_startup_failure_says_raise_not_lower(tmp_path: Path) -> None:
     f = by_check(findings, "startup_mem_fraction_too_small")
     assert f.action == "increase" and f.current == 0.70
     assert "RAISE" in f.evidence
+
+
+@pytest.mark.parametrize("profile", ["upstream-2026", "docs-2025"])
+def test_oom_before_the_first_batch_lowers_the_fraction(tmp_path: Path, profile: str) -> None:
+    """The real incident: a CUDA-graph capture OOM at 0.93 was read as `Not enough memory` and the advice
+    raised the fraction to 0.95. It is a headroom failure: lower it, sized by torch's free-memory fact
+    (0.93 + (0.40 - 6.5) / 78.5 = 0.852 -> 0.85); the raise check stays quiet."""
+    findings = run_log(tmp_path, startup_capture_oom(), profile=profile)
+    f = by_check(findings, "startup_headroom_oom")
+    assert f.status == "critical" and f.flag == "--mem-fraction-static" and f.action == "decrease"
+    assert f.current == 0.93 and f.suggested == 0.85
+    assert "LOWER" in f.evidence and "0.4 GB" in f.evidence
+    assert by_check(findings, "startup_mem_fraction_too_small").status == "ok"
+
+
+def test_default_mem_fraction_none_is_never_printed(tmp_path: Path) -> None:
+    """--mem-fraction-static defaults to None: the current value is the estimate from the start-up lines,
+    and no finding prints `None`."""
+    findings = run_log(tmp_path, startup_capture_oom(None), profile="upstream-2026")
+    f = by_check(findings, "startup_headroom_oom")
+    assert f.current == pytest.approx(0.909) and f.suggested == 0.83  # 1 - (63.2 - 56) / 79.19 (torch capacity)
+    assert not any("None" in x.evidence or "None" in x.summary for x in findings)
+
+
+def test_not_enough_memory_states_the_resolved_default(tmp_path: Path) -> None:
+    """With the default `--mem-fraction-static` (None) the late-2026 message's `Current value:` is the
+    current value of the raise advice."""
+    w = LogWriter("0.5.23").server_args(mem_fraction_static=None)
+    w.add("Load weight begin. avail mem=80.00 GB")
+    w.add("Load weight end. elapsed=61.20 s, type=LlamaForCausalLM, avail mem=20.00 GB, mem usage=60.00 GB.")
+    f = by_check(run_log(tmp_path, w.not_enough_memory(current=0.7).text(), profile="upstream-2026"),
+                 "startup_mem_fraction_too_small")
+    assert f.action == "increase" and f.current == 0.7 and f.suggested == 0.85
+    assert "None" not in f.evidence
 
 
 def test_server_arg_override_changes_current_value(tmp_path: Path) -> None:

@@ -205,3 +205,23 @@ def test_keep_filter_gives_the_same_observations() -> None:
     assert a.observations == b.observations and a.model_name == b.model_name
     assert a_exp.garbage_lines == b_exp.garbage_lines == 1
     assert b_exp.sample_lines == len(a_exp.samples) > len(b_exp.samples)
+
+
+def test_late_2026_memory_and_retry_metrics() -> None:
+    """kv_cache_memory_usage_gb is the KV size fact; graph_memory_usage_gb{phase} sums its phases per rank;
+    num_prefill_retries_total gives deltas after a baseline."""
+    head = ('sglang:kv_cache_memory_usage_gb{tp_rank="0"} 48.31\n'
+            'sglang:graph_memory_usage_gb{phase="decode",tp_rank="0"} 0.31\n'
+            'sglang:graph_memory_usage_gb{phase="prefill",tp_rank="0"} 0.13\n'
+            'sglang:graph_memory_usage_gb{phase="decode",tp_rank="1"} 0.5\n')
+    interp = ScrapeInterpreter()
+    first = interp.interpret(parse_exposition(head + 'sglang:num_prefill_retries_total{tp_rank="0"} 4\n'), 1.0)
+    got = {(o.name, o.rank.tp): o.value for o in first.observations}
+    assert got[("kv_cache_gb", 0)] == 48.31
+    assert got[("graph_memory_gb", 0)] == pytest.approx(0.44)
+    assert got[("graph_memory_gb", 1)] == 0.5
+    assert ("prefill_retries", 0) not in got  # a baseline, not an event
+    second = interp.interpret(parse_exposition(head + 'sglang:num_prefill_retries_total{tp_rank="0"} 7\n'), 2.0)
+    assert {(o.name, o.value) for o in second.observations} >= {("prefill_retries", 3.0)}
+    assert all(wanted(n) for n in ("sglang:graph_memory_usage_gb", "sglang_kv_cache_memory_usage_gb",
+                                   "sglang:num_prefill_retries_total"))

@@ -128,3 +128,17 @@ def test_max_running_requests_per_dp_rank_under_dp_attention() -> None:
     assert {f["max_running_requests"] for f in parse_server_info(plain).rank_facts} == {1024.0}
     newer = {**doc, "internal_states": [{"effective_max_running_requests_per_dp": 100}]}
     assert [f["max_running_requests"] for f in parse_server_info(newer).rank_facts] == [100.0]
+
+
+def test_default_mem_fraction_none_takes_the_resolved_value_and_memory_split() -> None:
+    """--mem-fraction-static defaults to None (computed at start-up): the internal state's resolved value is
+    the current one; memory_usage's weight and kvcache become the weights and KV-size facts."""
+    doc = {"version": "0.5.24", "served_model_name": "m", "mem_fraction_static": None,
+           "internal_states": [{"mem_fraction_static": 0.872,
+                                "memory_usage": {"weight": 15.3, "kvcache": 48.31, "startup_available": 6.2,
+                                                 "graph": {"decode": 0.3}}}]}
+    info = parse_server_info(doc)
+    assert info.args["mem_fraction_static"] == 0.872
+    assert dict(info.rank_facts[0]) == {"available_gpu_mem_gb": 6.2, "weights_gb": 15.3, "kv_cache_gb": 48.31}
+    doc["internal_states"] = [{}]
+    assert parse_server_info(doc).args["mem_fraction_static"] is None  # unknown stays unknown (never printed)

@@ -58,12 +58,19 @@ def window_for(table: CheckTable, profile: str | None = None, config: Config | N
                   expire_s=expire_s if expire_s is not None else cfg.expire_s)
 
 
+CACHE_AWARE_POLICIES = frozenset({"lpm", "dfs-weight", "hrrn", "shortest-prefill-first"})
+
+
 def server_signals(server: ServerState) -> dict[str, float | None]:
     """Signals read from the server configuration rather than measured."""
     args = server.args
     policy = args.get("schedule_policy") or default_schedule_policy(server.version)
     out: dict[str, float | None] = {
-        "schedule_policy_lpm": None if policy is None else (1.0 if str(policy) == "lpm" else 0.0)}
+        "schedule_policy_lpm": None if policy is None else (1.0 if str(policy) == "lpm" else 0.0),
+        # SGLang's CacheAwarePolicy set (schedule_policy.py): these already match prefixes, so the
+        # "fcfs with reuse -> lpm" advice does not apply to them (hrrn and shortest-prefill-first, 2026).
+        "schedule_policy_cache_aware": None if policy is None else (
+            1.0 if str(policy) in CACHE_AWARE_POLICIES else 0.0)}
     em = args.get("enable_metrics")
     out["metrics_enabled"] = None if em is None else (1.0 if em in (True, "true", "True", 1) else 0.0)
     return out
@@ -190,8 +197,13 @@ def _evaluate_one(c: Check, sig: Mapping[str, float | None], rank: Rank, args: M
     # Every finding names the flag this server accepts, not only the firing ones.
     named = flag_name(c, version, args)
 
+    notes = "".join(" " + text.replace("{value}", _fmt(sig[name])) for name, text in c.evidence_notes
+                    if sig.get(name))
+
     def make(status: str, summary: str, evidence: str, flag: str | None = named, current: Any = None,
              suggested: Any = None) -> Finding:
+        if notes:
+            evidence = evidence.rstrip() + ("" if evidence.rstrip().endswith(".") else ".") + notes
         return Finding(check=c.id, status=status, rank=rank.as_dict(), flag=flag, action=action,
                        current=current, suggested=suggested, summary=summary, evidence=evidence,
                        severity=severity, guide=c.guide_text(), tradeoff=c.tradeoff)

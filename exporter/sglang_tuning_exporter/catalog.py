@@ -37,7 +37,7 @@ CATALOG: tuple[MetricSpec, ...] = (
     _m("retractions_total", "counter", "Retraction events (KV cache pool is full / decode out of memory).", RANK_LABELS),
     _m("retracted_requests_total", "counter", "Requests retracted by retraction events.", RANK_LABELS),
     _m("prefill_tokens_total", "counter", "Prefill tokens by source: new (computed) or cached (prefix-cache hit).", (*RANK_LABELS, "source")),
-    _m("oom_events_total", "counter", "Out-of-memory errors by phase (prefill|decode|startup|unknown).", (*RANK_LABELS, "phase")),
+    _m("oom_events_total", "counter", "Out-of-memory errors by phase (prefill|decode|startup|capture|unknown; startup: the pool does not fit after the weights, capture: an allocation failed in the headroom before the first batch).", (*RANK_LABELS, "phase")),
     # --- startup facts (log startup lines, server info, or SGLang constants)
     _m("available_gpu_memory_bytes", "gauge", "GPU memory left for activations after weights, KV cache and CUDA graphs at startup (available_gpu_mem).", RANK_LABELS),
     _m("gpu_memory_total_bytes", "gauge", "Estimated GPU memory capacity (from `Load weight begin. avail mem`).", RANK_LABELS),

@@ -126,6 +126,9 @@ class Check:
     runbook: dict[str, str]
     promql: dict[str, str | None]
     plan: PlanStep = PlanStep("scheduling", "", "")
+    # {signal: text}: a sentence added to the evidence whenever the signal is known and non-zero (other
+    # evidence of the same problem, e.g. SGLang's own CUDA-graph warning); `{value}` is the signal's value.
+    evidence_notes: tuple[tuple[str, str], ...] = ()
 
     def thresholds_for(self, profile: str, workload: str | None = None) -> dict[str, float]:
         """Level -> threshold for a profile, with the workload's override applied."""
@@ -312,6 +315,7 @@ def _profiles(raw: Any, problems: list[str]) -> dict[str, Profile]:
 _CHECK_KEYS = {"id", "alert", "title", "guide", "signal", "comparison", "thresholds", "profile_thresholds",
                "guard", "window_s", "for_s", "min_samples", "workloads", "workload_overrides", "severity",
                "flag", "flags_by_version", "action", "client_action", "suggest", "suppressed_by", "summary",
+               "evidence_notes",
                "description", "tradeoff", "runbook", "promql", "plan"}
 
 
@@ -477,7 +481,17 @@ def _check(raw: Any, i: int, profiles: dict[str, Profile], workloads: tuple[str,
         description=str(raw.get("description", "")), tradeoff=str(raw.get("tradeoff", "")),
         runbook={k: str(v) for k, v in runbook.items()},
         promql={"exporter": promql.get("exporter"), "sglang": promql.get("sglang")},
-        plan=_plan_step(raw.get("plan"), where, stages, problems))
+        plan=_plan_step(raw.get("plan"), where, stages, problems),
+        evidence_notes=_notes(raw.get("evidence_notes"), where, problems))
+
+
+def _notes(raw: Any, where: str, problems: list[str]) -> tuple[tuple[str, str], ...]:
+    if raw is None:
+        return ()
+    if not isinstance(raw, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in raw.items()):
+        problems.append(f"{where}: evidence_notes must map signal names to sentences")
+        return ()
+    return tuple(raw.items())
 
 
 def parse_table(raw: Any) -> CheckTable:

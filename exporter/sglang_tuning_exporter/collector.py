@@ -45,7 +45,7 @@ RANK_COUNTERS: tuple[tuple[str, str, str | None], ...] = (
 # has no increase() in Prometheus, so the first OOM or retraction would never page.
 ZERO_COUNTERS: dict[tuple[str, str], float] = {
     ("retractions", ""): 0.0, ("retracted_requests", ""): 0.0,
-    **{("oom_events", phase): 0.0 for phase in ("prefill", "decode", "startup", "unknown")},
+    **{("oom_events", phase): 0.0 for phase in ("prefill", "decode", "startup", "unknown", "capture")},
 }
 
 

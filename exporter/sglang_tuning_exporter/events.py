@@ -18,9 +18,12 @@ MAX_RUNNING_REDUCED = "max_running_reduced"  # `max_running_requests was reduced
 VERSION = "version"  # a line that reveals the SGLang version: fields.version
 STARTUP_TIMINGS = "startup_timings"  # `Engine startup timings (s): ...` (0.5.18+): fields `<phase>_s`
 SERVER_READY = "server_ready"  # `The server is fired up and ready to roll!`: no fields
+# `CUDA graph disabled for N consecutive decode steps. ...` (managers/cuda_graph_warner.py, WARNING every
+# 5th consecutive eager decode step): fields.consecutive_steps
+CUDA_GRAPH_DISABLED = "cuda_graph_disabled"
 # Every kind the parser emits (parse --kind is checked against it).
 KINDS = (DECODE, PREFILL, RETRACT, STARTUP_MEMORY, SERVER_ARGS, OOM, ERROR, CUDA_GRAPH_CAPTURE,
-         MAX_RUNNING_REDUCED, VERSION, STARTUP_TIMINGS, SERVER_READY)
+         MAX_RUNNING_REDUCED, VERSION, STARTUP_TIMINGS, SERVER_READY, CUDA_GRAPH_DISABLED)
 
 
 

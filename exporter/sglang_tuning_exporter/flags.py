@@ -10,7 +10,7 @@ from typing import Any
 ENV_PREFIX = "SGLANG_TUNING_"
 WORKLOADS = ("throughput", "latency", "long-context", "multi-turn")
 # The checks table's profiles, newest first, named in --help (a test keeps them equal to checks.yaml).
-GUIDE_PROFILES = ("docs-2025", "older-web", "older-md", "older-fragment")
+GUIDE_PROFILES = ("upstream-2026", "docs-2025", "older-web", "older-md", "older-fragment")
 
 
 def env_name(flag: str) -> str:

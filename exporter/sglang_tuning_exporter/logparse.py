@@ -554,6 +554,12 @@ _EXC_HEAD = re.compile(r"(?<![\w.])((?:[A-Za-z_]\w{0,60}\.){0,8}[A-Z]\w{0,60}?(?
 _TRY_ALLOC = re.compile(r"Try to allocate (\d+) tokens")
 _AVAIL_TOKENS = re.compile(r"Ava(?:li|il)able tokens: (\d+)")
 _TRIED = re.compile(r"Tried to allocate ([0-9.]+) ([KMGT]i?B)")
+# `Not enough memory. ... Current value: mem_fraction_static=0.3` (late 2026): the value SGLang resolved.
+_MFS_VALUE = re.compile(r"Current value: mem_fraction_static=([0-9.]+)")
+# torch's allocator message ("capacty" in torch 2.0-2.1): the GPU's size and what was free at the failure,
+# the headroom fact of an OOM before the first batch.
+_CAPACITY = re.compile(r"GPU (\d+) has a total capac(?:i)?ty of ([0-9.]+) ([KMGT]i?B) of which ([0-9.]+) ([KMGT]i?B)"
+                       r" is free")
 _UNIT_GB = {"KiB": 1 / 1024**2, "KB": 1e-6, "MiB": 1 / 1024, "MB": 1e-3, "GiB": 1.0, "GB": 1.0, "TiB": 1024.0,
             "TB": 1000.0}
 
@@ -583,6 +589,14 @@ def oom_detail_fields(text: str, fields: dict[str, Any]) -> None:
     m = _TRIED.search(text)
     if m:
         fields["tried_to_allocate_gb"] = round(float(m.group(1)) * _UNIT_GB.get(m.group(2), 1.0), 4)
+    m = _MFS_VALUE.search(text)
+    if m:
+        fields["mem_fraction_static"] = float(m.group(1))  # the effective value (its default is None)
+    m = _CAPACITY.search(text)
+    if m:
+        fields["gpu"] = int(m.group(1))
+        fields["gpu_total_gb"] = round(float(m.group(2)) * _UNIT_GB.get(m.group(3), 1.0), 4)
+        fields["gpu_free_gb"] = round(float(m.group(4)) * _UNIT_GB.get(m.group(5), 1.0), 4)
 
 
 def _oom(s: str, n: int) -> _Result:
@@ -630,6 +644,7 @@ def _error(s: str, n: int) -> _Result:
 # --- startup memory / capacity -----------------------------------------------------------------
 _SPLIT_STARTUP = re.compile(r"[.,] +")
 _BS = re.compile(r"\bbs=?\s*\[([0-9,\s]*)\]?")
+_NUM_LIST = re.compile(r"\b(\w+)=\[([0-9,\s]*)\]")
 _UNIT = re.compile(r"^(-?[0-9.]+)\s*(GB|MB|GiB|MiB|s)\.?$")
 _STARTUP_ALIASES = {
     "Time elapsed": "elapsed", "#tokens": "kv_tokens", "max_total_num_token": "max_total_num_tokens",
@@ -662,12 +677,15 @@ def _startup_pairs(body: str, fields: dict[str, Any]) -> None:
 
 def _batch_sizes(s: str, fields: dict[str, Any]) -> str:
     m = _BS.search(s)
-    if m is None:
-        return s
-    sizes = [int(x) for x in re.findall(r"\d+", m.group(1))]
-    if sizes:
-        fields["batch_sizes"] = sizes
-    return s[:m.start()] + s[m.end():]
+    if m is not None:
+        sizes = [int(x) for x in re.findall(r"\d+", m.group(1))]
+        if sizes:
+            fields["batch_sizes"] = sizes
+        s = s[:m.start()] + s[m.end():]
+    # Other number lists (the prefill graph's `num_tokens=[64, 128, ...]`, 0.5.14+): kept as lists.
+    for k, body in _NUM_LIST.findall(s):
+        fields[normalise_key(k)] = [int(x) for x in re.findall(r"\d+", body)]
+    return _NUM_LIST.sub("", s) if "[" in s else s
 
 
 _CAPTURE = re.compile(r"Capture (?P<what>[\w ]{0,80}?)graph (?P<stage>begin|end|bs)\b[.,]? ?")
@@ -755,6 +773,28 @@ def _capture(s: str, n: int) -> _Result:
     if m.group("stage") == "bs" and "batch_sizes" not in fields:
         return UNPARSED
     return _event(n, ev.STARTUP_MEMORY, s[:m.start()], fields)
+
+
+# `CUDA graph disabled for {n} consecutive decode steps. This may cause significant throughput
+# degradation. Check if batch size is within CUDA graph capture range.` (managers/cuda_graph_warner.py)
+_GRAPH_WARN = re.compile(r"CUDA graph disabled for (\d+) consecutive decode steps")
+# `Disable prefill CUDA graph because <reason>` (model runner, 0.5.14+; INFO or WARNING)
+_PREFILL_OFF = re.compile(r"Disable prefill CUDA graph because ?")
+
+
+def _graph_warner(s: str, n: int) -> _Result:
+    m = _GRAPH_WARN.search(s)
+    if m is None:
+        return None
+    return _event(n, ev.CUDA_GRAPH_DISABLED, s[:m.start()], {"consecutive_steps": int(m.group(1))})
+
+
+def _prefill_graph_off(s: str, n: int) -> _Result:
+    m = _PREFILL_OFF.search(s)
+    if m is None:
+        return None
+    return _event(n, ev.STARTUP_MEMORY, s[:m.start()],
+                  {"stage": "prefill_graph_disabled", "reason": s[m.end():].strip().rstrip(".")})
 
 
 def _summary(s: str, n: int) -> _Result:
@@ -852,6 +892,8 @@ _DISPATCH: tuple[tuple[str, Callable[[str, int], _Result]], ...] = (
     ("Load weight", _load_weight),
     ("KV ", _kv_cache),
     ("Capture ", _capture),
+    ("consecutive decode steps", _graph_warner),
+    ("Disable prefill CUDA graph", _prefill_graph_off),
     ("max_", _summary),
     ("server_args", _server_args),
     ("xception", _error),
@@ -914,6 +956,21 @@ def parse_any(text: str, line_no: int) -> tuple[_Result, bool]:
         del r.fields[_PARTIAL]
         return r, True
     return r, False
+
+
+# A startup summary glued after another message (a paste that lost a newline):
+# `... avail mem=6.95 GB max_total_num_tokens=2980168, ...`. Only after a character that ends a value
+# (never `]` or `: `, which end a prefix: there the summary is the line's one message).
+_GLUED_SUMMARY = re.compile(r"[A-Za-z0-9.)] ?(?=max_total_num_tokens?=)")
+GLUE_GATE = "max_total_num_token"  # substring every glued line holds (a cheap test before glue_point)
+
+
+def glue_point(text: str) -> int:
+    """Where a second message glued onto the line starts, or -1 (see _GLUED_SUMMARY)."""
+    m = _GLUED_SUMMARY.search(text)
+    if m is None or not text[:m.start()].strip():
+        return -1
+    return m.end()
 
 
 def parse_line(text: str, line_no: int) -> Event | None:

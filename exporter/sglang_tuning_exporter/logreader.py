@@ -25,12 +25,14 @@ from typing import IO, Any, Generic, TypeVar
 
 from . import events as ev
 from .accel import SCAN
-from .events import Event
+from .events import Event, new_event
 from .logparse import (
+    GLUE_GATE,
     LineClassifier,
     ParseStats,
     capture_event,
     fast_batch,
+    glue_point,
     oom_detail_fields,
     oom_phase_from_text,
     parse_any,
@@ -43,7 +45,7 @@ _DEDUP_DISTANCE = 5000  # lines within which a re-raised OOM repeats an already 
 
 _FRAME = re.compile(r'^\s*File "([^"]*)", line \d+, in (\S+)')
 _EXC_LINE = re.compile(
-    r"^((?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception|Exit|Interrupt|Failure|Fault))(?:: ?(.*))?$")
+    r"^((?:[A-Za-z_]\w*\.)*(?:[A-Z]\w*)?(?:Error|Exception|Exit|Interrupt|Failure|Fault))(?:: ?(.*))?$")
 _RANK_TAG = re.compile(r"^\[rank\d+\]:\s?")
 _OOM_CONT = re.compile(
     r"^(?:Try to allocate|Ava(?:li|il)able (?:full |swa )?tokens|[\w.]*(?:available|evictable)_size\(\)"
@@ -61,7 +63,12 @@ _DECODE_FRAMES = ("forward_decode", "_execute_decode", "prepare_for_decode", "al
                   "alloc_paged_token_slots_decode", "update_running_batch", "process_batch_result_decode",
                   "decode_cuda_graph_runner", "replay", "forward_decode_batch", "retract_decode")
 _STARTUP_FRAMES = ("capture", "init_cuda_graphs", "load_model", "init_memory_pool", "profile_max_num_token",
-                   "init_torch_distributed", "initialize", "capture_one_batch_size")
+                   "init_torch_distributed", "initialize", "capture_one_batch_size", "init_device_graphs",
+                   "init_piecewise_cuda_graphs", "init_attention_backend", "init_cublas")
+# SGLang's own sizing failure: the pool does not fit after the weights (raise the fraction). Any other
+# out-of-memory at start-up failed in the headroom the fraction leaves (lower it).
+_POOL_TOO_SMALL = re.compile(r"Not enough memory\. Please try to increase --mem-fraction-static"
+                             r"|leave no GPU memory for the KV cache")
 
 
 def phase_from_frames(frames: list[tuple[str, str]]) -> str | None:
@@ -73,6 +80,11 @@ def phase_from_frames(frames: list[tuple[str, str]]) -> str | None:
             return "decode"
         if func in _STARTUP_FRAMES:
             return "startup"
+    # Before the first batch the scheduler is still being built: constructors (a workspace or buffer
+    # allocated in some `__init__`) and no event-loop frame. At run time every traceback passes the loop.
+    funcs = [func for _, func in frames]
+    if "__init__" in funcs and not any(f.startswith("event_loop") for f in funcs):
+        return "startup"
     return None
 
 
@@ -276,7 +288,32 @@ class EventReader:
                 block.add(line)
                 return
             out.append(self._finish())
+        if GLUE_GATE in line and self._take_glued(line, n, out):
+            return
         r, partial = parse_any(line, n)
+        self._emit(r, partial, line, n, out)
+
+    def _take_glued(self, line: str, n: int, out: list[Event]) -> bool:
+        """Two messages on one line (a lost newline): both events, the second timed and ranked like the
+        first when it has no prefix of its own. False when the line is not such a pair."""
+        cut = glue_point(line)
+        if cut < 0:
+            return False
+        first, p1 = parse_any(line[:cut], n)
+        second, p2 = parse_any(line[cut:], n)
+        if first.__class__ is not Event or second.__class__ is not Event:
+            return False
+        a: Event = first
+        b: Event = second
+        if a.kind in (ev.ERROR, ev.OOM):
+            return False  # a record that may continue on the next lines: read the line whole
+        if b.time is None and not b.rank:
+            b = new_event(n, b.kind, a.time, dict(a.rank), b.fields)
+        self._emit(a, p1, line, n, out)
+        self._emit(b, p2, line, n, out)
+        return True
+
+    def _emit(self, r: Any, partial: bool, line: str, n: int, out: list[Event]) -> None:
         if r is None:
             return
         st = self.classifier.stats
@@ -297,6 +334,7 @@ class EventReader:
             return
         st.by_kind[kind] += 1
         if kind == ev.OOM:
+            self._startup_oom(e.fields)
             self._remember_oom(e)
         out.append(e)
         if kind == ev.STARTUP_MEMORY:
@@ -310,6 +348,17 @@ class EventReader:
         if self._block is None:
             return []
         return [self._finish()]
+
+    def _startup_oom(self, fields: dict[str, Any]) -> None:
+        """Tell the two start-up failures apart: `reason` mem_fraction_static_too_small (the pool does not
+        fit after the weights: raise) or init_headroom / cuda_graph_capture (an allocation failed in the
+        headroom: CUDA-graph capture, workspace, pool preallocation: lower)."""
+        if fields.get("phase") != "startup":
+            return
+        if _POOL_TOO_SMALL.search(str(fields.get("message", ""))):
+            fields["reason"] = "mem_fraction_static_too_small"
+        elif fields.get("reason") in (None, "mem_fraction_static_too_small"):
+            fields["reason"] = "init_headroom"
 
     def _remember_oom(self, e: Event) -> None:
         msg = str(e.fields.get("message", "")).split("\n", 1)[0].strip()
@@ -335,6 +384,7 @@ class EventReader:
             oom_detail_fields(str(fields["message"]), fields)
             if fields.get("phase") == "unknown":
                 fields["phase"] = phase_from_frames(b.frames) or "unknown"
+            self._startup_oom(fields)
             return Event(head.line, ev.OOM, head.time, dict(head.rank), fields)
         # A traceback-carrying error.
         frame_phase = phase_from_frames(b.frames)
@@ -363,6 +413,7 @@ class EventReader:
             oom_detail_fields(text, oom_fields)
             if b.frames:
                 oom_fields["last_frame"] = b.frames[-1][1]
+            self._startup_oom(oom_fields)
             return Event(head.line, ev.OOM, head.time, dict(head.rank), oom_fields)
         if frame_phase:
             fields["phase"] = frame_phase

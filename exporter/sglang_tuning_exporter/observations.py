@@ -22,7 +22,6 @@ from .timeparse import LogClock
 
 SECONDS_PER_LINE = 1.0  # the stand-in clock of a log without timestamps
 _NOT_ENOUGH = re.compile(r"not enough memory|leave no gpu memory for the kv cache", re.I)
-_CAPTURE = re.compile(r"capture cuda graph failed|cuda graph capture|capture .*graph", re.I)
 # Stages after the KV pool is allocated: their `avail mem` is the headroom when the summary lacks it.
 _AFTER_POOL_STAGES = ("memory_pool_end", "cuda_graph_begin", "cuda_graph_end", "cuda_graph_bs",
                       "prefill_graph_begin", "prefill_graph_end")
@@ -69,6 +68,11 @@ def apply_to_server(event: Event, server: ServerState) -> bool:
         model = args.get("served_model_name") or args.get("model_path")
         if isinstance(model, str) and model and server.model_name is None:
             server.model_name = model
+        return True
+    if event.kind == "oom" and isinstance(event.fields.get("mem_fraction_static"), float) \
+            and server.args.get("mem_fraction_static") is None:
+        # `--mem-fraction-static` defaults to None; SGLang's `Not enough memory` states the resolved value.
+        server.args["mem_fraction_static"] = event.fields["mem_fraction_static"]
         return True
     if event.kind == "version" and isinstance(event.fields.get("version"), str):
         server.version = event.fields["version"]
@@ -189,8 +193,13 @@ class EventConverter:
         elif kind == "retract":
             add("retraction", f.get("num_retracted_reqs", 1))
         elif kind == "oom":
-            out.extend(self._oom(t, rank, str(f.get("phase") or "unknown"),
-                                 str(f.get("reason") or "") + " " + str(f.get("message") or "")))
+            phase = str(f.get("phase") or "unknown")
+            out.extend(self._oom(t, rank, phase, str(f.get("reason") or "") + " " + str(f.get("message") or "")))
+            if phase == "startup":
+                # torch's `GPU N has a total capacity of X of which Y is free`: the headroom left at the
+                # failure (a failed start prints no summary) and the GPU's size.
+                add("avail_mem_after_pool_gb", f.get("gpu_free_gb"))
+                add("gpu_mem_total_gb", f.get("gpu_total_gb"))
         elif kind == "error":
             msg = str(f.get("message") or "")
             if _NOT_ENOUGH.search(msg):
@@ -201,6 +210,11 @@ class EventConverter:
             sizes = [s for s in (f.get("batch_sizes") or []) if isinstance(s, (int, float))]
             if sizes:
                 add("cuda_graph_max_bs_captured", max(sizes))
+        elif kind == "cuda_graph_disabled":
+            # SGLang warns at every 5th consecutive eager decode step (managers/cuda_graph_warner.py):
+            # each warning stands for 5 more decode steps without a CUDA graph.
+            if number(f.get("consecutive_steps")) is not None:
+                add("cuda_graph_disabled_steps", 5)
         elif kind == "max_running_reduced":
             add("max_running_requests", f.get("reduced_to"))
         elif kind == "server_args":
@@ -223,8 +237,10 @@ class EventConverter:
 
     @staticmethod
     def _oom(t: float, rank: Rank, phase: str, message: str) -> list[Observation]:
-        if phase == "startup" and (_CAPTURE.search(message) or "cuda_graph_capture" in message) \
-                and not _NOT_ENOUGH.search(message):
+        if phase == "startup" and not _NOT_ENOUGH.search(message) \
+                and "mem_fraction_static_too_small" not in message:
+            # Not SGLang's "pool does not fit" error: an allocation failed in the headroom before the
+            # first batch (CUDA-graph capture, workspace, pool preallocation): the fraction must go down.
             name = "oom_capture"
         elif phase in ("prefill", "decode", "startup"):
             name = f"oom_{phase}"

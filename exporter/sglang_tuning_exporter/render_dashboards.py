@@ -447,7 +447,7 @@ def server_dashboard(b: GuideBands) -> Json:
             style="dashed+area", minimum=0)),
         Cell(timeseries(
             "KV-cache token usage",
-            f"Share of the KV-cache pool in use (token usage). Healthy: above {_fmt(b.token_usage_min)} {prof} "
+            f"Share of the KV-cache pool in use (token usage; on hybrid models the fullest of the full, SWA and mamba pools, as SGLang reports it). Healthy: above {_fmt(b.token_usage_min)} {prof} "
             f"while requests queue. Below {_fmt(b.token_usage_min)} with #queue-req > 0 means the server admits "
             "too conservatively: decrease --schedule-conservativeness (the guide: toward 0.3). Very high usage "
             "with frequent retractions: increase it (toward 1.3). Check kv_underused.",

@@ -170,8 +170,12 @@ GAUGES: dict[str, str] = {
     "max_running_requests": "max_running_requests",  # 0.3.x only
     "context_len": "context_len",
     "startup_available_gpu_memory_gb": "available_gpu_mem_gb",
-    "weight_memory_usage_gb": "weights_gb",
+    "weight_memory_usage_gb": "weights_gb",  # 0.5.17+, set once at start-up
+    "kv_cache_memory_usage_gb": "kv_cache_gb",  # 0.5.17+: the KV pools' size (the log's `KV Cache is allocated`)
 }
+# Gauges with one series per `phase` label summed into one observation per rank: the memory the captured
+# graphs took (0.5.17+; phases prefill, decode, target_verify, draft_*), the log's capture `mem usage`.
+PHASE_SUMS: dict[str, str] = {"graph_memory_usage_gb": "graph_memory_gb"}
 # Counters (or cumulative gauges) turned into deltas: (base name, mode label or None) -> observation.
 COUNTERS: dict[tuple[str, str | None], str] = {
     ("num_retracted_requests_total", None): "retraction",
@@ -180,6 +184,8 @@ COUNTERS: dict[tuple[str, str | None], str] = {
     ("cuda_graph_passes_total", "decode_none"): "decode_eager_passes",
     ("realtime_tokens_total", "prefill_cache"): "prefill_cached_tokens",
     ("realtime_tokens_total", "prefill_compute"): "prefill_new_tokens",
+    # PD prefill nodes' optimistic-prefill retries (0.5.8+): read and counted, no check judges them yet.
+    ("num_prefill_retries_total", None): "prefill_retries",
 }
 COUNTED = frozenset(COUNTERS.values())  # observations that are counter deltas (the log has them line by line)
 # Tokenizer-side counters: the prefill-token fallback before realtime_tokens_total (0.5.7).
@@ -190,7 +196,7 @@ IGNORED = frozenset({"is_cuda_graph", "utilization", "num_retracted_reqs", "cach
 _RANK_LABELS = (("dp_rank", "dp"), ("pp_rank", "pp"), ("tp_rank", "tp"), ("moe_ep_rank", "ep"))
 
 
-_WANTED = frozenset((*GAUGES, *(k[0] for k in COUNTERS), *TOKENIZER_COUNTERS))
+_WANTED = frozenset((*GAUGES, *PHASE_SUMS, *(k[0] for k in COUNTERS), *TOKENIZER_COUNTERS))
 
 
 def wanted(name: str) -> bool:
@@ -244,6 +250,7 @@ class ScrapeInterpreter:
         tokenizer_by_source: dict[str, dict[str, float]] = {}
         model: str | None = None
         seen_new_retraction_counter: set[Rank] = set()
+        phase_sums: dict[tuple[str, Rank], float] = {}
         for s in exposition.samples:
             base = base_name(s.name)
             if base is None or base in IGNORED:
@@ -255,6 +262,11 @@ class ScrapeInterpreter:
             if base in GAUGES:
                 if math.isfinite(s.value):
                     obs.append(Observation(now, GAUGES[base], s.value, rank_of(labels), "metrics"))
+                continue
+            if base in PHASE_SUMS:
+                if math.isfinite(s.value):
+                    pk = (PHASE_SUMS[base], rank_of(labels))
+                    phase_sums[pk] = phase_sums.get(pk, 0.0) + s.value
                 continue
             key = (base, labels.get("mode"))
             if key not in COUNTERS:
@@ -277,6 +289,7 @@ class ScrapeInterpreter:
                     d[source] = d.get(source, 0.0) + s.value
                 else:
                     tokenizer[base] = tokenizer.get(base, 0.0) + s.value
+        obs.extend(Observation(now, name, v, rank, "metrics") for (name, rank), v in phase_sums.items())
         for base, by_source in tokenizer_by_source.items():
             # `total` when SGLang has no breakdown; otherwise sum the sources.
             tokenizer[base] = tokenizer.get(base, 0.0) + by_source.get(

@@ -132,6 +132,11 @@ def _rank_facts(doc: Mapping[str, Any], states: list[Any], mtt: float | None) ->
         avail = _num(memory.get("startup_available")) if isinstance(memory, dict) else None
         if avail is not None:
             facts["available_gpu_mem_gb"] = avail
+        if isinstance(memory, dict):  # 0.5.18+: the start-up split of GPU memory, GB
+            for key, fact in (("weight", "weights_gb"), ("kvcache", "kv_cache_gb")):
+                v = _num(memory.get(key))
+                if v is not None:
+                    facts[fact] = v
         listed = st.get("decode_cuda_graph_bs")
         bs = [b for b in listed if isinstance(b, int) and not isinstance(b, bool)] if isinstance(listed, list) else []
         if bs:
@@ -174,6 +179,13 @@ def parse_server_info(doc: Any) -> ServerInfo:
     if len(states) > limits.MAX_INTERNAL_STATES:
         cut["internal_states"] = 1
         states = states[:limits.MAX_INTERNAL_STATES]
+    if args.get("mem_fraction_static") is None:
+        # The flag defaults to None (computed at start-up): the internal state holds the resolved value.
+        for st in states:
+            v = _num(st.get("mem_fraction_static")) if isinstance(st, dict) else None
+            if v is not None:
+                args["mem_fraction_static"] = v
+                break
     model = doc.get("served_model_name") or doc.get("model_path")
     mtt = _num(doc.get("max_total_num_tokens"))
     version = doc.get("version")

@@ -33,7 +33,8 @@ PREFILL_SAMPLE_NAMES = {"prefill_num_queue_reqs": "num_queue_reqs",
 OOM_PHASES = ("prefill", "decode", "startup", "unknown", "capture")
 # One observation = one thing that happened (value = its size).
 EVENT_NAMES = frozenset({"retraction", *(f"oom_{p}" for p in OOM_PHASES), "prefill_new_tokens",
-                         "prefill_cached_tokens", "decode_cuda_graph_passes", "decode_eager_passes"})
+                         "prefill_cached_tokens", "decode_cuda_graph_passes", "decode_eager_passes",
+                         "cuda_graph_disabled_steps"})
 # Facts stated once (startup lines, server info): kept until the next startup, not windowed.
 FACT_NAMES = frozenset({"available_gpu_mem_gb", "avail_mem_after_pool_gb", "gpu_mem_total_gb", "weights_gb",
                         "max_total_num_tokens", "max_running_requests", "cuda_graph_max_bs_captured",
@@ -66,7 +67,7 @@ SIGNAL_NAMES = (
     "max_total_num_tokens", "max_running_requests", "cuda_graph_max_bs_captured", "cuda_graph_ceiling_ratio",
     "chunked_prefill_size", "context_len", "metrics_enabled", "gen_throughput_mean", "kv_cache_gb",
     "cuda_graph_gb",
-    "mem_fraction_static_estimate",
+    "mem_fraction_static_estimate", "cuda_graph_disabled_steps",
     "decode_samples", "queue_samples", "kv_samples", "graph_samples", "prefill_samples",
 )
 
@@ -397,8 +398,8 @@ class SampleStats:
 class Bucket:
     """Everything that happened on one rank in one time bucket (mergeable)."""
 
-    __slots__ = ("decode", "eager_passes", "graph_passes", "oom", "prefill", "prefill_cached", "prefill_n",
-                 "prefill_new", "retracted", "retractions")
+    __slots__ = ("decode", "disabled_steps", "eager_passes", "graph_passes", "oom", "prefill", "prefill_cached",
+                 "prefill_n", "prefill_new", "retracted", "retractions")
 
     def __init__(self) -> None:
         self.decode = SampleStats()
@@ -411,6 +412,8 @@ class Bucket:
         self.prefill_n = 0
         self.graph_passes = 0.0
         self.eager_passes = 0.0
+        # Eager decode steps SGLang's cuda_graph_warner reported (5 per warning): evidence, not a ratio.
+        self.disabled_steps = 0.0
 
     def freeze(self) -> None:
         """Hold the sample histograms as FrozenHists (see SampleStats.freeze)."""
@@ -445,11 +448,13 @@ class Bucket:
         self.prefill_n += o.prefill_n
         self.graph_passes += o.graph_passes
         self.eager_passes += o.eager_passes
+        self.disabled_steps += o.disabled_steps
 
     def is_active(self) -> bool:
         """True when the bucket holds any sample or event."""
         return bool(self.decode.queue_n or self.decode.running_n or self.prefill.queue_n or self.retractions
-                    or self.oom or self.prefill_n or self.graph_passes or self.eager_passes)
+                    or self.oom or self.prefill_n or self.graph_passes or self.eager_passes
+                    or self.disabled_steps)
 
 
 @dataclass(slots=True)
@@ -653,6 +658,8 @@ class Window:
                 b.graph_passes += obs.value
             elif name == "decode_eager_passes":
                 b.eager_passes += obs.value
+            elif name == "cuda_graph_disabled_steps":
+                b.disabled_steps += obs.value
         elif name in FACT_NAMES:
             self.set_fact(rank, name, obs.value, tp=obs.rank.tp, time=obs.time)
         elif name == SERVER_START:
@@ -1018,6 +1025,8 @@ def compute_signals(total: Bucket, facts: dict[str, float], p: SignalParams, *, 
             out["cuda_graph_miss_ratio"] = s.graph_miss / s.graph_n
     if s.missed:
         out["cuda_graph_miss_batch_p90"] = hist_quantile(s.missed, 0.9)
+    if total.disabled_steps:
+        out["cuda_graph_disabled_steps"] = total.disabled_steps
     out["prefill_samples"] = float(total.prefill_n)
     new, cached = total.prefill_new, total.prefill_cached
     if total.prefill_n >= enough and new + cached > 0:

@@ -317,6 +317,8 @@ class LiveState:
                     hit[2] = counters.get(rank)
                 elif kind == "oom":
                     phase = f.get("phase") if f.get("phase") in ("prefill", "decode", "startup") else "unknown"
+                    if phase == "startup" and f.get("reason") != "mem_fraction_static_too_small":
+                        phase = "capture"  # failed in the headroom before the first batch: lower, not raise
                     self._count(rank, "oom_events", str(phase), 1)
                     hit[2] = counters.get(rank)
             for data in decoded.values():

@@ -135,13 +135,21 @@ def s_mem_fraction_headroom(check: Check, p: Mapping[str, Any], cur: Any, sig: S
     avail, total = sig.get("available_gpu_mem_gb"), sig.get("gpu_mem_total_gb")
     if avail is None or not total:
         fallback = check.suggest.guide_value
+        c = float(cur) if isinstance(cur, (int, float)) and not isinstance(cur, bool) else None
+        step_down = p.get("fallback_step")
+        if check.action == "decrease" and c is not None and step_down is not None \
+                and (fallback is None or float(fallback) >= c):
+            # Already at or under the guide's value: a "change" to it would raise the fraction.
+            s = round(max(lo, c - float(step_down)), 2)
+            return Suggestion(cur, s, f"headroom or GPU memory unknown: lower by {step_down} from {c:g}")
         return Suggestion(cur, fallback, "GPU memory unknown (no `Load weight begin. avail mem` line)"
                           + (f"; the guide's value {fallback}" if fallback is not None else ""))
     delta = (avail - target) / total
     how = (f"headroom {_f(avail)} GB -> {_f(target)} GB target on a ~{_f(total)} GB GPU "
            f"(estimated from the `Load weight` lines): change {delta:+.3f}")
     if not isinstance(cur, (int, float)):
-        return Suggestion(cur, None, how + "; current --mem-fraction-static unknown, apply the change to it")
+        return Suggestion(cur, None, how + "; current --mem-fraction-static unknown (its default None is computed "
+                          "at start-up; /server_info or the start-up memory lines state it): apply the change to it")
     raw = float(cur) + delta
     # Rounding down is the safe side both ways: a raise stays under the target, a cut leaves more headroom.
     s = _round_step(raw, step, up=False)
