@@ -112,6 +112,8 @@ class Check:
     tradeoff: str
     runbook: dict[str, str]
     promql: dict[str, str | None]
+    # Checks this check's remedy can make worse (its trade-off as data): a change's verdict watches them.
+    hurts: tuple[str, ...] = ()
 
     def thresholds_for(self, profile: str, workload: str | None = None) -> dict[str, float]:
         """Level -> threshold for a profile, with the workload's override applied."""
@@ -297,7 +299,7 @@ def _profiles(raw: Any, problems: list[str]) -> dict[str, Profile]:
 _CHECK_KEYS = {"id", "alert", "title", "guide", "signal", "comparison", "thresholds", "profile_thresholds",
                "guard", "window_s", "for_s", "min_samples", "workloads", "workload_overrides", "severity",
                "flag", "flags_by_version", "action", "client_action", "suggest", "suppressed_by", "summary",
-               "description", "tradeoff", "runbook", "promql"}
+               "description", "tradeoff", "runbook", "promql", "hurts"}
 
 
 def parse_levels(raw: Any, where: str, problems: list[str]) -> dict[str, float]:
@@ -450,7 +452,8 @@ def _check(raw: Any, i: int, profiles: dict[str, Profile], workloads: tuple[str,
         suppressed_by=tuple(raw.get("suppressed_by") or ()), summary=str(raw.get("summary", "")),
         description=str(raw.get("description", "")), tradeoff=str(raw.get("tradeoff", "")),
         runbook={k: str(v) for k, v in runbook.items()},
-        promql={"exporter": promql.get("exporter"), "sglang": promql.get("sglang")})
+        promql={"exporter": promql.get("exporter"), "sglang": promql.get("sglang")},
+        hurts=tuple(str(x) for x in (raw.get("hurts") or ())))
 
 
 def parse_table(raw: Any) -> CheckTable:
@@ -492,6 +495,9 @@ def parse_table(raw: Any) -> CheckTable:
         for s in c.suppressed_by:
             if s not in ids:
                 problems.append(f"checks.{c.id}: suppressed_by names unknown check {s!r}")
+        for h in c.hurts:
+            if h not in ids:
+                problems.append(f"checks.{c.id}: hurts names unknown check {h!r}")
     non_checks: list[NonCheck] = []
     for i, nc in enumerate(raw.get("non_checks") or []):
         if not isinstance(nc, dict) or not isinstance(nc.get("id"), str) or not nc.get("why"):
