@@ -190,18 +190,19 @@ def _minutes(ws: Sequence[WindowSummary]) -> str:
 
 
 def judge(flag: str, old: Any, new: Any, before: Sequence[WindowSummary], after: Sequence[WindowSummary],
-          table: CheckTable, *, min_samples: int | None = None) -> Verdict:
-    """The verdict on changing `flag` from `old` to `new`, from the windows before and after it."""
+          table: CheckTable, *, min_samples: int | None = None, recent: WindowSummary | None = None) -> Verdict:
+    """The verdict on changing `flag` from `old` to `new`, from the windows before and after it.
+    `recent`: the window still filling after the change (the sidecar's); only its OOMs count, at once."""
     need = int(min_samples if min_samples is not None else table.defaults.get("min_samples", 10))
     watched = watched_checks(table, flag)
     by_id = table.by_id()
     goback = f"go back to {flag} {old}"
     # An OOM after a memory change is a verdict even when the server never served again.
     if flag in MEMORY_FLAGS:
-        oom_after = sum(w.ooms() for w in after)
+        oom_after = sum(w.ooms() for w in after) or (recent.ooms() if recent is not None else 0.0)
         oom_before = sum(w.ooms() for w in before)
         if oom_after > 0 and oom_before == 0:
-            a = _side(after, watched, table)
+            a = _side(list(after) or ([recent] if recent is not None else []), watched, table)
             b = _side([w for w in before if w.activity() >= need][-3:] or list(before)[-1:], watched, table)
             return Verdict("worse", f"{int(oom_after)} out-of-memory error{'s' if oom_after != 1 else ''} after "
                            f"{flag} went from {old} to {new}, none before; {goback}",
