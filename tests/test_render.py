@@ -48,7 +48,7 @@ def test_rules_only_with_short_windows(tmp_path: Path) -> None:
     """The end-to-end copy: only rule files, every for: 15s, 1m windows."""
     assert run(["--rules-only", "--out", str(tmp_path), "--override-for", "15s", "--override-window", "1m"]) == 0
     files = sorted(p.name for p in (tmp_path / "alerts").iterdir())
-    assert files == ["checks.rules.yaml", "health.rules.yaml", "native.rules.yaml", "recording.rules.yaml"]
+    assert files == ["changes.rules.yaml", "checks.rules.yaml", "health.rules.yaml", "native.rules.yaml", "recording.rules.yaml"]
     text = (tmp_path / "alerts/checks.rules.yaml").read_text(encoding="utf-8")
     assert "for: 15s" in text and "for: 15m" not in text
     assert "[1m]" in text and "[10m]" not in text

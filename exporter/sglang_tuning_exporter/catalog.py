@@ -52,6 +52,9 @@ CATALOG: tuple[MetricSpec, ...] = (
     _m("check_status", "gauge", "Verdict of a guide check: -1 unknown, 0 ok, 1 warning, 2 critical.", (*RANK_LABELS, "check", "severity")),
     _m("suggested_value", "gauge", "The value the exporter suggests for the flag of a firing check.", (*RANK_LABELS, "check", "flag")),
     _m("current_value", "gauge", "The current value of the flag a check names, when known.", (*RANK_LABELS, "check", "flag")),
+    # --- flag changes and their verdicts (changes.py; /api/changes)
+    _m("change_verdict", "gauge", "Verdict on the last change of a flag, as a state set: 1 for the verdict (improved|worse|no_change|inconclusive), 0 for the others.", ("flag", "verdict")),
+    _m("change_info", "info", "The last change of a flag: the value before (from_value, the one to go back to) and after (to_value), and who told (log|server_info).", ("flag", "from_value", "to_value", "source")),
     # --- self health
     _m("up", "gauge", "1 if the last scrape of SGLang's /metrics succeeded, 0 otherwise."),
     _m("source_up", "gauge", "1 if the source (log|metrics|server_info) worked at its last attempt.", ("source",)),

@@ -129,6 +129,8 @@ class Check:
     # {signal: text}: a sentence added to the evidence whenever the signal is known and non-zero (other
     # evidence of the same problem, e.g. SGLang's own CUDA-graph warning); `{value}` is the signal's value.
     evidence_notes: tuple[tuple[str, str], ...] = ()
+    # Checks this check's remedy can make worse (its trade-off as data): a change's verdict watches them.
+    hurts: tuple[str, ...] = ()
 
     def thresholds_for(self, profile: str, workload: str | None = None) -> dict[str, float]:
         """Level -> threshold for a profile, with the workload's override applied."""
@@ -316,7 +318,7 @@ _CHECK_KEYS = {"id", "alert", "title", "guide", "signal", "comparison", "thresho
                "guard", "window_s", "for_s", "min_samples", "workloads", "workload_overrides", "severity",
                "flag", "flags_by_version", "action", "client_action", "suggest", "suppressed_by", "summary",
                "evidence_notes",
-               "description", "tradeoff", "runbook", "promql", "plan"}
+               "description", "tradeoff", "runbook", "promql", "plan", "hurts"}
 
 
 def parse_levels(raw: Any, where: str, problems: list[str]) -> dict[str, float]:
@@ -482,7 +484,8 @@ def _check(raw: Any, i: int, profiles: dict[str, Profile], workloads: tuple[str,
         runbook={k: str(v) for k, v in runbook.items()},
         promql={"exporter": promql.get("exporter"), "sglang": promql.get("sglang")},
         plan=_plan_step(raw.get("plan"), where, stages, problems),
-        evidence_notes=_notes(raw.get("evidence_notes"), where, problems))
+        evidence_notes=_notes(raw.get("evidence_notes"), where, problems),
+        hurts=tuple(str(x) for x in (raw.get("hurts") or ())))
 
 
 def _notes(raw: Any, where: str, problems: list[str]) -> tuple[tuple[str, str], ...]:
@@ -539,6 +542,9 @@ def parse_table(raw: Any) -> CheckTable:
         for s in c.suppressed_by:
             if s not in ids:
                 problems.append(f"checks.{c.id}: suppressed_by names unknown check {s!r}")
+        for h in c.hurts:
+            if h not in ids:
+                problems.append(f"checks.{c.id}: hurts names unknown check {h!r}")
     non_checks: list[NonCheck] = []
     for i, nc in enumerate(raw.get("non_checks") or []):
         if not isinstance(nc, dict) or not isinstance(nc.get("id"), str) or not nc.get("why"):

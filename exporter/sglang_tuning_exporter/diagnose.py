@@ -1157,6 +1157,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_flag(parser, "--output", default=None, metavar="FILE", help="write the report here instead of stdout")
     add_flag(parser, "--jobs", default=None, type=int, metavar="N",
              help="worker processes for large plain files (default: every core)")
+    add_flag(parser, "--same-server", default=False, action="store_true",
+             help="the files are one server's logs in time order: judge the flag changes across them")
     add_flag(parser, "--color", default="auto", choices=("auto", "always", "never"),
              help="colour the text table (auto: only on a terminal)")
     add_guide_flags(parser)
@@ -1211,7 +1213,10 @@ def run(args: argparse.Namespace, *, stdout: IO[str] | None = None, stderr: IO[s
     if good:
         color = args.color == "always" or (args.color == "auto" and args.output is None
                                            and bool(getattr(out, "isatty", lambda: False)()))
-        text = diagnose_formats.render(good, args.format, table=table, color=color)
+        from . import diagnose_changes  # imports this module
+        text = diagnose_changes.render(good, args.format, table=table, color=color, cfg=cfg, profile=profile,
+                                       workload=workload, overrides=overrides,
+                                       same_server=bool(getattr(args, "same_server", False)))
         if args.output:
             try:
                 Path(args.output).write_text(text, encoding="utf-8")

@@ -1,10 +1,11 @@
 """Prometheus recording and alerting rules generated from the checks table (mixin layout, readable YAML).
 
-Four groups, one file each under `alerts/`:
+Five groups, one file each under `alerts/`:
 - `sglang-tuning-exporter.recording` - per-rank rates of the exporter's counters (numerators and
   denominators recorded separately, for dashboards and ad-hoc ratios);
 - `sglang-tuning.health` - guards: exporter down/absent, SGLang scrape failing or never up, log not advancing;
 - `sglang-tuning.checks` - one alert per check and level, on the exporter's guide signals;
+- `sglang-tuning.changes` - a flag change judged worse (the flag and the value to go back to);
 - `sglang-tuning.native` - the same checks on SGLang's own `/metrics` (both spellings), for servers
   without the sidecar; silenced where the sidecar beside that SGLang (same host) already evaluates that
   model and DP rank.
@@ -623,9 +624,35 @@ def health_group(opts: RenderOptions) -> Group:
                  tuple(rules))
 
 
+def changes_group(opts: RenderOptions) -> Group:
+    """A flag change the exporter judged `worse` (changes.py): page with the flag and the value to go back to."""
+    verdict = ours('sglang_tuning_change_verdict{verdict="worse"}', opts)
+    info = ours("sglang_tuning_change_info", opts)
+    expr = f"({verdict} == 1)\n* on (job, instance, flag) group_left (from_value, to_value) {info}"
+    rule = Rule({
+        "alert": "SGLangTuningChangeMadeWorse", "expr": expr, "for": promql_duration(
+            300 if opts.override_for_s is None else opts.override_for_s),
+        "labels": {"severity": "warning", "check": "change_made_worse", "source": "exporter"},
+        "annotations": {
+            "summary": "A flag change made SGLang worse",
+            "description": "On {{ $labels.instance }} {{ $labels.flag }} went from {{ $labels.from_value }} to "
+                           "{{ $labels.to_value }} and the checks it touches got worse at comparable load "
+                           "(verdict worse = {{ $value }}); go back to {{ $labels.flag }} "
+                           "{{ $labels.from_value }}. The exporter's /api/changes says why.",
+            "runbook_url": f"{opts.runbook_url}#{anchor('SGLangTuningChangeMadeWorse')}",
+            "check": "change_made_worse", "flag": "{{ $labels.flag }}", "action": "set",
+            "suggested_value": "{{ $labels.from_value }}",
+            "guide": "Change one flag at a time, then benchmark again."},
+    }, "the last change of a flag, judged on matching windows before and after it (changes.py)")
+    return Group("sglang-tuning.changes", "changes.rules.yaml",
+                 "Flag changes: the exporter compares the checks a changed flag touches before and after the "
+                 "change\n(sglang_tuning_change_verdict); a change judged worse pages with the value to go back to.",
+                 (rule,))
+
+
 def groups(table: CheckTable, opts: RenderOptions) -> list[Group]:
     """Every group with its comments, in file order."""
-    out = [recording_group(opts), health_group(opts), checks_group(table, opts)]
+    out = [recording_group(opts), health_group(opts), checks_group(table, opts), changes_group(opts)]
     if opts.native:
         out.append(native_group(table, opts))
     return out

@@ -138,9 +138,20 @@ def replace_workload(opts: RenderOptions, check: Check) -> RenderOptions:
     return opts if opts.workload in check.workloads else replace(opts, workload=check.workloads[0])
 
 
-def _guard_section(g: GuardDoc) -> list[str]:
+CHANGE_DOC = GuardDoc(
+    "SGLangTuningChangeMadeWorse", "change_made_worse",
+    "A server flag changed (a new startup section of the log, or server info answering another value) and the "
+    "checks that name the flag, or that its remedy can hurt (`hurts` in checks.yaml), got worse over matching "
+    "windows after the change at comparable load (requests running + queued); or an OOM followed a memory change.",
+    "The change cost more than it gained: retractions, an underused KV cache, OOMs or a capped batch.",
+    "The exporter's `/api/changes` (or the status page) gives the verdict, the windows compared and why; "
+    "`diagnose` on the log across the restart gives the same.",
+    "Restart SGLang with the flag back at `from_value` (the alert's `suggested_value`), then try a smaller step.")
+
+
+def _guard_section(g: GuardDoc, kind: str = "Health guard") -> list[str]:
     return [f'<a id="{anchor(g.alert)}"></a>', f"## {g.alert}", "",
-            f"*Health guard* `{g.check}` (severity warning).", "",
+            f"*{kind}* `{g.check}` (severity warning).", "",
             f"- **Meaning.** {g.meaning}", f"- **Impact.** {g.impact}", f"- **How to confirm.** {g.confirm}",
             f"- **Change to make.** {g.mitigation}", ""]
 
@@ -159,12 +170,15 @@ def generate(table: CheckTable, options: RenderOptions | None = None) -> str:
         out.append(f"- [{c.alert}](#{anchor(c.alert)}): {c.title}")
     for g in GUARD_DOCS:
         out.append(f"- [{g.alert}](#{anchor(g.alert)}): health guard")
+    out.append(f"- [{CHANGE_DOC.alert}](#{anchor(CHANGE_DOC.alert)}): flag change")
     out.append("")
     for c in table.checks:
         out += _check_section(c, table, opts)
     out += ["# Health guards", ""]
     for g in GUARD_DOCS:
         out += _guard_section(g)
+    out += ["# Flag changes", ""]
+    out += _guard_section(CHANGE_DOC, "Flag change")
     return "\n".join(out).rstrip("\n") + "\n"
 
 

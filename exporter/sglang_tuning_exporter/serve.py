@@ -18,6 +18,7 @@ from typing import Any
 
 from .advisor import evaluate as evaluate_checks
 from .advisor import findings_document, window_for
+from .change_tracker import ChangeCollector, ChangeTracker
 from .collector import BuildInfo, TuningCollector, current_build, make_registry
 from .config import Config
 from .events import Event
@@ -190,7 +191,8 @@ def build_sidecar(cfg: ServeConfig, *, timer: Callable[[], float] = time.perf_co
     return Sidecar(state=state, advisor=adv,
                    log_input=log_input if log_input is not None else build_log_input(cfg),
                    metrics=metrics, timer=timer, server_overrides=dict(cfg.server_args),
-                   evaluate_every_s=cfg.evaluation_interval_s)
+                   evaluate_every_s=cfg.evaluation_interval_s,
+                   changes=ChangeTracker(cfg.table, adv.window_s or cfg.window_s))
 
 
 class Loop:
@@ -232,8 +234,11 @@ def make_web(cfg: ServeConfig, sidecar: Sidecar, clock: Callable[[], float],
     collector = TuningCollector(snapshot, b)
     sidecar.on_evaluated = collector.warm  # render verdicts in the loop thread, not in the scrape
     registry = make_registry(collector)
+    tracker = sidecar.changes
+    if tracker is not None:
+        registry.register(ChangeCollector(tracker))
     return WebApp(snapshot=snapshot, registry=registry, ready=lambda: sidecar.ready, build=b,
-                  telemetry_path=cfg.telemetry_path)
+                  telemetry_path=cfg.telemetry_path, changes=tracker.changes if tracker is not None else None)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -14,12 +14,14 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from . import limits
+from .change_tracker import ChangeTracker
 from .checks import merge_version
 from .events import Event
 from .model import Finding, Observation, Rank, Sample, ServerState
 from .scrape import COUNTED, ScrapeInterpreter, parse_exposition, wanted
 from .serverinfo import HttpError, HttpGet, ServerInfoClient
 from .state import LiveState
+from .timeparse import plausible_seconds
 
 log = logging.getLogger("sglang_tuning_exporter.sidecar")
 
@@ -138,6 +140,7 @@ class Sidecar:
     evaluate_every_s: float = 5.0  # signals and checks are windowed: no need to redo them every tick
     on_evaluated: Callable[[], None] | None = None  # e.g. pre-render the evaluation's metric families
     server_overrides: Mapping[str, Any] = field(default_factory=dict)
+    changes: ChangeTracker | None = None  # flag changes and their verdicts (issue 16)
     _interp: ScrapeInterpreter = field(default_factory=ScrapeInterpreter)
     _info: ServerInfoClient | None = None
     _next_scrape: float = float("-inf")
@@ -148,6 +151,7 @@ class Sidecar:
     _next_eval: float = float("-inf")
     _floor_noted: str | None = None  # the last release floor the log's line formats gave
     evaluations: int = 0
+    _wall: float = 0.0  # the current tick's time (config events carry no clock of their own)
 
     def __post_init__(self) -> None:
         if self.metrics is not None:
@@ -166,6 +170,7 @@ class Sidecar:
 
         Each source runs guarded: whatever it raises marks that source down (reason `internal`), is
         counted, and the other sources and the evaluation still run."""
+        self._wall = now
         if self.log_input is not None:
             self._guarded("log", now, self._read_log)
         if self.metrics is not None and now >= self._next_info:
@@ -304,6 +309,10 @@ class Sidecar:
                     args[k] = v
                 self.state.count_truncations("log", "string", cut)
                 self.state.set_server(args=args, model_name=_sgl_arg_model(args))
+                if self.changes is not None:  # a new startup section of the followed log
+                    t = plausible_seconds(e.time)
+                    self.changes.note_args({**args, **self.server_overrides}, "log",
+                                           t if t is not None else self._log_now(self._wall))
                 if self.server_overrides:
                     self.state.set_server(args=self.server_overrides)
             elif e.kind == "version" and isinstance(e.fields.get("version"), str):
@@ -377,6 +386,8 @@ class Sidecar:
             args["max_total_num_tokens"] = info.max_total_num_tokens
         args.update(self.server_overrides)
         self.state.set_server(version=info.version, args=args, model_name=info.model_name, endpoint=res.endpoint)
+        if self.changes is not None:  # the server answering other values
+            self.changes.note_args(args, "server_info", self._log_now(now))
         # Per DP rank, as fallbacks of the ranks' own (log) facts: no rank of their own.
         self.state.set_server_facts(info.rank_facts)
         if self.advisor.window is not None:
@@ -413,6 +424,8 @@ class Sidecar:
 
         self.state.set_evaluation(signals=signals, findings=findings, document=document, now=wall,
                                   exported=adv.exported_signals)
+        if self.changes is not None:
+            self.changes.observe(now, signals, findings)
         if self.on_evaluated is not None:
             try:
                 self.on_evaluated()

@@ -98,8 +98,10 @@ class WebApp:
     """Routes requests to the registry, the status page and the JSON API."""
 
     def __init__(self, *, snapshot: Callable[[], Snapshot], registry: CollectorRegistry, ready: Callable[[], bool],
-                 build: BuildInfo, telemetry_path: str = "/metrics", refresh_s: int = 10) -> None:
+                 build: BuildInfo, telemetry_path: str = "/metrics", refresh_s: int = 10,
+                 changes: Callable[[], list[dict[str, Any]]] | None = None) -> None:
         self._snapshot = snapshot
+        self._changes = changes if changes is not None else list
         self._registry = registry
         self._ready = ready
         self._build = build
@@ -121,6 +123,9 @@ class WebApp:
             return Response(200, "text/html; charset=utf-8", self.status_page().encode())
         if path == "/api/findings":
             body = json.dumps(findings_json(self._snapshot()), indent=1, default=str)
+            return Response(200, "application/json", body.encode() + b"\n")
+        if path == "/api/changes":
+            body = json.dumps({"changes": self._changes()}, indent=1, default=str)
             return Response(200, "application/json", body.encode() + b"\n")
         if path == "/-/healthy":
             return Response(200, "text/plain; charset=utf-8", b"OK\n")
@@ -169,7 +174,7 @@ class WebApp:
             truncations=int(snap.log_truncations), restarts=int(snap.restarts), ranks=ranks, signals=signals,
             args=[(k, _fmt(v)) for k, v in sorted(snap.args.items()) if k in _KEY_ARGS],
             other_args=[(k, _fmt(v)) for k, v in sorted(snap.args.items()) if k not in _KEY_ARGS],
-            build_version=self._build.version)
+            build_version=self._build.version, changes=self._changes()[::-1])
 
 
 def make_handler(app: WebApp, web: WebConfig | None = None) -> type[BaseHTTPRequestHandler]:
