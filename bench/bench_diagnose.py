@@ -23,9 +23,9 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from sglang_tuning_exporter.checks import load_table
-from sglang_tuning_exporter.config import Config
-from sglang_tuning_exporter.diagnose import diagnose_source
+from sglang_tuning_exporter.guide.checks import load_table
+from sglang_tuning_exporter.guide.config import Config
+from sglang_tuning_exporter.offline.diagnose import diagnose_source
 
 STARTUP = [
     "[{ts}] server_args=ServerArgs(model_path='Qwen/Qwen2.5-7B-Instruct', mem_fraction_static=0.88, "

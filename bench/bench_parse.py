@@ -121,8 +121,8 @@ def worker(kind: str, path: str) -> dict[str, Any]:
     lines = events = 0
     if kind.startswith("ours"):
         # Imported before the clock starts: the figure is the reading, not the interpreter's start-up.
-        from sglang_tuning_exporter.logparse import ParseStats
-        from sglang_tuning_exporter.logreader import (
+        from sglang_tuning_exporter.sources.logparse import ParseStats
+        from sglang_tuning_exporter.sources.logreader import (
             EventReader,
             map_file_parallel,
             read_file_events,
@@ -195,7 +195,7 @@ def micro() -> list[tuple[str, float]]:
     """Per-line costs (best of 5) of the pieces the rates are made of, in microseconds."""
     import timeit
 
-    from sglang_tuning_exporter.logparse import fast_batch, parse_line
+    from sglang_tuning_exporter.sources.logparse import fast_batch, parse_line
     access = '[2025-10-09 08:53:21] INFO:     10.0.2.7:41234 - "POST /v1/chat/completions HTTP/1.1" 200 OK'
     other = "[2025-10-09 08:53:21 DP2 TP2 EP2] Scheduler.run_batch sleep 180.0s"
     decode = ("[2025-10-09 08:53:21 DP2 TP2 EP2] Decode batch, #running-req: 405, #token: 1365109, "

@@ -26,7 +26,7 @@ import requests
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
 import fleet_history as fh
-from sglang_tuning_exporter import report
+from sglang_tuning_exporter.fleet import report
 
 
 def cli_main(argv: list[str]) -> int:

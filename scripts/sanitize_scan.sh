@@ -9,11 +9,11 @@ PYTHON=${PYTHON:-python3}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 cp -r exporter/sglang_tuning_exporter "$tmp/"
-rm -f "$tmp"/sglang_tuning_exporter/_scan*.so
+rm -f "$tmp"/sglang_tuning_exporter/sources/_scan*.so
 inc=$($PYTHON -c 'import sysconfig; print(sysconfig.get_paths()["include"])')
 suffix=$($PYTHON -c 'import sysconfig; print(sysconfig.get_config_var("EXT_SUFFIX"))')
 gcc -O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all -shared -fPIC \
-    -I"$inc" exporter/sglang_tuning_exporter/_scan.c -o "$tmp/sglang_tuning_exporter/_scan$suffix"
+    -I"$inc" exporter/sglang_tuning_exporter/sources/_scan.c -o "$tmp/sglang_tuning_exporter/sources/_scan$suffix"
 preload=$(gcc -print-file-name=libasan.so):$(gcc -print-file-name=libubsan.so)
 tests=("$@")
 if [ ${#tests[@]} -eq 0 ]; then
@@ -22,6 +22,6 @@ if [ ${#tests[@]} -eq 0 ]; then
 fi
 # The copy comes first on the path; the check below proves the instrumented module is the one loaded.
 PYTHONPATH="$tmp" LD_PRELOAD="$preload" ASAN_OPTIONS=detect_leaks=0 UBSAN_OPTIONS=print_stacktrace=1 \
-  $PYTHON -c "import sglang_tuning_exporter._scan as s, sys; assert s.__file__.startswith('$tmp'), s.__file__"
+  $PYTHON -c "import sglang_tuning_exporter.sources._scan as s, sys; assert s.__file__.startswith('$tmp'), s.__file__"
 PYTHONPATH="$tmp" LD_PRELOAD="$preload" ASAN_OPTIONS=detect_leaks=0 UBSAN_OPTIONS=print_stacktrace=1 \
   $PYTHON -m pytest -q -p no:cacheprovider "${tests[@]}"

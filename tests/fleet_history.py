@@ -15,7 +15,7 @@ from typing import TextIO
 
 # The Prometheus machinery is shared with the conformance suite (re-exported for the report tests).
 from conformance.promql import PROMETHEUS, PROMTOOL, build_blocks, running_prometheus
-from sglang_tuning_exporter.fleet import RULE_DECODE_SAMPLES, RULE_RETRACTIONS
+from sglang_tuning_exporter.fleet.queries import RULE_DECODE_SAMPLES, RULE_RETRACTIONS
 
 __all__ = ["PROMETHEUS", "PROMTOOL", "build_blocks", "running_prometheus"]
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import yaml
 
-from sglang_tuning_exporter.catalog import exposed_names
+from sglang_tuning_exporter.core.catalog import exposed_names
 
 FUNCTIONS = frozenset((
     "abs", "absent", "absent_over_time", "acos", "acosh", "asin", "asinh", "atan", "atanh",

@@ -7,7 +7,8 @@ import json
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sglang_tuning_exporter.advisor import (
+from sglang_tuning_exporter.core.model import Finding, Rank, ServerState
+from sglang_tuning_exporter.guide.advisor import (
     aggregate_signals,
     evaluate,
     findings_document,
@@ -17,10 +18,9 @@ from sglang_tuning_exporter.advisor import (
     window_for,
     worst_by_check,
 )
-from sglang_tuning_exporter.checks import load_table
-from sglang_tuning_exporter.config import CheckOverride, Config
-from sglang_tuning_exporter.model import Finding, Rank, ServerState
-from sglang_tuning_exporter.signals import SIGNAL_NAMES
+from sglang_tuning_exporter.guide.checks import load_table
+from sglang_tuning_exporter.guide.config import CheckOverride, Config
+from sglang_tuning_exporter.pipeline.signals import SIGNAL_NAMES
 
 TABLE = load_table()
 

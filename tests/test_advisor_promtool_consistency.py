@@ -17,10 +17,11 @@ from typing import Any
 import pytest
 import yaml
 
-from sglang_tuning_exporter import advisor, render_rules
-from sglang_tuning_exporter.checks import CheckTable, load_table
-from sglang_tuning_exporter.model import Rank, ServerState
-from sglang_tuning_exporter.suggest import default_schedule_policy
+from sglang_tuning_exporter.core.model import Rank, ServerState
+from sglang_tuning_exporter.guide import advisor
+from sglang_tuning_exporter.guide.checks import CheckTable, load_table
+from sglang_tuning_exporter.guide.suggest import default_schedule_policy
+from sglang_tuning_exporter.render import rules as render_rules
 
 PROMTOOL = shutil.which("promtool")
 pytestmark = pytest.mark.skipif(PROMTOOL is None, reason="promtool not installed (Debian: prometheus)")

@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 import change_logs
-from sglang_tuning_exporter import diagnose
-from sglang_tuning_exporter.changes import (
+from sglang_tuning_exporter.cli import build_parser
+from sglang_tuning_exporter.guide.changes import (
     Section,
     WindowSummary,
     compare_sections,
@@ -19,8 +19,8 @@ from sglang_tuning_exporter.changes import (
     judge,
     watched_checks,
 )
-from sglang_tuning_exporter.checks import TableError, load_table, parse_table
-from sglang_tuning_exporter.cli import build_parser
+from sglang_tuning_exporter.guide.checks import TableError, load_table, parse_table
+from sglang_tuning_exporter.offline import diagnose
 
 TABLE = load_table()
 FIX = change_logs.FIXTURES
@@ -176,7 +176,7 @@ def test_compare_sections_one_entry_per_changed_flag() -> None:
 def test_hurts_must_name_known_checks() -> None:
     import yaml
 
-    from sglang_tuning_exporter.checks import default_path
+    from sglang_tuning_exporter.guide.checks import default_path
     raw = yaml.safe_load(default_path().read_text(encoding="utf-8"))
     raw["checks"][0]["hurts"] = ["no_such_check"]
     with pytest.raises(TableError, match="hurts names unknown check 'no_such_check'"):

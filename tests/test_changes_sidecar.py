@@ -8,9 +8,15 @@ import json
 from typing import Any
 
 import change_logs
-from sglang_tuning_exporter.logreader import EventReader
-from sglang_tuning_exporter.serve import add_serve_flags, build_config, build_sidecar, log_input_for, make_web
-from sglang_tuning_exporter.timeparse import plausible_seconds
+from sglang_tuning_exporter.core.timeparse import plausible_seconds
+from sglang_tuning_exporter.sidecar.serve import (
+    add_serve_flags,
+    build_config,
+    build_sidecar,
+    log_input_for,
+    make_web,
+)
+from sglang_tuning_exporter.sources.logreader import EventReader
 
 
 class Follower:

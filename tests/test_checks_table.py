@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 import yaml
 
-from sglang_tuning_exporter.checks import (
+from sglang_tuning_exporter.guide.checks import (
     TableError,
     default_path,
     flag_for_version,

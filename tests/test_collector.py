@@ -10,8 +10,11 @@ import pytest
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from sglang_tuning_exporter.catalog import BY_NAME, CATALOG
-from sglang_tuning_exporter.collector import (
+from sglang_tuning_exporter.core.catalog import BY_NAME, CATALOG
+from sglang_tuning_exporter.core.events import Event
+from sglang_tuning_exporter.core.model import Finding, Observation, Rank
+from sglang_tuning_exporter.pipeline.signals import hist_quantile
+from sglang_tuning_exporter.sidecar.collector import (
     BuildInfo,
     TuningCollector,
     build_families,
@@ -20,10 +23,7 @@ from sglang_tuning_exporter.collector import (
     format_value,
     make_registry,
 )
-from sglang_tuning_exporter.events import Event
-from sglang_tuning_exporter.model import Finding, Observation, Rank
-from sglang_tuning_exporter.signals import hist_quantile
-from sglang_tuning_exporter.state import LiveState
+from sglang_tuning_exporter.sidecar.state import LiveState
 
 BUILD = BuildInfo("0.0.0-test", "3.11")
 R0, R1 = Rank(dp=0, tp=0), Rank(dp=1, tp=0)

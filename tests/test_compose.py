@@ -98,7 +98,7 @@ def test_sglang_service_reserves_gpus_enables_metrics_and_tees_its_log() -> None
     assert "--port 30000" in script
     assert re.search(r"2>&1 \| python3 /opt/sglang-tuning/logtee\.py /logs/sglang\.log --max-bytes \d+ --backups \d",
                      script)  # rotated: a plain `tee -a` grew without bound
-    assert "./exporter/sglang_tuning_exporter/logtee.py:/opt/sglang-tuning/logtee.py:ro" in sglang["volumes"]
+    assert "./exporter/sglang_tuning_exporter/sources/logtee.py:/opt/sglang-tuning/logtee.py:ro" in sglang["volumes"]
     assert "pipefail" in script  # the container exits with SGLang's status, not tee's
     assert "sglang-logs:/logs" in sglang["volumes"]
     assert sglang["environment"]["PYTHONUNBUFFERED"] == "1"

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from sglang_tuning_exporter.checks import load_table
-from sglang_tuning_exporter.config import (
+from sglang_tuning_exporter.guide.checks import load_table
+from sglang_tuning_exporter.guide.config import (
     Config,
     ConfigError,
     load_config,

@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from sglang_tuning_exporter.events import Event
-from sglang_tuning_exporter.logreader import read_events
-from sglang_tuning_exporter.tail import open_input
+from sglang_tuning_exporter.core.events import Event
+from sglang_tuning_exporter.sources.logreader import read_events
+from sglang_tuning_exporter.sources.tail import open_input
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 

@@ -28,9 +28,9 @@ from promql_lint import (
     sglang_names,
     unknown_metrics,
 )
-from sglang_tuning_exporter import render_dashboards
-from sglang_tuning_exporter.catalog import RANK_LABELS, exposed_names
-from sglang_tuning_exporter.checks import CheckTable, load_table
+from sglang_tuning_exporter.core.catalog import RANK_LABELS, exposed_names
+from sglang_tuning_exporter.guide.checks import CheckTable, load_table
+from sglang_tuning_exporter.render import dashboards as render_dashboards
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
@@ -147,7 +147,7 @@ def test_query_uses_variables_and_rate_interval(item: tuple[str, dict[str, Any],
 
 
 def _rank_metric(name: str) -> bool:
-    from sglang_tuning_exporter.catalog import BY_NAME
+    from sglang_tuning_exporter.core.catalog import BY_NAME
     spec = BY_NAME.get(name)
     return bool(spec and set(RANK_LABELS) <= set(spec.labels))
 
@@ -494,7 +494,7 @@ def test_live_panels_have_data_from_the_demo_log(tmp_path: Path) -> None:
     log = tmp_path / "sglang.log"
     log.write_text(recorded.read_text(encoding="utf-8"), encoding="utf-8")
     exporter_port, prom_port = free_port(), free_port()
-    serve = ("import argparse, sys\nfrom sglang_tuning_exporter import serve\n"
+    serve = ("import argparse, sys\nfrom sglang_tuning_exporter.sidecar import serve\n"
              "p = argparse.ArgumentParser(); serve.add_arguments(p)\nsys.exit(serve.run(p.parse_args()))")
     config = {"global": {"scrape_interval": "1s", "scrape_timeout": "1s", "evaluation_interval": "1s"},
               "scrape_configs": [{"job_name": "sglang-tuning-exporter",

@@ -22,10 +22,10 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from netutil import announced_port, free_port, stop_process
-from sglang_tuning_exporter.collector import BuildInfo
-from sglang_tuning_exporter.serve import build_sidecar, make_web
-from sglang_tuning_exporter.serveconfig import add_serve_flags, build_config
-from sglang_tuning_exporter.sidecar import Sidecar
+from sglang_tuning_exporter.sidecar.collector import BuildInfo
+from sglang_tuning_exporter.sidecar.engine import Sidecar
+from sglang_tuning_exporter.sidecar.serve import build_sidecar, make_web
+from sglang_tuning_exporter.sidecar.serveconfig import add_serve_flags, build_config
 
 FIX = Path(__file__).parent / "fixtures"
 REAL_METRICS = (FIX / "metrics" / "sglang-0.5.23-metrics.txt").read_bytes()

@@ -15,12 +15,12 @@ from pathlib import Path
 import pytest
 
 from scenario_logs import LogWriter, steady
-from sglang_tuning_exporter import diagnose
-from sglang_tuning_exporter.checks import load_table
 from sglang_tuning_exporter.cli import build_parser
-from sglang_tuning_exporter.config import Config
-from sglang_tuning_exporter.diagnose import Progress, diagnose_source
-from sglang_tuning_exporter.logreader import split_ranges
+from sglang_tuning_exporter.guide.checks import load_table
+from sglang_tuning_exporter.guide.config import Config
+from sglang_tuning_exporter.offline import diagnose
+from sglang_tuning_exporter.offline.diagnose import Progress, diagnose_source
+from sglang_tuning_exporter.sources.logreader import split_ranges
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "diagnose"
 GOLDEN = Path(__file__).resolve().parent / "golden"

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from sglang_tuning_exporter import render_rules, report, serveconfig
-from sglang_tuning_exporter.durations import parse_duration
+from sglang_tuning_exporter.core.durations import parse_duration
+from sglang_tuning_exporter.fleet import report
+from sglang_tuning_exporter.render import rules as render_rules
+from sglang_tuning_exporter.sidecar import serveconfig
 
 
 @pytest.mark.parametrize(("text", "seconds"), [

@@ -40,8 +40,8 @@ def test_good_env_choice_applies_and_the_flag_wins(monkeypatch: pytest.MonkeyPat
 
 def test_help_names_every_guide_profile() -> None:
     """--help lists the checks table's profiles, the default first."""
-    from sglang_tuning_exporter.checks import load_table
-    from sglang_tuning_exporter.flags import GUIDE_PROFILES
+    from sglang_tuning_exporter.core.flags import GUIDE_PROFILES
+    from sglang_tuning_exporter.guide.checks import load_table
 
     table = load_table()
     assert set(GUIDE_PROFILES) == set(table.profiles) and GUIDE_PROFILES[0] == table.default_profile()

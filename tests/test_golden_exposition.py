@@ -14,12 +14,12 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from sglang_tuning_exporter.collector import BuildInfo
-from sglang_tuning_exporter.logreader import EventReader
-from sglang_tuning_exporter.serve import build_sidecar, log_input_for, make_web
-from sglang_tuning_exporter.serveconfig import add_serve_flags, build_config
-from sglang_tuning_exporter.serverinfo import HttpError
-from sglang_tuning_exporter.sidecar import Sidecar
+from sglang_tuning_exporter.sidecar.collector import BuildInfo
+from sglang_tuning_exporter.sidecar.engine import Sidecar
+from sglang_tuning_exporter.sidecar.serve import build_sidecar, log_input_for, make_web
+from sglang_tuning_exporter.sidecar.serveconfig import add_serve_flags, build_config
+from sglang_tuning_exporter.sources.logreader import EventReader
+from sglang_tuning_exporter.sources.serverinfo import HttpError
 
 FIX = Path(__file__).parent / "fixtures"
 GOLDEN = Path(__file__).parent / "golden"

@@ -15,13 +15,18 @@ import time
 import pytest
 
 from hostile_sglang import Body, Drip, HostileSGLang, Stall, deep_json
-from sglang_tuning_exporter import limits
-from sglang_tuning_exporter.collector import BuildInfo, build_families, encode_text
-from sglang_tuning_exporter.scrape import ScrapeInterpreter, parse_exposition, rank_of, wanted
-from sglang_tuning_exporter.serve import build_sidecar
-from sglang_tuning_exporter.serveconfig import add_serve_flags, build_config
-from sglang_tuning_exporter.serverinfo import HttpError, ServerInfoClient, parse_server_info, urllib_get
-from sglang_tuning_exporter.sidecar import Advisor, Sidecar
+from sglang_tuning_exporter.core import limits
+from sglang_tuning_exporter.sidecar.collector import BuildInfo, build_families, encode_text
+from sglang_tuning_exporter.sidecar.engine import Advisor, Sidecar
+from sglang_tuning_exporter.sidecar.serve import build_sidecar
+from sglang_tuning_exporter.sidecar.serveconfig import add_serve_flags, build_config
+from sglang_tuning_exporter.sources.scrape import ScrapeInterpreter, parse_exposition, rank_of, wanted
+from sglang_tuning_exporter.sources.serverinfo import (
+    HttpError,
+    ServerInfoClient,
+    parse_server_info,
+    urllib_get,
+)
 
 GOOD_METRICS = b'sglang:num_queue_reqs{model_name="m",tp_rank="0"} 5\nsglang:num_running_reqs{tp_rank="0"} 7\n'
 GOOD_INFO = json.dumps({"version": "0.5.23", "served_model_name": "m", "tp_size": 1}).encode()

@@ -17,11 +17,11 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from hostile_sglang import wait_port_closed
-from sglang_tuning_exporter import limits
-from sglang_tuning_exporter.collector import BuildInfo, TuningCollector, make_registry
-from sglang_tuning_exporter.httpserver import BoundedHTTPServer
-from sglang_tuning_exporter.state import LiveState
-from sglang_tuning_exporter.web import WebApp, make_handler
+from sglang_tuning_exporter.core import limits
+from sglang_tuning_exporter.sidecar.collector import BuildInfo, TuningCollector, make_registry
+from sglang_tuning_exporter.sidecar.httpserver import BoundedHTTPServer
+from sglang_tuning_exporter.sidecar.state import LiveState
+from sglang_tuning_exporter.sidecar.web import WebApp, make_handler
 
 LOOPBACK = "127.0.0.1"
 

@@ -12,14 +12,15 @@ from typing import Any
 
 import pytest
 
-from sglang_tuning_exporter import logreader
-from sglang_tuning_exporter.events import Event
-from sglang_tuning_exporter.model import Observation, Rank, Sample
-from sglang_tuning_exporter.observations import EventConverter
-from sglang_tuning_exporter.serve import build_advisor, build_sidecar, log_input_for, make_web
-from sglang_tuning_exporter.serveconfig import add_serve_flags, build_config
-from sglang_tuning_exporter.signals import Bucket, Window, quantile
-from sglang_tuning_exporter.state import LiveState
+from sglang_tuning_exporter.core.events import Event
+from sglang_tuning_exporter.core.model import Observation, Rank, Sample
+from sglang_tuning_exporter.pipeline.observations import EventConverter
+from sglang_tuning_exporter.pipeline.signals import Bucket, quantile
+from sglang_tuning_exporter.pipeline.window import Window
+from sglang_tuning_exporter.sidecar.serve import build_advisor, build_sidecar, log_input_for, make_web
+from sglang_tuning_exporter.sidecar.serveconfig import add_serve_flags, build_config
+from sglang_tuning_exporter.sidecar.state import LiveState
+from sglang_tuning_exporter.sources import logreader
 
 VALUES: list[Any] = [0, 1, 7, 150, 2500, 0.42, 0.95, float("nan"), float("inf"), True, False, "0.5", "x", None]
 

@@ -14,8 +14,11 @@ from typing import Any
 import pytest
 import yaml
 
-from sglang_tuning_exporter import logtee, render_dashboards, render_kubernetes, render_rules
-from sglang_tuning_exporter.checks import load_table
+from sglang_tuning_exporter.guide.checks import load_table
+from sglang_tuning_exporter.render import dashboards as render_dashboards
+from sglang_tuning_exporter.render import kubernetes as render_kubernetes
+from sglang_tuning_exporter.render import rules as render_rules
+from sglang_tuning_exporter.sources import logtee
 
 ROOT = Path(__file__).resolve().parent.parent
 K8S = ROOT / "deploy" / "kubernetes"

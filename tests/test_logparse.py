@@ -9,14 +9,14 @@ from typing import Any
 
 import pytest
 
-from sglang_tuning_exporter.logparse import (
+from sglang_tuning_exporter.core.timeparse import event_seconds, has_date
+from sglang_tuning_exporter.sources.logparse import (
     LineClassifier,
     auto_value,
     capture_event,
     normalise_key,
     parse_line,
 )
-from sglang_tuning_exporter.timeparse import event_seconds, has_date
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 
@@ -336,7 +336,7 @@ def test_server_args_with_a_stray_backslash_read_without_warnings(text: str) -> 
     """A logged value with an invalid escape (`'a\\d'`) is read, and no compiler warning reaches stderr."""
     import warnings
 
-    from sglang_tuning_exporter.serverargs import parse_server_args
+    from sglang_tuning_exporter.sources.serverargs import parse_server_args
 
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -464,7 +464,7 @@ def test_no_corpus_file_has_unparsed_lines(shared_dir: Path) -> None:
 
 def test_reader_shortcut_gives_the_same_events_as_parse_line() -> None:
     """fast_batch (the reader's shortcut for known layouts) agrees with parse_line on real lines."""
-    from sglang_tuning_exporter.logparse import fast_batch
+    from sglang_tuning_exporter.sources.logparse import fast_batch
     hits = 0
     for path in sorted((FIXTURES / "logs").glob("*.log")):
         text = path.read_text(encoding="utf-8")
@@ -480,7 +480,7 @@ def test_reader_shortcut_gives_the_same_events_as_parse_line() -> None:
 def test_a_known_layout_that_cannot_read_a_line_is_not_learnt_again() -> None:
     """A batch line whose value the layout regex refuses (a comma inside) goes the generic way every
     time, without compiling the same layout again and evicting real ones."""
-    from sglang_tuning_exporter.logparse import _LAYOUTS
+    from sglang_tuning_exporter.sources.logparse import _LAYOUTS
     line = ("[2025-11-22 23:24:43 DP0] Decode batch, #running-req: 3, #token: 9, token usage: 0.10, "
             "note: a,b, #queue-req: 1")
     for n in range(20):
@@ -493,7 +493,7 @@ def test_a_known_layout_that_cannot_read_a_line_is_not_learnt_again() -> None:
 def test_one_off_batch_layouts_compile_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
     """Lines whose keys are all different (a mutated or hostile log) are read on the general path and
     compile no layout regex; a layout seen twice is learnt (the fast path of a real server's log)."""
-    from sglang_tuning_exporter import logparse
+    from sglang_tuning_exporter.sources import logparse
 
     built: list[tuple[str, ...]] = []
     real = logparse._Layout

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from sglang_tuning_exporter.events import Event
-from sglang_tuning_exporter.logreader import EventReader, phase_from_frames, read_events
-from sglang_tuning_exporter.tail import open_input
+from sglang_tuning_exporter.core.events import Event
+from sglang_tuning_exporter.sources.logreader import EventReader, phase_from_frames, read_events
+from sglang_tuning_exporter.sources.tail import open_input
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "logs"
 

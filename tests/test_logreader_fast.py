@@ -12,9 +12,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from sglang_tuning_exporter.events import KINDS, Event, new_event
-from sglang_tuning_exporter.logparse import ParseStats, parse_line
-from sglang_tuning_exporter.logreader import (
+from sglang_tuning_exporter.core.events import KINDS, Event, new_event
+from sglang_tuning_exporter.sources.logparse import ParseStats, parse_line
+from sglang_tuning_exporter.sources.logreader import (
     EventReader,
     _may_hold_long_line,
     map_file_parallel,
@@ -24,7 +24,7 @@ from sglang_tuning_exporter.logreader import (
     scan_text,
     split_ranges,
 )
-from sglang_tuning_exporter.tail import LineSplitter, open_input
+from sglang_tuning_exporter.sources.tail import LineSplitter, open_input
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 
@@ -261,7 +261,7 @@ def test_new_event_is_an_ordinary_frozen_event() -> None:
 
 def test_unreadable_input_is_a_clear_error(tmp_path: Path) -> None:
     """A missing file raises InputError with the path, from both file readers."""
-    from sglang_tuning_exporter.tail import InputError
+    from sglang_tuning_exporter.sources.tail import InputError
     with pytest.raises(InputError, match="no such file"):
         list(read_file_events(str(tmp_path / "missing.log")))
     with pytest.raises(InputError, match="no such file"):

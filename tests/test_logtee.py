@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from sglang_tuning_exporter import logtee
-from sglang_tuning_exporter.tail import Follower
+from sglang_tuning_exporter.sources import logtee
+from sglang_tuning_exporter.sources.tail import Follower
 
 LINE = b"[2025-01-12 10:11:12 TP0] Decode batch. #running-req: 233, #token: 370959, token usage: 0.82\n"
 

@@ -63,7 +63,7 @@ def test_unknown_kind_and_bad_limit_are_usage_errors(capsys: pytest.CaptureFixtu
 
 def test_every_emitted_kind_is_known(capsys: pytest.CaptureFixture[str]) -> None:
     """The kinds of a real log are all in events.KINDS, so --kind accepts every kind the parser emits."""
-    from sglang_tuning_exporter.events import KINDS
+    from sglang_tuning_exporter.core.events import KINDS
     assert main(["parse", str(SAMPLE)]) == 0
     kinds = {json.loads(line)["kind"] for line in capsys.readouterr().out.splitlines()}
     assert kinds and kinds <= set(KINDS)
@@ -121,7 +121,7 @@ def test_output_is_byte_identical_with_and_without_the_accelerator() -> None:
     graph_backend used to come after cuda_graph in Python and last in C)."""
     import os
 
-    from sglang_tuning_exporter import accel
+    from sglang_tuning_exporter.sources import accel
 
     sample = FIXTURES / "021-sglkernelnpu608-ep-accept-len-npu-graph.log"
     outs = []
@@ -133,3 +133,18 @@ def test_output_is_byte_identical_with_and_without_the_accelerator() -> None:
         outs.append(proc.stdout)
     assert outs[0] and outs[0] == outs[1]
     assert '"cuda_graph": true, "gen_throughput": 239.06, "num_queue_reqs": 2, "graph_backend": "npu"' in outs[1]
+
+
+def test_stats_count_implausible_stamps(tmp_path: Path) -> None:
+    """`parse --stats` counts the stamps the evaluators take at a neighbour's time."""
+    import subprocess
+    import sys
+
+    log = tmp_path / "x.log"
+    line = ("] Decode batch, #running-req: 2, #token: 4, token usage: 0.50, cuda graph: True, "
+            "gen throughput (token/s): 1.00, #queue-req: 0")
+    log.write_text(f"[2026-01-01 10:00:00{line}\n[1970-01-01 00:00:07{line}\n[2026-01-01 10:00:02{line}\n")
+    proc = subprocess.run([sys.executable, "-m", "sglang_tuning_exporter", "parse", "--stats", str(log)],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert "implausible_times=1" in proc.stderr, proc.stderr

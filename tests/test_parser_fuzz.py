@@ -5,11 +5,11 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sglang_tuning_exporter import logparse
-from sglang_tuning_exporter.events import Event
-from sglang_tuning_exporter.logparse import LineClassifier, parse_line
-from sglang_tuning_exporter.logreader import EventReader, read_events
-from sglang_tuning_exporter.tail import LineSplitter
+from sglang_tuning_exporter.core.events import Event
+from sglang_tuning_exporter.sources import logparse
+from sglang_tuning_exporter.sources.logparse import LineClassifier, parse_line
+from sglang_tuning_exporter.sources.logreader import EventReader, read_events
+from sglang_tuning_exporter.sources.tail import LineSplitter
 
 REAL = [
     "[2025-11-22 23:24:43 DP0 TP0 EP0] Decode batch, #running-req: 1024, #token: 1922048, token usage: 0.62, "

@@ -19,7 +19,7 @@ import pytest
 import requests
 
 from netutil import free_port
-from sglang_tuning_exporter.promapi import PromConfig, PrometheusClient, PrometheusError
+from sglang_tuning_exporter.fleet.promapi import PromConfig, PrometheusClient, PrometheusError
 
 
 @dataclass

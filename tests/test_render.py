@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from sglang_tuning_exporter import render
+from sglang_tuning_exporter.render import command as render
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -8,11 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from sglang_tuning_exporter import fleet, report, report_formats
 from sglang_tuning_exporter.cli import main
-from sglang_tuning_exporter.model import Finding, Rank
-from sglang_tuning_exporter.promapi import Sample
-from sglang_tuning_exporter.report import (
+from sglang_tuning_exporter.core.model import Finding, Rank
+from sglang_tuning_exporter.fleet import formats as report_formats
+from sglang_tuning_exporter.fleet import queries as fleet
+from sglang_tuning_exporter.fleet import report
+from sglang_tuning_exporter.fleet.promapi import Sample
+from sglang_tuning_exporter.fleet.report import (
     FleetReport,
     InstanceReport,
     UsageError,
@@ -20,7 +22,7 @@ from sglang_tuning_exporter.report import (
     parse_duration,
     parse_time,
 )
-from sglang_tuning_exporter.signals import SignalParams
+from sglang_tuning_exporter.pipeline.signals import SignalParams
 
 GOLDEN = Path(__file__).parent / "fixtures" / "report"
 END = 1_793_491_200.0
@@ -357,7 +359,7 @@ def test_sparkline_scales_points_into_the_box() -> None:
 
 def test_server_arg_overrides_reach_the_advice_not_the_drift() -> None:
     """--server-arg changes what the advisor sees; the servers' real args (and so drift) stay as reported."""
-    from sglang_tuning_exporter.report import evaluate_fleet
+    from sglang_tuning_exporter.fleet.report import evaluate_fleet
 
     seen: list[dict[str, object]] = []
 
@@ -377,7 +379,7 @@ def test_the_recorded_series_the_report_prefers_are_rendered() -> None:
     """fleet's preferred recording-rule names are records of alerts/recording.rules.yaml (one source)."""
     import yaml
 
-    from sglang_tuning_exporter import fleet
+    from sglang_tuning_exporter.fleet import queries as fleet
     rules = yaml.safe_load((Path(__file__).resolve().parent.parent / "alerts" / "recording.rules.yaml")
                            .read_text(encoding="utf-8"))
     records = {r["record"] for g in rules["groups"] for r in g["rules"]}
@@ -405,8 +407,8 @@ def test_nothing_judged_exits_1_with_one_line(keep: tuple[int, ...], monkeypatch
 
 def test_report_instances_carry_coverage_and_plan() -> None:
     """Each instances[] entry has coverage, indications and plan, from the same code as diagnose."""
-    from sglang_tuning_exporter import plan
-    from sglang_tuning_exporter.checks import load_table
+    from sglang_tuning_exporter.guide import plan
+    from sglang_tuning_exporter.guide.checks import load_table
 
     r = sample_report()
     bad = r.instances[1]

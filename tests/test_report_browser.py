@@ -9,9 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from sglang_tuning_exporter import fleet, report_formats
-from sglang_tuning_exporter.model import Finding
-from sglang_tuning_exporter.report import FleetReport, InstanceReport
+from sglang_tuning_exporter.core.model import Finding
+from sglang_tuning_exporter.fleet import formats as report_formats
+from sglang_tuning_exporter.fleet import queries as fleet
+from sglang_tuning_exporter.fleet.report import FleetReport, InstanceReport
 
 pytestmark = pytest.mark.browser
 

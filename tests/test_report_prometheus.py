@@ -17,8 +17,8 @@ import pytest
 
 import fleet_history as fh
 from netutil import free_port
-from sglang_tuning_exporter import report
 from sglang_tuning_exporter.cli import main
+from sglang_tuning_exporter.fleet import report
 
 pytestmark = pytest.mark.integration
 

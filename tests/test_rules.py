@@ -16,8 +16,9 @@ import pytest
 import yaml
 
 from netutil import free_port, stop_process
-from sglang_tuning_exporter import catalog, render_rules
-from sglang_tuning_exporter.checks import load_table
+from sglang_tuning_exporter.core import catalog
+from sglang_tuning_exporter.guide.checks import load_table
+from sglang_tuning_exporter.render import rules as render_rules
 
 ROOT = Path(__file__).resolve().parent.parent
 ALERTS = ROOT / "alerts"

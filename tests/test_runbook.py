@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from sglang_tuning_exporter import render_rules, render_runbook
-from sglang_tuning_exporter.checks import load_table
+from sglang_tuning_exporter.guide.checks import load_table
+from sglang_tuning_exporter.render import rules as render_rules
+from sglang_tuning_exporter.render import runbook as render_runbook
 
 ROOT = Path(__file__).resolve().parent.parent
 RUNBOOK = ROOT / "alerts" / "runbook.md"

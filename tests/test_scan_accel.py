@@ -15,10 +15,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from sglang_tuning_exporter import accel, logparse, logreader
-from sglang_tuning_exporter.events import Event
-from sglang_tuning_exporter.logparse import _BATCH_KEYS, parse_any, parse_line
-from sglang_tuning_exporter.logreader import EventReader, read_file_events
+from sglang_tuning_exporter.core.events import Event
+from sglang_tuning_exporter.sources import accel, logparse, logreader
+from sglang_tuning_exporter.sources.logparse import _BATCH_KEYS, parse_any, parse_line
+from sglang_tuning_exporter.sources.logreader import EventReader, read_file_events
 from test_logreader_fast import POOL, mixed_log
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
@@ -269,7 +269,7 @@ def test_accelerator_can_be_turned_off() -> None:
     """SGLANG_TUNING_PURE_PYTHON=1 runs the pure-Python reader (what a build without a compiler gets)."""
     assert accel.load(disabled=True) is None
     env = {**os.environ, accel.ENV_DISABLE: "1"}
-    code = "from sglang_tuning_exporter import accel, logreader; print(accel.SCAN, logreader.SCAN)"
+    code = "from sglang_tuning_exporter.sources import accel, logreader; print(accel.SCAN, logreader.SCAN)"
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["None", "None"]
 

@@ -11,10 +11,10 @@ from typing import Any
 import pytest
 
 from scenario_logs import LogWriter, steady
-from sglang_tuning_exporter.checks import load_table
-from sglang_tuning_exporter.config import Config
-from sglang_tuning_exporter.diagnose import Diagnosis, Scanner, diagnose_source
-from sglang_tuning_exporter.model import Finding
+from sglang_tuning_exporter.core.model import Finding
+from sglang_tuning_exporter.guide.checks import load_table
+from sglang_tuning_exporter.guide.config import Config
+from sglang_tuning_exporter.offline.diagnose import Diagnosis, Scanner, diagnose_source
 
 TABLE = load_table()
 FIRING = ("warning", "critical")

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from sglang_tuning_exporter.model import Rank
-from sglang_tuning_exporter.scrape import (
+from sglang_tuning_exporter.core.model import Rank
+from sglang_tuning_exporter.sources.scrape import (
     ScrapeInterpreter,
     base_name,
     parse_exposition,

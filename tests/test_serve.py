@@ -13,18 +13,18 @@ from pathlib import Path
 import pytest
 
 from sglang_tuning_exporter import cli
-from sglang_tuning_exporter.events import Event
-from sglang_tuning_exporter.model import Finding, Observation, Rank, ServerState
-from sglang_tuning_exporter.serve import JsonFormatter, LogfmtFormatter, Loop, build_sidecar, make_web
-from sglang_tuning_exporter.serveconfig import (
+from sglang_tuning_exporter.core.events import Event
+from sglang_tuning_exporter.core.model import Finding, Observation, Rank, ServerState
+from sglang_tuning_exporter.sidecar.engine import Advisor, LogInput
+from sglang_tuning_exporter.sidecar.serve import JsonFormatter, LogfmtFormatter, Loop, build_sidecar, make_web
+from sglang_tuning_exporter.sidecar.serveconfig import (
     ServeConfigError,
     add_serve_flags,
     build_config,
     parse_duration,
     parse_listen_address,
 )
-from sglang_tuning_exporter.serverinfo import HttpError
-from sglang_tuning_exporter.sidecar import Advisor, LogInput
+from sglang_tuning_exporter.sources.serverinfo import HttpError
 
 FIX = Path(__file__).parent / "fixtures"
 
@@ -385,7 +385,7 @@ def test_server_info_facts_reach_every_rank_without_a_log(dp_size: int) -> None:
     """Without a log, the server-info facts (startup headroom, captured graph ceiling, effective max
     running requests per DP rank, token capacity) are each scraped rank's facts: its signals and its
     fact gauges; no extra rank appears for them."""
-    from sglang_tuning_exporter.collector import BuildInfo, build_families
+    from sglang_tuning_exporter.sidecar.collector import BuildInfo, build_families
 
     sc, t = _metrics_only(dp_size)
     signals = sc.advisor.window.signals(t)  # type: ignore[attr-defined]
@@ -464,8 +464,8 @@ def test_log_only_sidecar_names_flags_by_the_release_its_lines_reveal(tmp_path: 
     """Tailing a log from its end (no startup lines, no server info), the release floor the line formats
     reveal (`#new_tokens_gained`: >= 0.5.7) decides flag names and defaults live as in diagnose; the
     findings document keeps `version` a release or null; a version line wins over any floor."""
-    from sglang_tuning_exporter.logreader import EventReader
-    from sglang_tuning_exporter.serve import log_input_for
+    from sglang_tuning_exporter.sidecar.serve import log_input_for
+    from sglang_tuning_exporter.sources.logreader import EventReader
 
     follower = FakeFollower()
     cfg = build_config(_args("--sglang.log-file", str(tmp_path / "x.log"), "--evaluation-interval", "1s"))
@@ -479,7 +479,7 @@ def test_log_only_sidecar_names_flags_by_the_release_its_lines_reveal(tmp_path: 
                         "#new_tokens_gained: 4608, #new_token_ratio: 0.3811 -> 0.5127", decode]
     sc.tick(2.0)
     assert sc.state.server_version() == ">=0.5.7"
-    from sglang_tuning_exporter.collector import BuildInfo, build_families
+    from sglang_tuning_exporter.sidecar.collector import BuildInfo, build_families
 
     info = next(f for f in build_families(sc.state.snapshot(2.0), BuildInfo("0.0.0-test", "3.11"))
                 if f.name == "sglang_tuning_server")  # an info family: `_info` is the sample suffix

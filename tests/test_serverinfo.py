@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from sglang_tuning_exporter.serverinfo import HttpError, ServerInfoClient, parse_server_info
+from sglang_tuning_exporter.sources.serverinfo import HttpError, ServerInfoClient, parse_server_info
 
 DOC = json.loads((Path(__file__).parent / "fixtures" / "sglang-0.5.23-server_info-toplevel.json").read_text())
 

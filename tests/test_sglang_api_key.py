@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from sglang_tuning_exporter import cli
-from sglang_tuning_exporter.serveconfig import ServeConfigError, add_serve_flags, build_config
-from sglang_tuning_exporter.serverinfo import HttpError, urllib_get
+from sglang_tuning_exporter.sidecar.serveconfig import ServeConfigError, add_serve_flags, build_config
+from sglang_tuning_exporter.sources.serverinfo import HttpError, urllib_get
 
 KEY = "s3cret-key"
 
@@ -87,7 +87,7 @@ def test_serve_rejects_bad_key_file_with_exit_2(tmp_path: Path, capsys: pytest.C
 
 def test_sidecar_scrapes_a_keyed_server(keyed_server: str, tmp_path: Path) -> None:
     """`serve` wiring: with the key file the scrape succeeds (metrics source up); without it, it fails."""
-    from sglang_tuning_exporter.serve import build_sidecar
+    from sglang_tuning_exporter.sidecar.serve import build_sidecar
 
     f = tmp_path / "key"
     f.write_text(KEY)

@@ -9,10 +9,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sglang_tuning_exporter.events import Event
-from sglang_tuning_exporter.model import Observation, Rank, ServerState
-from sglang_tuning_exporter.observations import EventConverter, events_to_observations
-from sglang_tuning_exporter.signals import Bucket, SampleStats, SignalParams, Window, hist_quantile, quantile
+from sglang_tuning_exporter.core.events import Event
+from sglang_tuning_exporter.core.model import Observation, Rank, ServerState
+from sglang_tuning_exporter.pipeline.observations import EventConverter, events_to_observations
+from sglang_tuning_exporter.pipeline.signals import Bucket, SampleStats, SignalParams, hist_quantile, quantile
+from sglang_tuning_exporter.pipeline.window import Window
 
 NO_RANK = Rank()
 
@@ -310,8 +311,11 @@ def test_frozen_hist_answers_as_the_dict_it_froze(hist: dict[int, int], q: float
     a floor, items and pickle round trip; with and without the C accelerator's freeze_hist."""
     import pickle
 
-    from sglang_tuning_exporter import signals
+    from sglang_tuning_exporter.offline import scanner  # noqa: F401  (wires the accelerator's freeze_hist)
+    from sglang_tuning_exporter.pipeline import signals, stats
+    from sglang_tuning_exporter.sources.accel import SCAN
 
+    assert (stats._freezer is not None) == (SCAN is not None)
     for frozen in (signals.FrozenHist.of(hist), _python_frozen(hist)):
         assert dict(frozen) == hist and list(frozen.pairs()) == sorted(hist.items()) and len(frozen) == len(hist)
         assert "x" not in frozen and frozen.get(2**41 + 1) is None  # absent, as in a dict
@@ -324,14 +328,14 @@ def test_frozen_hist_answers_as_the_dict_it_froze(hist: dict[int, int], q: float
 
 
 def _python_frozen(hist: dict[int, int]) -> Any:
-    from sglang_tuning_exporter import signals
+    from sglang_tuning_exporter.pipeline import signals, stats
 
-    saved = signals.SCAN
-    signals.SCAN = None
+    saved = stats._freezer
+    signals.use_freezer(None)
     try:
         return signals.FrozenHist.of(hist)
     finally:
-        signals.SCAN = saved
+        signals.use_freezer(saved)
 
 
 def test_frozen_stats_thaw_on_write_and_merge_like_dicts() -> None:
@@ -351,7 +355,7 @@ def test_frozen_stats_thaw_on_write_and_merge_like_dicts() -> None:
     assert frozen.decode.frozen and type(frozen.decode.queue) is not dict
     kw = {"span_s": 600.0, "from_log": True}
     facts = {"max_running_requests": 20.0}
-    from sglang_tuning_exporter.signals import compute_signals
+    from sglang_tuning_exporter.pipeline.signals import compute_signals
 
     assert compute_signals(frozen, facts, params, **kw) == compute_signals(plain, facts, params, **kw)
     merged_plain, merged_frozen = filled(), filled()

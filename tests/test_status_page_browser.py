@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from sglang_tuning_exporter.collector import BuildInfo, TuningCollector, make_registry
-from sglang_tuning_exporter.model import Finding, Observation, Rank
-from sglang_tuning_exporter.state import LiveState
-from sglang_tuning_exporter.web import WebApp, start_http
+from sglang_tuning_exporter.core.model import Finding, Observation, Rank
+from sglang_tuning_exporter.sidecar.collector import BuildInfo, TuningCollector, make_registry
+from sglang_tuning_exporter.sidecar.state import LiveState
+from sglang_tuning_exporter.sidecar.web import WebApp, start_http
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 HOSTILE = "<script>alert(1)</script>"
@@ -97,10 +97,10 @@ document.getElementById('f').onload = function () {{
 @pytest.fixture
 def blind_app() -> Iterator[tuple[str, WebApp]]:
     """SGLang's /metrics unreachable, a short log: two findings, a plan, most checks blind."""
-    from sglang_tuning_exporter.advisor import evaluate, findings_document
-    from sglang_tuning_exporter.checks import load_table
-    from sglang_tuning_exporter.model import ServerState
-    from sglang_tuning_exporter.web import Response
+    from sglang_tuning_exporter.core.model import ServerState
+    from sglang_tuning_exporter.guide.advisor import evaluate, findings_document
+    from sglang_tuning_exporter.guide.checks import load_table
+    from sglang_tuning_exporter.sidecar.web import Response
 
     table = load_table()
     server = ServerState("0.5.23", {"mem_fraction_static": 0.8, "schedule_conservativeness": 1.0,

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from sglang_tuning_exporter.checks import load_table
-from sglang_tuning_exporter.suggest import current_value, default_schedule_policy, flag_name, suggest
+from sglang_tuning_exporter.guide.checks import load_table
+from sglang_tuning_exporter.guide.suggest import current_value, default_schedule_policy, flag_name, suggest
 
 BY = load_table().by_id()
 

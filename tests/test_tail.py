@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from sglang_tuning_exporter import limits
-from sglang_tuning_exporter.tail import Follower, InputError, LineSplitter, open_input
+from sglang_tuning_exporter.core import limits
+from sglang_tuning_exporter.sources.tail import Follower, InputError, LineSplitter, open_input
 
 
 def _append(path: Path, text: str) -> None:
@@ -135,7 +135,7 @@ def test_open_input_plain_gzip_and_stdin(tmp_path: Path) -> None:
     for p in (plain, gz, renamed):
         with open_input(str(p)) as lines:
             assert list(lines) == ["a\r b", "c"]
-    from sglang_tuning_exporter.tail import InputLines
+    from sglang_tuning_exporter.sources.tail import InputLines
     assert list(InputLines("-", stdin=io.BytesIO(text))) == ["a\r b", "c"]
 
 
@@ -153,7 +153,7 @@ def test_open_input_errors_are_clear(tmp_path: Path) -> None:
 
 def test_stream_follower_reads_a_pipe_without_blocking() -> None:
     """stdin-style following: partial lines wait, nothing blocks, EOF flushes the last line."""
-    from sglang_tuning_exporter.tail import StreamFollower
+    from sglang_tuning_exporter.sources.tail import StreamFollower
     r, w = os.pipe()
     try:
         f = StreamFollower(r, clock=lambda: 7.0)

@@ -13,8 +13,8 @@ import shutil
 from pathlib import Path
 from typing import IO
 
-from sglang_tuning_exporter import limits
-from sglang_tuning_exporter.tail import Follower, OsFileSystem
+from sglang_tuning_exporter.core import limits
+from sglang_tuning_exporter.sources.tail import Follower, OsFileSystem
 
 
 class Writer:
@@ -200,11 +200,11 @@ def test_unreadable_log_is_permission_denied_not_not_found(tmp_path: Path) -> No
     """The sidecar says the log cannot be read (reason permission_denied), not that it is missing."""
     import argparse
 
-    from sglang_tuning_exporter.collector import BuildInfo, build_families, encode_text
-    from sglang_tuning_exporter.logreader import EventReader
-    from sglang_tuning_exporter.serve import build_sidecar, log_input_for
-    from sglang_tuning_exporter.serveconfig import add_serve_flags, build_config
-    from sglang_tuning_exporter.sidecar import Advisor
+    from sglang_tuning_exporter.sidecar.collector import BuildInfo, build_families, encode_text
+    from sglang_tuning_exporter.sidecar.engine import Advisor
+    from sglang_tuning_exporter.sidecar.serve import build_sidecar, log_input_for
+    from sglang_tuning_exporter.sidecar.serveconfig import add_serve_flags, build_config
+    from sglang_tuning_exporter.sources.logreader import EventReader
 
     log = tmp_path / "server.log"
     log.write_text("x\n")

@@ -6,7 +6,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sglang_tuning_exporter.timeparse import event_seconds, general_seconds
+from sglang_tuning_exporter.core.timeparse import event_seconds, general_seconds
 
 stamps = st.builds(
     lambda y, mo, d, h, mi, s, frac, tail: f"{y:04d}-{mo:02d}-{d:02d}T{h:02d}:{mi:02d}:{s:02d}{frac}{tail}",
@@ -27,3 +27,33 @@ def test_known_values() -> None:
     assert event_seconds("2025-13-12T10:11:12") is None
     assert event_seconds("10:11:12") == 36672.0
     assert event_seconds(None) is None
+
+
+def test_log_clock_takes_implausible_stamps_at_their_neighbours_time() -> None:
+    """A cut-off year, 1970 and a stamp far back take no time of their own and are counted; three stamps
+    in a row that agree on an earlier time are a clock set back: time goes on from the latest."""
+    from sglang_tuning_exporter.core.timeparse import BACKWARD_TOLERANCE_S, LogClock
+
+    c = LogClock()
+    assert c.take("0025-06-23T18:55:20") is None and c.implausible == 1  # before any stamp
+    t0 = c.take("2026-01-01T10:00:00")
+    assert t0 is not None
+    assert c.take("1970-01-01T00:00:07") is None
+    assert c.take("2026-01-01T10:00:05") == t0 + 5
+    assert c.take("2026-01-01T09:59:58") == t0 - 2  # a little late: its own time
+    assert c.implausible == 2
+    back = [c.take(f"2026-01-01T09:00:0{i}") for i in range(3)]  # an hour back: the clock was set back
+    assert back[:2] == [None, None] and back[2] == t0 + 5 + 2 and c.jumps == 1  # spacing from the first
+    assert c.take("2026-01-01T09:00:10") == t0 + 5 + 10  # the new stamps keep their spacing
+    assert BACKWARD_TOLERANCE_S < 3600
+
+
+def test_log_clock_now_ages_the_latest_stamp_by_the_wall_clock() -> None:
+    """Live, the window's now is the latest stamp plus the wall time since it arrived."""
+    from sglang_tuning_exporter.core.timeparse import LogClock
+
+    wall = [5000.0]
+    c = LogClock(arrival=lambda: wall[0])
+    assert c.now(5000.0) == 5000.0  # no stamp yet: the wall clock
+    t = c.take("2026-01-01T10:00:00")
+    assert t is not None and c.now(5030.0) == t + 30

@@ -6,10 +6,10 @@ import json
 import urllib.error
 import urllib.request
 
-from sglang_tuning_exporter.collector import BuildInfo, TuningCollector, make_registry
-from sglang_tuning_exporter.model import Finding, Observation, Rank
-from sglang_tuning_exporter.state import LiveState
-from sglang_tuning_exporter.web import WebApp, start_http
+from sglang_tuning_exporter.core.model import Finding, Observation, Rank
+from sglang_tuning_exporter.sidecar.collector import BuildInfo, TuningCollector, make_registry
+from sglang_tuning_exporter.sidecar.state import LiveState
+from sglang_tuning_exporter.sidecar.web import WebApp, start_http
 
 BUILD = BuildInfo("0.0.0-test", "3.11")
 HOSTILE = "<script>alert(1)</script>"

@@ -19,11 +19,11 @@ import pytest
 
 from netutil import announced_port, free_port, stop_process
 from sglang_tuning_exporter import cli
-from sglang_tuning_exporter.collector import BuildInfo, TuningCollector, make_registry
-from sglang_tuning_exporter.model import Observation, Rank
-from sglang_tuning_exporter.state import LiveState
-from sglang_tuning_exporter.web import WebApp, start_http
-from sglang_tuning_exporter.webconfig import (
+from sglang_tuning_exporter.core.model import Observation, Rank
+from sglang_tuning_exporter.sidecar.collector import BuildInfo, TuningCollector, make_registry
+from sglang_tuning_exporter.sidecar.state import LiveState
+from sglang_tuning_exporter.sidecar.web import WebApp, start_http
+from sglang_tuning_exporter.sidecar.webconfig import (
     BasicAuth,
     TLSConfig,
     WebConfig,

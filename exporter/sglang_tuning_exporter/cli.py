@@ -8,18 +8,18 @@ import sys
 from collections.abc import Sequence
 from types import ModuleType
 
-from . import __version__
+from sglang_tuning_exporter import __version__
+from sglang_tuning_exporter.core.exit_codes import EXIT_OK, EXIT_RUNTIME, EXIT_USAGE
 
 # subcommand -> module implementing `HELP`, `add_arguments(parser)` and `run(args) -> int`.
 COMMANDS: dict[str, str] = {
-    "serve": "sglang_tuning_exporter.serve",
-    "parse": "sglang_tuning_exporter.parse_cmd",
-    "diagnose": "sglang_tuning_exporter.diagnose",
-    "report": "sglang_tuning_exporter.report",
-    "render": "sglang_tuning_exporter.render",
+    "serve": "sglang_tuning_exporter.sidecar.serve",
+    "parse": "sglang_tuning_exporter.offline.parse_cmd",
+    "diagnose": "sglang_tuning_exporter.offline.diagnose",
+    "report": "sglang_tuning_exporter.fleet.report",
+    "render": "sglang_tuning_exporter.render.command",
 }
 
-EXIT_OK, EXIT_RUNTIME, EXIT_USAGE, EXIT_FINDINGS = 0, 1, 2, 3
 
 
 def _load(module: str) -> ModuleType | None:

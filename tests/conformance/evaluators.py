@@ -10,17 +10,17 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from sglang_tuning_exporter.checks import load_table
-from sglang_tuning_exporter.collector import BuildInfo
-from sglang_tuning_exporter.config import Config
-from sglang_tuning_exporter.diagnose import diagnose_source
-from sglang_tuning_exporter.logreader import EventReader
-from sglang_tuning_exporter.model import STATUS_CODE, Rank
-from sglang_tuning_exporter.serve import build_sidecar, log_input_for, make_web
-from sglang_tuning_exporter.serveconfig import add_serve_flags, build_config
-from sglang_tuning_exporter.serverinfo import HttpError
-from sglang_tuning_exporter.sidecar import Sidecar
-from sglang_tuning_exporter.timeparse import EARLIEST_PLAUSIBLE
+from sglang_tuning_exporter.core.model import STATUS_CODE, Rank
+from sglang_tuning_exporter.core.timeparse import EARLIEST_PLAUSIBLE
+from sglang_tuning_exporter.guide.checks import load_table
+from sglang_tuning_exporter.guide.config import Config
+from sglang_tuning_exporter.offline.diagnose import diagnose_source
+from sglang_tuning_exporter.sidecar.collector import BuildInfo
+from sglang_tuning_exporter.sidecar.engine import Sidecar
+from sglang_tuning_exporter.sidecar.serve import build_sidecar, log_input_for, make_web
+from sglang_tuning_exporter.sidecar.serveconfig import add_serve_flags, build_config
+from sglang_tuning_exporter.sources.logreader import EventReader
+from sglang_tuning_exporter.sources.serverinfo import HttpError
 
 from .scenarios import START, Scenario, stamp_of
 
@@ -148,7 +148,7 @@ def live(sc: Scenario, tmp: Path, *, lines: list[str] | None = None, from_end_of
         argv += ["--sglang.log-file", str(log)]
         follower = _Feeder(feed_lines, lambda: wall[0])
         if from_end_of is not None:
-            from sglang_tuning_exporter.startup_section import WithStartup, startup_lines
+            from sglang_tuning_exporter.sources.startup_section import WithStartup, startup_lines
             log_input = log_input_for(WithStartup(follower, startup_lines(str(from_end_of))), EventReader())
         else:
             log_input = log_input_for(follower, EventReader())

@@ -36,8 +36,9 @@ from prometheus_client.openmetrics.parser import text_string_to_metric_families 
 from prometheus_client.parser import text_string_to_metric_families as text_families
 
 from netutil import free_port, stop_process
-from sglang_tuning_exporter import render_rules, report
-from sglang_tuning_exporter.checks import load_table
+from sglang_tuning_exporter.fleet import report
+from sglang_tuning_exporter.guide.checks import load_table
+from sglang_tuning_exporter.render import rules as render_rules
 
 ROOT = Path(__file__).resolve().parents[2]
 DASHBOARDS = ROOT / "dashboards"

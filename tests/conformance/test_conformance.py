@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from sglang_tuning_exporter.model import STATUS_CODE
+from sglang_tuning_exporter.core.model import STATUS_CODE
 
 from . import promql
 from .evaluators import TABLE, Reading, diagnose, live, replay, sidecar_restarted

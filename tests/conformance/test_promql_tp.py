@@ -31,8 +31,8 @@ from conformance.promql import (
     rules_check,
     skip_reason,
 )
-from sglang_tuning_exporter import render_rules
-from sglang_tuning_exporter.checks import load_table
+from sglang_tuning_exporter.guide.checks import load_table
+from sglang_tuning_exporter.render import rules as render_rules
 
 REASON = skip_reason()
 pytestmark = [pytest.mark.integration, pytest.mark.skipif(REASON is not None, reason=REASON or "")]

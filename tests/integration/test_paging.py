@@ -11,8 +11,8 @@ import requests
 
 from integration.conftest import TARGETS, RunningStack
 from integration.stack import EXPORTER_JOB, SGLANG_JOB, Stack, wait_for
-from sglang_tuning_exporter.catalog import CATALOG
-from sglang_tuning_exporter.checks import Check, load_table
+from sglang_tuning_exporter.core.catalog import CATALOG
+from sglang_tuning_exporter.guide.checks import Check, load_table
 
 pytestmark = pytest.mark.integration
 

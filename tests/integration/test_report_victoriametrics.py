@@ -25,7 +25,7 @@ import requests
 
 import fleet_history as fh
 from netutil import free_port
-from sglang_tuning_exporter import report
+from sglang_tuning_exporter.fleet import report
 
 pytestmark = pytest.mark.integration
 

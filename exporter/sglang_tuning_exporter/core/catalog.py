@@ -1,0 +1,109 @@
+"""The one catalog of every metric sglang-tuning-exporter emits (name, type, help, labels).
+
+The collector, the README table, the dashboard lint and the alert-rule tests all read this list.
+Add a metric here first; nothing else may invent a `sglang_tuning_` name.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+PREFIX = "sglang_tuning_"
+RANK_LABELS = ("model_name", "dp_rank", "pp_rank", "tp_rank", "moe_ep_rank")
+
+
+@dataclass(frozen=True, slots=True)
+class MetricSpec:
+    """One metric family we expose."""
+
+    name: str  # full name; counters include the `_total` suffix
+    type: str  # gauge | counter | info
+    help: str
+    labels: tuple[str, ...] = ()
+
+
+def _m(name: str, type_: str, help_: str, labels: tuple[str, ...] = ()) -> MetricSpec:
+    return MetricSpec(PREFIX + name, type_, help_, labels)
+
+
+CATALOG: tuple[MetricSpec, ...] = (
+    # --- raw per-rank values from the latest Decode/Prefill line or SGLang scrape
+    _m("queue_requests", "gauge", "Requests waiting in the scheduler queue (#queue-req) at the latest sample.", RANK_LABELS),
+    _m("running_requests", "gauge", "Requests in the running batch (#running-req) at the latest sample.", RANK_LABELS),
+    _m("token_usage_ratio", "gauge", "KV-cache token usage 0-1 (token usage) at the latest sample.", RANK_LABELS),
+    _m("gen_throughput_tokens_per_second", "gauge", "Decode generation throughput at the latest sample.", RANK_LABELS),
+    _m("decode_samples_total", "counter", "Decode samples seen (Decode batch lines or scrapes), by whether the batch ran in a CUDA graph (true|false|unknown).", (*RANK_LABELS, "cuda_graph")),
+    _m("decode_batch_size_without_graph", "gauge", "90th percentile of decode batch sizes that ran without a CUDA graph in the window; NaN-free: absent when none.", RANK_LABELS),
+    _m("retractions_total", "counter", "Retraction events (KV cache pool is full / decode out of memory).", RANK_LABELS),
+    _m("retracted_requests_total", "counter", "Requests retracted by retraction events.", RANK_LABELS),
+    _m("prefill_tokens_total", "counter", "Prefill tokens by source: new (computed) or cached (prefix-cache hit).", (*RANK_LABELS, "source")),
+    _m("oom_events_total", "counter", "Out-of-memory errors by phase (prefill|decode|startup|capture|unknown; startup: the pool does not fit after the weights, capture: an allocation failed in the headroom before the first batch).", (*RANK_LABELS, "phase")),
+    # --- startup facts (log startup lines, server info, or SGLang constants)
+    _m("available_gpu_memory_bytes", "gauge", "GPU memory left for activations after weights, KV cache and CUDA graphs at startup (available_gpu_mem).", RANK_LABELS),
+    _m("gpu_memory_total_bytes", "gauge", "Estimated GPU memory capacity (from `Load weight begin. avail mem`).", RANK_LABELS),
+    _m("max_total_tokens", "gauge", "KV-cache capacity in tokens (max_total_num_tokens).", RANK_LABELS),
+    _m("max_running_requests", "gauge", "Effective max running requests reported at startup.", RANK_LABELS),
+    _m("cuda_graph_max_batch_size", "gauge", "Largest decode batch size captured in a CUDA graph.", RANK_LABELS),
+    # --- server configuration
+    _m("server_arg", "gauge", "Numeric SGLang server argument (from server_args= or server info), one series per arg.", ("arg",)),
+    _m("server_info", "info", "SGLang server facts: version, model, schedule policy.", ("version", "model_name", "schedule_policy")),
+    # --- the guide, evaluated by the exporter
+    _m("signal", "gauge", "A guide signal over the exporter's window (see docs/signals.md); absent when unknown.", (*RANK_LABELS, "signal")),
+    _m("check_status", "gauge", "Verdict of a guide check: -1 unknown, 0 ok, 1 warning, 2 critical.", (*RANK_LABELS, "check", "severity")),
+    _m("suggested_value", "gauge", "The value the exporter suggests for the flag of a firing check.", (*RANK_LABELS, "check", "flag")),
+    _m("current_value", "gauge", "The current value of the flag a check names, when known.", (*RANK_LABELS, "check", "flag")),
+    # --- flag changes and their verdicts (changes.py; /api/changes)
+    _m("change_verdict", "gauge", "Verdict on the last change of a flag, as a state set: 1 for the verdict (improved|worse|no_change|inconclusive), 0 for the others.", ("flag", "verdict")),
+    _m("change_info", "info", "The last change of a flag: the value before (from_value, the one to go back to) and after (to_value), and who told (log|server_info).", ("flag", "from_value", "to_value", "source")),
+    # --- self health
+    _m("up", "gauge", "1 if the last scrape of SGLang's /metrics succeeded, 0 otherwise."),
+    _m("source_up", "gauge", "1 if the source (log|metrics|server_info) worked at its last attempt.", ("source",)),
+    _m("source_enabled", "gauge", "1 if the source is configured.", ("source",)),
+    _m("source_failures_total", "counter", "Failed attempts to read a source, by reason (connection|timeout|http_status|too_large|invalid|internal for SGLang; not_found|permission_denied|read_error|closed|internal for the log).", ("source", "reason")),
+    _m("input_truncations_total", "counter", "Input cut or skipped at a documented limit (docs/sidecar.md, Limits), by source and limit (line|label_value|samples|string|internal_states).", ("source", "limit")),
+    _m("source_duration_seconds", "gauge", "Duration of the last read of the source.", ("source",)),
+    _m("scrape_duration_seconds", "gauge", "Duration of the last scrape of SGLang's /metrics."),
+    _m("log_lines_total", "counter", "Log lines read, by event kind (other = not an event).", ("kind",)),
+    _m("log_unparsed_lines_total", "counter", "Lines with a recognised head that could not be parsed."),
+    _m("log_implausible_times_total", "counter",
+       "Log stamps implausible against their neighbours (cut-off, 1970, set back), taken at a neighbour's time."),
+    _m("log_last_line_timestamp_seconds", "gauge", "Unix time at which the last log line was read."),
+    _m("log_rotations_total", "counter", "Log rotations followed (new inode; rotated files in between counted too)."),
+    _m("log_truncations_total", "counter", "Log truncations detected (size below read offset, or the bytes before it rewritten: copytruncate and regrowth)."),
+    _m("log_unread_bytes_total", "counter", "Log bytes that could not be read: written before a truncation and found in no copy, or a partial line dropped at one."),
+    _m("tracked_ranks", "gauge", "Ranks currently tracked."),
+    _m("ranks_expired_total", "counter", "Ranks dropped because they were not seen within the expiry time."),
+    _m("build_info", "info", "Exporter build facts.", ("version", "python_version")),
+    # --- sidecar source details (owner: sidecar)
+    _m("sglang_restarts_total", "counter", "SGLang restarts detected (a counter going backwards, a new start time or version in server info)."),
+    _m("scrape_garbage_lines_total", "counter", "Lines of SGLang's /metrics that were not valid exposition format (skipped)."),
+    _m("log_oversized_lines_total", "counter", "Log lines longer than the reader's limit (1 MiB), cut to the limit and read on."),
+    _m("scrape_samples", "gauge", "Samples read from SGLang's /metrics at the last successful scrape."),
+    _m("sglang_endpoint_info", "info", "The server-info endpoint the running SGLang release answered (/server_info, /get_server_info or /get_server_args).", ("endpoint",)),
+    _m("evaluation_timestamp_seconds", "gauge", "Unix time of the last evaluation of the guide checks."),
+)
+
+BY_NAME: dict[str, MetricSpec] = {m.name: m for m in CATALOG}
+
+
+def exposed_names() -> set[str]:
+    """Every sample name that can appear on our /metrics (info metrics carry `_info` already)."""
+    names: set[str] = set()
+    for m in CATALOG:
+        names.add(m.name)
+    return names
+
+
+GIB = float(1 << 30)  # SGLang's "GB" is get_available_gpu_memory() / 2**30
+# Per-rank gauges: catalog short name -> (observation name, scale).
+RANK_GAUGES: tuple[tuple[str, str, float], ...] = (
+    ("queue_requests", "num_queue_reqs", 1.0),
+    ("running_requests", "num_running_reqs", 1.0),
+    ("token_usage_ratio", "token_usage", 1.0),
+    ("gen_throughput_tokens_per_second", "gen_throughput", 1.0),
+    ("available_gpu_memory_bytes", "available_gpu_mem_gb", GIB),
+    ("gpu_memory_total_bytes", "gpu_mem_total_gb", GIB),
+    ("max_total_tokens", "max_total_num_tokens", 1.0),
+    ("max_running_requests", "max_running_requests", 1.0),
+    ("cuda_graph_max_batch_size", "cuda_graph_max_bs_captured", 1.0),
+)

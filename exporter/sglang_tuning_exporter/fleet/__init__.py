@@ -1,0 +1,1 @@
+"""`report`: the fleet review from a Prometheus-compatible store."""

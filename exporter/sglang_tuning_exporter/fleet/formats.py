@@ -1,0 +1,319 @@
+"""Output formats of the fleet report: JSON (interfaces.md), Markdown and self-contained HTML with inline SVG.
+
+Pure functions of a FleetReport. HTML escapes every value that comes from Prometheus (instance names,
+label values, arguments) and loads nothing external: no scripts, fonts, images or stylesheets.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from sglang_tuning_exporter.core.model import STATUS_CODE, Finding
+from sglang_tuning_exporter.fleet.document import FleetReport, InstanceReport, iso
+from sglang_tuning_exporter.guide.plan import plan_step_text
+
+SHORT = {"ok": "ok", "warning": "WARN", "critical": "CRIT", "unknown": "?", "": "-"}
+COLOURS = {"ok": "#2e7d32", "warning": "#f9a825", "critical": "#c62828", "unknown": "#9e9e9e"}
+CHART_LABELS = {"queue": "#queue-req", "token_usage": "token usage", "retractions_per_minute": "retractions/min"}
+MAX_DRIFT_LIST = 8  # majority-value servers listed by name in markdown/html before "and N more"
+
+
+def render(report: FleetReport, fmt: str) -> str:
+    """The report in `fmt` (markdown, html or json)."""
+    if fmt == "json":
+        return render_json(report)
+    if fmt == "html":
+        return render_html(report)
+    return render_markdown(report)
+
+
+def render_json(report: FleetReport) -> str:
+    """The JSON document of interfaces.md, indented."""
+    return json.dumps(report.to_json_dict(), indent=2, sort_keys=False, allow_nan=False, default=str) + "\n"
+
+
+# --------------------------------------------------------------------------------------------- shared
+
+
+def fmt_value(v: Any) -> str:
+    """A current/suggested value as a person reads it."""
+    if v is None:
+        return "?"
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, float):
+        return f"{v:g}" if not v.is_integer() else str(int(v))
+    return str(v)
+
+
+def change_text(f: Finding) -> str:
+    """`increase --flag 1 -> 1.3`, or the client-side action."""
+    if f.flag is None:
+        return f.action or "client side"
+    arrow = f"{fmt_value(f.current)} → {fmt_value(f.suggested)}"
+    return f"{f.action} {f.flag} {arrow}" if f.action in ("increase", "decrease", "set") else f"{f.flag}: {f.action} {arrow}"
+
+
+def cell_status(inst: InstanceReport, check: str) -> str:
+    """The worst status of a check over an instance's ranks ('' when not evaluated)."""
+    statuses = [f.status for f in inst.findings if f.check == check]
+    known = [s for s in statuses if s != "unknown"]
+    if known:
+        return max(known, key=lambda s: STATUS_CODE[s])
+    return "unknown" if statuses else ""
+
+
+def rank_of(f: Finding) -> str:
+    """`dp=1`, or `all` when the finding is for the whole server."""
+    return ",".join(f"{k}={v}" for k, v in f.rank.items()) or "all"
+
+
+def mistuned(report: FleetReport) -> list[InstanceReport]:
+    """Servers with at least one warning or critical finding, critical first."""
+    hits = [i for i in report.instances if i.status in ("warning", "critical")]
+    return sorted(hits, key=lambda i: (-STATUS_CODE[i.status], i.instance))
+
+
+def _range_text(report: FleetReport) -> str:
+    days = (report.end - report.start) / 86400
+    return f"{iso(report.start)} → {iso(report.end)} ({days:g} d)"
+
+
+def _md(text: Any) -> str:
+    # Plain Markdown text: a pipe or newline would break a table row; <, > and & must not become HTML.
+    raw = str(text).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    return raw.replace("|", "\\|").replace("\n", " ")
+
+
+def _code(text: Any) -> str:
+    # Inside a code span entities are shown literally, so only backticks, pipes and newlines need care.
+    return "`" + str(text).replace("`", "'").replace("|", "\\|").replace("\n", " ") + "`"
+
+
+# --------------------------------------------------------------------------------------------- markdown
+
+
+def render_markdown(report: FleetReport) -> str:
+    """The report as Markdown (GitHub tables)."""
+    out: list[str] = ["# SGLang fleet tuning report", ""]
+    out.append(f"Prometheus {_code(report.prometheus)}, range {_range_text(report)}"
+               + (f", selector {_code('{' + report.selector + '}')}" if report.selector else "")
+               + f"; guide profile {_code(report.profile)}, workload {_code(report.workload)}; "
+               f"{report.queries} PromQL queries.")
+    out += ["", "## Summary", "", "| status | servers |", "|---|---:|"]
+    out += [f"| {s} | {n} |" for s, n in report.by_status().items()]
+    out.append(f"| **total** | **{len(report.instances)}** |")
+    common = report.common_findings()
+    out += ["", "### Most common findings", ""]
+    if common:
+        out += ["| check | servers | worst | flag | action |", "|---|---:|---|---|---|"]
+        out += [f"| {c['check']} | {c['servers']} | {c['worst']} | {_md(c['flag'] or 'client side')} | "
+                f"{_md(c['action'])} |" for c in common]
+    else:
+        out.append(_nothing_fired(report))
+    out += ["", "## Mis-tuned servers", ""]
+    bad = mistuned(report)
+    if not bad:
+        out.append("None.")
+    for inst in bad:
+        out.append(f"### {_code(inst.instance)} — {inst.status}")
+        out.append("")
+        out.append(f"Model {_code(inst.model_name or '?')}, SGLang {_md(inst.version or '?')}.")
+        out.append("")
+        out += _plan_markdown(inst)
+        out += ["| check | rank | status | change | evidence |", "|---|---|---|---|---|"]
+        for f in inst.firing():
+            out.append(f"| {f.check} | {rank_of(f)} | {f.status} | {_md(change_text(f))} | {_md(f.evidence)} |")
+        out.append("")
+    out += _drift_markdown(report)
+    out += ["", "## Every instance × check", ""]
+    checks = list(report.checks)
+    out.append("| instance | model | status | " + " | ".join(checks) + " |")
+    out.append("|---|---|---|" + "---|" * len(checks))
+    for inst in report.instances:
+        cells = [SHORT[cell_status(inst, c)] for c in checks]
+        out.append(f"| {_code(inst.instance)} | {_md(inst.model_name or '?')} | {inst.status} | "
+                   + " | ".join(cells) + " |")
+    out += ["", "Legend: ok, WARN = warning, CRIT = critical, ? = unknown (not enough data), "
+                "- = not evaluated.", ""]
+    return "\n".join(out)
+
+
+def _nothing_fired(report: FleetReport) -> str:
+    """No firing check: say how much was judged, so that no data never reads as a healthy fleet."""
+    judged = sum(1 for i in report.instances if i.status != "unknown")
+    if not report.instances:
+        return "No server matched: nothing was judged."
+    if judged == 0:
+        return f"No check could be judged on any of the {len(report.instances)} servers (not enough data)."
+    return (f"No check fired on the {judged} of {len(report.instances)} servers that could be judged"
+            + (f"; {len(report.instances) - judged} had no verdict." if judged < len(report.instances) else "."))
+
+
+def _plan_markdown(inst: InstanceReport) -> list[str]:
+    """The instance's verdict line and plan: what to change first (interfaces.md `plan`)."""
+    out = [f"*{_md(inst.parts.get('verdict', ''))}*", ""] if inst.parts.get("verdict") else []
+    steps = inst.parts.get("plan") or []
+    if steps:
+        out += ["Plan, one change at a time:", ""]
+        out += [f"{s['step']}. {_code(plan_step_text(s).split('. ', 1)[1])} — {_md(s.get('why', ''))}. "
+                f"*Then:* {_md(s.get('then', ''))}." for s in steps]
+        out.append("")
+    return out
+
+
+def _listing(insts: Sequence[str]) -> str:
+    shown = ", ".join(insts[:MAX_DRIFT_LIST])
+    more = len(insts) - MAX_DRIFT_LIST
+    return shown + (f" and {more} more" if more > 0 else "")
+
+
+def _drift_markdown(report: FleetReport) -> list[str]:
+    out = ["## Configuration drift", ""]
+    if not report.drift:
+        return [*out, "Servers of the same model run the same flags."]
+    out += ["Servers of the same model with different flag values (most common value first).", "",
+            "| model | argument | most common | differs |", "|---|---|---|---|"]
+    for d in report.drift:
+        items = list(d.values.items())
+        top_val, top_insts = items[0]
+        others = "; ".join(f"{_code(v)} on {_md(_listing(i))}" for v, i in items[1:])
+        out.append(f"| {_md(d.model_name)} | {_code(d.arg)} | {_code(top_val)} ({len(top_insts)} servers) | {others} |")
+    return out
+
+
+# --------------------------------------------------------------------------------------------- html
+
+_CSS = """
+body{font-family:system-ui,sans-serif;margin:1.5rem;color:#222;max-width:80rem}
+table{border-collapse:collapse;margin:.5rem 0 1rem}th,td{border:1px solid #ccc;padding:.2rem .45rem;text-align:left;
+font-size:.85rem;vertical-align:top}th{background:#f3f3f3}code{font-size:.85rem}
+.ok{background:#e8f5e9}.warning{background:#fff8e1}.critical{background:#ffebee}.unknown{color:#777}
+.server{border:1px solid #ddd;border-radius:6px;padding:.5rem 1rem;margin:.75rem 0}
+.charts svg{margin-right:1rem}.matrix td{text-align:center}.matrix td:first-child{text-align:left}
+"""
+
+
+def _e(v: Any) -> str:
+    return html.escape(str(v), quote=True)
+
+
+def status_bar_svg(counts: dict[str, int], width: int = 480, height: int = 28) -> str:
+    """A stacked horizontal bar of servers per status."""
+    total = sum(counts.values()) or 1
+    x = 0.0
+    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" class="status-bar" width="{width}" height="{height}" '
+             f'viewBox="0 0 {width} {height}" role="img"><title>servers per status</title>']
+    for status, n in counts.items():
+        if n <= 0:
+            continue
+        w = width * n / total
+        parts.append(f'<rect x="{x:.1f}" y="0" width="{w:.1f}" height="{height}" fill="{COLOURS[status]}">'
+                     f"<title>{_e(status)}: {n}</title></rect>")
+        if w > 30:
+            parts.append(f'<text x="{x + 4:.1f}" y="{height - 9}" font-size="12" fill="#fff">{n}</text>')
+        x += w
+    parts.append("</svg>")
+    return "".join(parts)
+
+
+def sparkline_svg(points: Sequence[tuple[float, float]], label: str, width: int = 220, height: int = 56) -> str:
+    """A small line chart with its label and min/max, or an empty frame when there are no points."""
+    head = (f'<svg xmlns="http://www.w3.org/2000/svg" class="spark" width="{width}" height="{height}" '
+            f'viewBox="0 0 {width} {height}" role="img"><title>{_e(label)}</title>'
+            f'<rect x="0" y="0" width="{width}" height="{height}" fill="#fafafa" stroke="#ddd"/>')
+    if not points:
+        return head + f'<text x="6" y="16" font-size="11" fill="#777">{_e(label)}: no data</text></svg>'
+    ts = [p[0] for p in points]
+    vs = [p[1] for p in points]
+    t0, t1 = min(ts), max(ts)
+    lo, hi = min(vs), max(vs)
+    span_t = (t1 - t0) or 1.0
+    span_v = (hi - lo) or 1.0
+    top, bottom = 18.0, height - 4.0
+    def y(v: float) -> float:
+        # A flat series sits mid-height rather than on the frame.
+        return (top + bottom) / 2 if hi == lo else bottom - (v - lo) / span_v * (bottom - top)
+
+    coords = " ".join(f"{4 + (t - t0) / span_t * (width - 8):.1f},{y(v):.1f}" for t, v in points)
+    return (head + f'<polyline fill="none" stroke="#1565c0" stroke-width="1.5" points="{coords}"/>'
+            f'<text x="6" y="13" font-size="11" fill="#333">{_e(label)}: {_e(fmt_value(round(lo, 3)))} – '
+            f"{_e(fmt_value(round(hi, 3)))}</text></svg>")
+
+
+def _table(headers: Iterable[str], rows: Iterable[Iterable[str]], cls: str = "") -> str:
+    """Rows are already-escaped HTML cells."""
+    head = "".join(f"<th>{_e(h)}</th>" for h in headers)
+    body = "".join("<tr>" + "".join(rows_cell for rows_cell in r) + "</tr>" for r in rows)
+    c = f' class="{cls}"' if cls else ""
+    return f"<table{c}><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def _td(v: Any, cls: str = "") -> str:
+    c = f' class="{_e(cls)}"' if cls else ""
+    return f"<td{c}>{_e(v)}</td>"
+
+
+def render_html(report: FleetReport) -> str:
+    """A self-contained HTML page (inline CSS and SVG only)."""
+    counts = report.by_status()
+    parts = ["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
+             '<meta http-equiv="Content-Security-Policy" content="default-src \'none\'; style-src \'unsafe-inline\'">',
+             "<title>SGLang fleet tuning report</title>", f"<style>{_CSS}</style></head><body>",
+             "<h1>SGLang fleet tuning report</h1>",
+             f"<p>Prometheus <code>{_e(report.prometheus)}</code>, range {_e(_range_text(report))}"
+             + (f", selector <code>{{{_e(report.selector)}}}</code>" if report.selector else "")
+             + f"; guide profile <code>{_e(report.profile)}</code>, workload <code>{_e(report.workload)}</code>; "
+             f"{report.queries} PromQL queries.</p>",
+             '<h2 id="summary">Summary</h2>', status_bar_svg(counts),
+             _table(["status", "servers"], [[_td(s, s), _td(n)] for s, n in counts.items()])]
+    common = report.common_findings()
+    parts.append("<h3>Most common findings</h3>")
+    parts.append(_table(["check", "servers", "worst", "flag", "action"],
+                        [[_td(c["check"]), _td(c["servers"]), _td(c["worst"], c["worst"]),
+                          _td(c["flag"] or "client side"), _td(c["action"])] for c in common])
+                 if common else f"<p>{_e(_nothing_fired(report))}</p>")
+    parts.append('<h2 id="mistuned">Mis-tuned servers</h2>')
+    bad = mistuned(report)
+    if not bad:
+        parts.append("<p>None.</p>")
+    for inst in bad:
+        charts = report.charts.get(inst.instance, {})
+        spark = "".join(sparkline_svg(charts.get(k, []), lbl) for k, lbl in CHART_LABELS.items()) if charts else ""
+        rows = [[_td(f.check), _td(rank_of(f)), _td(f.status, f.status), _td(change_text(f)), _td(f.evidence),
+                 _td(f.tradeoff)] for f in inst.firing()]
+        parts.append(f'<section class="server" id="{_e("srv-" + inst.instance)}">'
+                     f"<h3><code>{_e(inst.instance)}</code> — {_e(inst.status)}</h3>"
+                     f"<p>Model <code>{_e(inst.model_name or '?')}</code>, SGLang {_e(inst.version or '?')}.</p>"
+                     + (f"<p><i>{_e(inst.parts['verdict'])}</i></p>" if inst.parts.get("verdict") else "")
+                     + ("<ol class=\"plan\">" + "".join(
+                         f"<li><code>{_e(plan_step_text(s).split('. ', 1)[1])}</code> {_e(s.get('why', ''))}. "
+                         f"<i>Then:</i> {_e(s.get('then', ''))}.</li>" for s in inst.parts.get("plan") or [])
+                        + "</ol>" if inst.parts.get("plan") else "")
+                     + (f'<div class="charts">{spark}</div>' if spark else "")
+                     + _table(["check", "rank", "status", "change", "evidence", "trade-off"], rows) + "</section>")
+    parts.append('<h2 id="drift">Configuration drift</h2>')
+    if report.drift:
+        rows = []
+        for d in report.drift:
+            items = list(d.values.items())
+            top_val, top_insts = items[0]
+            others = "; ".join(f"{v} on {_listing(i)}" for v, i in items[1:])
+            rows.append([_td(d.model_name), _td(d.arg), _td(f"{top_val} ({len(top_insts)} servers)"), _td(others)])
+        parts.append(_table(["model", "argument", "most common", "differs"], rows))
+    else:
+        parts.append("<p>Servers of the same model run the same flags.</p>")
+    parts.append('<h2 id="matrix">Every instance × check</h2>')
+    rows = []
+    for inst in report.instances:
+        cells = [_td(inst.instance), _td(inst.model_name or "?"), _td(inst.status, inst.status)]
+        for c in report.checks:
+            st = cell_status(inst, c)
+            cells.append(_td(SHORT[st], st))
+        rows.append(cells)
+    parts.append(_table(["instance", "model", "status", *report.checks], rows, cls="matrix"))
+    parts.append("</body></html>\n")
+    return "\n".join(parts)

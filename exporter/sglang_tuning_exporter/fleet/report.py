@@ -1,0 +1,402 @@
+"""The `report` subcommand: a fleet review from Prometheus, evaluated with the same checks as `diagnose`.
+
+I/O lives here (flags, files, the Prometheus client); the PromQL plan and the folding of answers are pure
+functions in fleet.py, the evaluation is the advisor's, and the output formats are in report_formats.py.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import datetime as dt
+import functools
+import importlib
+import re
+import sys
+import time
+from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from sglang_tuning_exporter.core import durations
+from sglang_tuning_exporter.core.exit_codes import EXIT_OK, EXIT_RUNTIME, EXIT_USAGE
+from sglang_tuning_exporter.core.flags import add_flag, add_guide_flags
+from sglang_tuning_exporter.core.model import Finding, Rank
+from sglang_tuning_exporter.fleet import queries as fleet
+from sglang_tuning_exporter.fleet.document import FleetReport, InstanceReport, iso, natural_key
+from sglang_tuning_exporter.fleet.promapi import PromConfig, PrometheusClient, PrometheusError, Sample, Series
+from sglang_tuning_exporter.pipeline.signals import SignalParams
+
+HELP = "fleet review from a Prometheus server: every instance x check, drift, mis-tuned servers and their flags"
+FORMATS = ("markdown", "html", "json")
+# Worst first; `unknown` only wins when no check had data.
+
+
+class UsageError(ValueError):
+    """A flag value is invalid (exit 2)."""
+
+
+class OutputError(OSError):
+    """The report could not be written (exit 1)."""
+
+
+def parse_duration(text: str) -> float:
+    """A Prometheus duration (`7d`, `12h`, `1d12h`, `90m`; a unit is required) in seconds, > 0."""
+    try:
+        total = durations.parse_duration(text, bare_seconds=False)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    if total <= 0:
+        raise UsageError(f"invalid duration {text!r}: must be more than 0")
+    return total
+
+
+def parse_time(text: str | None, now: float) -> float:
+    """`--end`: RFC 3339, unix seconds, or `now` (default)."""
+    if text is None or text.strip() in ("", "now"):
+        return now
+    raw = text.strip()
+    try:
+        return float(raw)
+    except ValueError:
+        pass
+    try:
+        parsed = dt.datetime.fromisoformat(raw.replace("Z", "+00:00"))
+    except ValueError:
+        raise UsageError(f"invalid time {text!r} (use RFC 3339 like 2026-10-31T00:00:00Z or unix seconds)") from None
+    if parsed.tzinfo is None:
+        parsed = parsed.replace(tzinfo=dt.timezone.utc)
+    return parsed.timestamp()
+
+
+Evaluate = Callable[[Mapping[Any, dict[str, float | None]], fleet.InstanceData, float], list[Finding]]
+Parts = Callable[[list[Finding], Mapping[Any, dict[str, float | None]], fleet.InstanceData], dict[str, Any]]
+
+
+def rank_text(rank: Rank) -> str:
+    """`dp=1` / `all` for a Rank."""
+    d = rank.as_dict()
+    return ",".join(f"{k}={v}" for k, v in d.items()) or "all"
+
+
+def evaluate_fleet(data: Mapping[str, fleet.InstanceData], evaluate: Evaluate,
+                   overrides: Mapping[str, Any], window_s: float,
+                   parts: Parts | None = None) -> list[InstanceReport]:
+    """Run the advisor's evaluation once per instance on its per-rank signals (pure given `evaluate`)."""
+    out: list[InstanceReport] = []
+    for name in sorted(data, key=natural_key):
+        # --server-arg overrides the advice's inputs, not what the servers run (drift uses the real args).
+        d = dataclasses.replace(data[name], args={**data[name].args, **overrides})
+        signals = fleet.derive_signals(d)
+        findings = evaluate(signals, d, window_s)
+        extra = parts(findings, signals, d) if parts is not None else {}
+        out.append(InstanceReport(instance=name, model_name=d.model_name, version=d.version, args=dict(d.args),
+                                  findings=tuple(findings),
+                                  signals={rank_text(r): dict(s) for r, s in sorted(signals.items())},
+                                  parts=extra))
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class Guide:
+    """The advisor bound to the checks table, profile, workload and config."""
+
+    evaluate: Evaluate
+    profile: str
+    workload: str
+    checks: tuple[str, ...]
+    params: SignalParams
+    server_args: dict[str, Any]
+    parts: Parts | None = None  # coverage, indications and plan of one instance
+
+
+def load_guide(args: argparse.Namespace) -> Guide:
+    """Load the checks table and config named by the guide flags; raises UsageError with every problem."""
+    from sglang_tuning_exporter.guide import checks
+    from sglang_tuning_exporter.guide import config as config_mod
+
+    # Imported by name: the advisor is built in parallel and may be missing from a partial checkout.
+    try:
+        advisor = importlib.import_module("sglang_tuning_exporter.guide.advisor")
+    except ModuleNotFoundError:
+        raise UsageError("the advisor (sglang_tuning_exporter.guide.advisor) is not installed") from None
+
+    try:
+        table = checks.load_table()
+    except checks.TableError as exc:
+        raise UsageError(str(exc)) from None
+    try:
+        config = config_mod.load_config(args.config, table)
+    except config_mod.ConfigError as exc:
+        raise UsageError(str(exc)) from None
+    profile = args.guide_profile or config.guide_profile or table.default_profile()
+    overrides, problems = config_mod.parse_server_arg_overrides(list(args.server_arg or []))
+    if profile not in table.profiles:
+        problems = [f"unknown --guide-profile {profile!r} (known: {', '.join(table.profiles)})", *problems]
+    if problems:
+        raise UsageError("\n".join(problems))
+    band = config.queue_bands.get(profile, table.profiles[profile].queue_band)
+    params = SignalParams(queue_band=band, usage_good=config.usage_good, capped_fraction=config.capped_fraction,
+                          min_samples=config.min_samples)
+    workload = args.workload
+
+    def run(signals: Mapping[Any, dict[str, float | None]], d: fleet.InstanceData, window_s: float) -> list[Finding]:
+        # The evidence names the reviewed range, not the sidecar's 10-minute window.
+        cfg = dataclasses.replace(config, window_s=window_s)
+        return list(advisor.evaluate(table, dict(signals), d.server_state(), profile=profile,
+                                     workload=workload, config=cfg))
+
+    def parts(findings: list[Finding], signals: Mapping[Any, dict[str, float | None]],
+              d: fleet.InstanceData) -> dict[str, Any]:
+        from sglang_tuning_exporter.guide import plan
+
+        got = plan.document_parts(table, findings, signals, d.server_state(), profile=profile, workload=workload,
+                                  config=config)
+        got["verdict"] = plan.verdict_line({**got, "findings": [f.to_json_dict() for f in findings]})
+        return got
+
+    return Guide(evaluate=run, profile=profile, workload=workload,
+                 checks=tuple(c.id for c in table.for_workload(workload)), params=params,
+                 server_args={**config.server_args, **overrides}, parts=parts)
+
+
+# --------------------------------------------------------------------------------------------- driver
+
+
+def run_queries(jobs: list[tuple[str, Callable[[], Any]]], concurrency: int) -> dict[str, Any]:
+    """Run independent queries, `concurrency` at a time; the first failure cancels the rest and is raised."""
+    if concurrency <= 1:
+        return {key: job() for key, job in jobs}
+    out: dict[str, Any] = {}
+    with ThreadPoolExecutor(max_workers=concurrency) as pool:
+        futures = {pool.submit(job): key for key, job in jobs}
+        try:
+            for fut in as_completed(futures):
+                out[futures[fut]] = fut.result()
+        except BaseException:
+            for f in futures:
+                f.cancel()
+            raise
+    return out
+
+
+def build_report(client: PrometheusClient, window: fleet.Window, guide: Guide, *, with_charts: bool,
+                 concurrency: int = 1, clock: Callable[[], float] = time.monotonic) -> FleetReport:
+    """Query Prometheus with the fixed plan, evaluate every instance and find drift."""
+    t0 = clock()
+    planned = fleet.plan(window, guide.params) + fleet.identity_queries(window)
+    step = fleet.chart_step(window)
+    jobs: list[tuple[str, Callable[[], list[Sample] | list[Series]]]] = [
+        (q.key, functools.partial(client.instant, q.expr, window.end)) for q in planned]
+    if with_charts:
+        jobs += [("chart:" + name, functools.partial(client.range, expr, window.start, window.end, step))
+                 for name, expr in fleet.chart_queries(window)]
+    answers = run_queries(jobs, concurrency)
+    data = fleet.collect({k: v for k, v in answers.items() if not k.startswith("chart:")})
+    charts = fleet.charts_by_instance({k[6:]: v for k, v in answers.items() if k.startswith("chart:")})
+    instances = evaluate_fleet(data, guide.evaluate, guide.server_args, window.length_s, guide.parts)
+    drift = fleet.find_drift(data.values())
+    return FleetReport(prometheus=client.base, start=window.start, end=window.end, queries=client.queries,
+                       profile=guide.profile, workload=guide.workload, selector=window.selector,
+                       instances=tuple(instances), drift=tuple(drift), checks=guide.checks, charts=charts,
+                       elapsed_s=clock() - t0)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The report's flags (exporter style, with SGLANG_TUNING_* mirrors)."""
+    add_flag(parser, "--prometheus.url", dest="prometheus_url", default=None, metavar="URL",
+             help="base URL of the Prometheus (or Thanos/Mimir) HTTP API, e.g. http://prometheus:9090")
+    add_flag(parser, "--range", dest="range", default="7d", metavar="DURATION",
+             help="how far back to review, ending at --end")
+    add_flag(parser, "--end", dest="end", default=None, metavar="TIME",
+             help="end of the reviewed range: RFC 3339, unix seconds or now (default now)")
+    add_flag(parser, "--selector", dest="selector", default=None, metavar="MATCHERS",
+             help='label matchers added to every metric, e.g. \'{job="sglang"}\'')
+    add_flag(parser, "--resolution", dest="resolution", default=None, metavar="DURATION",
+             help="step of the subqueries that turn gauges into ratios (default: range/2000, at least 60s)")
+    add_flag(parser, "--format", dest="format", default="markdown", choices=FORMATS, help="output format")
+    add_flag(parser, "--output", dest="output", default="-", metavar="FILE", help="where to write; - for stdout")
+    add_flag(parser, "--prometheus.timeout", dest="prometheus_timeout", default="30s", metavar="DURATION",
+             help="timeout of each HTTP request to Prometheus")
+    add_flag(parser, "--prometheus.concurrency", dest="prometheus_concurrency", default="4", metavar="N",
+             help="queries in flight at once (the number of queries does not depend on the fleet size)")
+    add_flag(parser, "--prometheus.username", dest="prometheus_username", default=None, metavar="USER",
+             help="basic-auth user name")
+    add_flag(parser, "--prometheus.password", dest="prometheus_password", default=None, metavar="PASSWORD",
+             help="basic-auth password (prefer --prometheus.password-file)")
+    add_flag(parser, "--prometheus.password-file", dest="prometheus_password_file", default=None, metavar="FILE",
+             help="file holding the basic-auth password")
+    add_flag(parser, "--prometheus.bearer-token-file", dest="prometheus_bearer_token_file", default=None,
+             metavar="FILE", help="file holding a bearer token (sent as Authorization: Bearer)")
+    add_flag(parser, "--prometheus.ca-file", dest="prometheus_ca_file", default=None, metavar="FILE",
+             help="CA bundle to verify the server certificate")
+    add_flag(parser, "--prometheus.cert-file", dest="prometheus_cert_file", default=None, metavar="FILE",
+             help="client certificate for mutual TLS")
+    add_flag(parser, "--prometheus.key-file", dest="prometheus_key_file", default=None, metavar="FILE",
+             help="client key for mutual TLS")
+    add_flag(parser, "--prometheus.insecure-skip-verify", dest="prometheus_insecure_skip_verify",
+             action="store_true", default=False, help="do not verify the server certificate")
+    add_flag(parser, "--prometheus.header", dest="prometheus_header", action="append", default=[],
+             metavar="'NAME: VALUE'", help="extra HTTP header, e.g. 'X-Scope-OrgID: team-a' for Mimir (repeatable)")
+    add_guide_flags(parser)
+
+
+def _positive_int(raw: Any, flag: str) -> int:
+    try:
+        n = int(raw)
+    except (TypeError, ValueError):
+        raise UsageError(f"{flag} must be a whole number, got {raw!r}") from None
+    if not 1 <= n <= 64:
+        raise UsageError(f"{flag} must be between 1 and 64, got {n}")
+    return n
+
+
+def _read_secret(path: str, what: str) -> str:
+    try:
+        return Path(path).read_text(encoding="utf-8").strip()
+    except OSError as exc:
+        raise UsageError(f"cannot read {what} {path}: {exc.strerror or exc}") from None
+
+
+def _headers(raw: list[str]) -> tuple[tuple[str, str], ...]:
+    out: list[tuple[str, str]] = []
+    for item in raw:
+        name, sep, value = item.partition(":")
+        if not sep or not re.fullmatch(r"[A-Za-z0-9!#$%&'*+.^_`|~-]+", name.strip()):
+            raise UsageError(f"invalid --prometheus.header {item!r} (use 'Name: value')")
+        out.append((name.strip(), value.strip()))
+    return tuple(out)
+
+
+def prom_config(args: argparse.Namespace) -> PromConfig:
+    """Build the client configuration from the flags; raises UsageError listing every problem."""
+    problems: list[str] = []
+
+    def check(make: Callable[[], Any]) -> Any:
+        # Each flag is validated on its own so that one bad flag does not hide the next.
+        try:
+            return make()
+        except UsageError as exc:
+            problems.append(str(exc))
+            return None
+
+    url = args.prometheus_url
+    if not url:
+        problems.append("--prometheus.url is required (or set SGLANG_TUNING_PROMETHEUS_URL)")
+    elif not re.match(r"^https?://[^/\s]+", url):
+        problems.append(f"--prometheus.url {url!r} must start with http:// or https://")
+    password = args.prometheus_password
+    if args.prometheus_password_file:
+        password = check(lambda: _read_secret(args.prometheus_password_file, "password file"))
+    token = None
+    if args.prometheus_bearer_token_file:
+        token = check(lambda: _read_secret(args.prometheus_bearer_token_file, "bearer token file"))
+    if token and args.prometheus_username:
+        problems.append("use either basic auth (--prometheus.username) or a bearer token, not both")
+    if bool(args.prometheus_cert_file) != bool(args.prometheus_key_file) and args.prometheus_key_file:
+        problems.append("--prometheus.key-file needs --prometheus.cert-file")
+    for flag, path in (("--prometheus.ca-file", args.prometheus_ca_file),
+                       ("--prometheus.cert-file", args.prometheus_cert_file),
+                       ("--prometheus.key-file", args.prometheus_key_file)):
+        if path and not Path(path).is_file():
+            problems.append(f"{flag} {path}: no such file")
+    timeout = check(lambda: parse_duration(args.prometheus_timeout))
+    if timeout is None:
+        problems[-1] = f"--prometheus.timeout: {problems[-1]}"
+    headers = check(lambda: _headers(list(args.prometheus_header or [])))
+    if problems:
+        raise UsageError("\n".join(problems))
+    return PromConfig(url=url, timeout_s=timeout,
+                      username=args.prometheus_username, password=password, bearer_token=token,
+                      ca_file=args.prometheus_ca_file, cert_file=args.prometheus_cert_file,
+                      key_file=args.prometheus_key_file,
+                      insecure_skip_verify=bool(args.prometheus_insecure_skip_verify),
+                      headers=headers)
+
+
+def window_from_args(args: argparse.Namespace, now: float) -> fleet.Window:
+    """The reviewed window and subquery resolution from the flags; raises UsageError listing every problem."""
+    problems: list[str] = []
+
+    def check(flag: str, make: Callable[[], Any]) -> Any:
+        try:
+            return make()
+        except UsageError as exc:
+            problems.append(f"{flag}: {exc}")
+            return None
+
+    length = check("--range", lambda: parse_duration(args.range))
+    end = check("--end", lambda: parse_time(args.end, now))
+    step = check("--resolution", lambda: parse_duration(args.resolution)) if args.resolution else (
+        max(60.0, round(length / 2000)) if length is not None else None)
+    if step is not None and length is not None and step > length:
+        problems.append(f"--resolution {args.resolution} is longer than --range {args.range}")
+    try:
+        selector = fleet.parse_selector(args.selector)
+    except fleet.SelectorError as exc:
+        problems.append(str(exc))
+    if problems or step is None:
+        raise UsageError("\n".join(problems))
+    return fleet.Window(start=end - length, end=end, step_s=step, selector=selector)
+
+
+def write_output(text: str, output: str) -> None:
+    """Write to a file or stdout."""
+    if output in ("-", ""):
+        sys.stdout.write(text)
+        return
+    try:
+        Path(output).write_text(text, encoding="utf-8")
+    except OSError as exc:
+        raise OutputError(f"cannot write {output}: {exc.strerror or exc}") from None
+
+
+def run(args: argparse.Namespace) -> int:
+    """Entry point of `sglang-tuning-exporter report`."""
+    from sglang_tuning_exporter.fleet import formats as report_formats
+
+    problems: list[str] = []
+    # Every stage is validated even after one fails, so that all problems are listed at once.
+    results: list[Any] = []
+    for stage in (lambda: prom_config(args), lambda: window_from_args(args, time.time()),
+                  lambda: load_guide(args),
+                  lambda: _positive_int(args.prometheus_concurrency, "--prometheus.concurrency")):
+        try:
+            results.append(stage())
+        except UsageError as exc:
+            problems.extend(line.strip() for line in str(exc).splitlines() if line.strip())
+    if problems:
+        for problem in problems:
+            print(f"report: {problem}", file=sys.stderr)
+        return EXIT_USAGE
+    config, window, guide, concurrency = results
+    client = PrometheusClient(config)
+    try:
+        report = build_report(client, window, guide, with_charts=args.format == "html",
+                              concurrency=concurrency)
+        blind = no_data(report)
+        if blind and not report.instances:  # nothing to render: an empty report would read as a healthy fleet
+            print(f"report: {blind}", file=sys.stderr)
+            return EXIT_RUNTIME
+        write_output(report_formats.render(report, args.format), args.output)
+    except (PrometheusError, OutputError) as exc:
+        print(f"report: {exc}", file=sys.stderr)
+        return EXIT_RUNTIME
+    if blind:
+        print(f"report: {blind}", file=sys.stderr)
+        return EXIT_RUNTIME
+    return EXIT_OK
+
+
+def no_data(report: FleetReport) -> str:
+    """One line when the report judged nothing (no data is not health); empty when it judged something."""
+    sel = f"{{{report.selector}}}" if report.selector else "the exporter's series"
+    if not report.instances:
+        return (f"no sglang_tuning series matched {sel} on {report.prometheus} between {iso(report.start)} and "
+                f"{iso(report.end)}: nothing to judge")
+    if all(i.status == "unknown" for i in report.instances):
+        return (f"all {len(report.instances)} instances matching {sel} are unknown: no check had enough data "
+                "to judge (see each instance's coverage)")
+    return ""

@@ -1,0 +1,353 @@
+"""The checks table evaluated on signals: one Finding per (check, rank), and the diagnose document."""
+
+from __future__ import annotations
+
+import datetime as _dt
+import math
+from collections.abc import Mapping
+from typing import Any
+
+from sglang_tuning_exporter.core.model import STATUS_CODE, Finding, Rank, ServerState, version_fields
+from sglang_tuning_exporter.guide.checks import Check, CheckTable
+from sglang_tuning_exporter.guide.config import Config
+from sglang_tuning_exporter.guide.suggest import default_schedule_policy, flag_name, suggest
+from sglang_tuning_exporter.pipeline.signals import FACT_NAMES, FEW, SAMPLE_COUNT_OF, SignalParams
+from sglang_tuning_exporter.pipeline.window import Window
+
+RankSignals = Mapping[Rank, Mapping[str, float | None]]
+FIRING = ("warning", "critical")
+# Signals stated once at startup (not windowed): the evidence says "at startup".
+STARTUP_SIGNALS = FACT_NAMES | {"cuda_graph_ceiling_ratio"}
+
+
+# Why a check has no verdict, in words a person reads (coverage.unknown_why).
+COUNT_WORDS = {"queue_samples": "batch lines with #queue-req", "kv_samples": "batch lines with token usage",
+               "decode_samples": "batch lines with #running-req", "graph_samples": "Decode lines with `cuda graph`",
+               "prefill_samples": "Prefill lines"}
+MISSING_WHY = {
+    "available_gpu_mem_gb": "no startup memory line (`available_gpu_mem=`, or `avail mem=` after the KV pool) "
+                            "in the input",
+    "cuda_graph_ceiling_ratio": "the captured CUDA-graph batch sizes or max_running_requests are not in the input",
+    "metrics_enabled": "the server arguments (enable_metrics) are not in the input",
+    "prefix_cache_hit_ratio": "no Prefill lines with cached tokens in the input",
+    "retractions_per_minute": "no batch activity in the window",
+}
+
+
+def compare(value: float, op: str, threshold: float) -> bool:
+    """`value <op> threshold` for the table's comparison operators."""
+    if op == ">":
+        return value > threshold
+    if op == ">=":
+        return value >= threshold
+    if op == "<":
+        return value < threshold
+    if op == "<=":
+        return value <= threshold
+    return math.isclose(value, threshold)
+
+
+def window_for(table: CheckTable, profile: str | None = None, config: Config | None = None,
+               *, expire_s: float | None = None) -> Window:
+    """A signal Window shaped by the profile's queue band and the config (what the sidecar should use)."""
+    cfg = config or Config()
+    name = profile or cfg.guide_profile or table.default_profile()
+    band = cfg.queue_bands.get(name, table.profiles[name].queue_band)
+    params = SignalParams(queue_band=band, usage_good=cfg.usage_good, capped_fraction=cfg.capped_fraction,
+                          min_samples=cfg.min_samples)
+    return Window(cfg.window_s, cfg.max_ranks, params=params,
+                  expire_s=expire_s if expire_s is not None else cfg.expire_s)
+
+
+CACHE_AWARE_POLICIES = frozenset({"lpm", "dfs-weight", "hrrn", "shortest-prefill-first"})
+
+
+def server_signals(server: ServerState) -> dict[str, float | None]:
+    """Signals read from the server configuration rather than measured."""
+    args = server.args
+    policy = args.get("schedule_policy") or default_schedule_policy(server.version)
+    out: dict[str, float | None] = {
+        "schedule_policy_lpm": None if policy is None else (1.0 if str(policy) == "lpm" else 0.0),
+        # SGLang's CacheAwarePolicy set (schedule_policy.py): these already match prefixes, so the
+        # "fcfs with reuse -> lpm" advice does not apply to them (hrrn and shortest-prefill-first, 2026).
+        "schedule_policy_cache_aware": None if policy is None else (
+            1.0 if str(policy) in CACHE_AWARE_POLICIES else 0.0)}
+    em = args.get("enable_metrics")
+    out["metrics_enabled"] = None if em is None else (1.0 if em in (True, "true", "True", 1) else 0.0)
+    return out
+
+
+def _fmt(v: Any) -> str:
+    if isinstance(v, bool) or v is None:
+        return str(v)
+    if isinstance(v, float):
+        if v.is_integer():
+            return str(int(v))
+        return f"{v:.3f}".rstrip("0").rstrip(".")
+    return str(v)
+
+
+def _pct(v: Any) -> str:
+    return f"{float(v) * 100:.0f}%" if isinstance(v, (int, float)) else str(v)
+
+
+def _rank_text(rank: Rank) -> str:
+    d = rank.as_dict()
+    return " ".join(f"{k.upper()}{v}" for k, v in d.items()) or "the server"
+
+
+def _window_text(seconds: float) -> str:
+    return f"{seconds / 60:g} min" if seconds >= 60 else f"{seconds:g} s"
+
+
+def _status(check: Check, value: float, levels: Mapping[str, float]) -> tuple[str, float | None]:
+    if "critical" in levels and compare(value, check.comparison, levels["critical"]):
+        return "critical", levels["critical"]
+    if "warning" in levels and compare(value, check.comparison, levels["warning"]):
+        return "warning", levels["warning"]
+    return "ok", levels.get("warning", levels.get("critical"))
+
+
+def evaluate(table: CheckTable, signals: RankSignals, server: ServerState, *, profile: str | None = None,
+             workload: str | None = None, config: Config | None = None) -> list[Finding]:
+    """Every check of the workload, once per rank: ok / warning / critical / unknown."""
+    cfg = config or Config()
+    prof = profile or cfg.guide_profile or table.default_profile()
+    wl = workload or cfg.workload or "throughput"
+    band = cfg.queue_bands.get(prof, table.profiles[prof].queue_band)
+    checks = [c for c in table.for_workload(wl) if cfg.override(c.id).enabled]
+    extra = server_signals(server)
+    args = {**server.args, **cfg.server_args}
+    ranks: list[Rank] = sorted(signals) or [Rank()]
+    findings: list[Finding] = []
+    for rank in ranks:
+        sig: dict[str, float | None] = {**extra, **{k: v for k, v in signals.get(rank, {}).items()
+                                                    if v is not None or k not in extra}}
+        by_id: dict[str, Finding] = {}
+        for c in checks:
+            by_id[c.id] = _evaluate_one(c, sig, rank, args, server.version, prof, wl, cfg, band)
+        for c in checks:
+            f = by_id[c.id]
+            if f.status not in FIRING:
+                continue
+            fired = [s for s in c.suppressed_by if s in by_id and by_id[s].status in FIRING]
+            if fired:
+                by_id[c.id] = Finding(
+                    check=c.id, status="ok", rank=f.rank, flag=f.flag, action=f.action, current=f.current,
+                    suggested=None, summary=f"suppressed while {', '.join(fired)} fires",
+                    evidence=f"{f.evidence} Suppressed: {', '.join(fired)} explains it (decode batches miss "
+                             "the CUDA graph, so an empty queue does not mean a slow client).",
+                    severity=f.severity, guide=f.guide, tradeoff=f.tradeoff)
+        findings.extend(by_id[c.id] for c in checks)
+    return findings
+
+
+def quick_status(c: Check, sig: Mapping[str, float | None], levels: Mapping[str, float], min_samples: int) -> str:
+    """The status `_evaluate_one` would give, without building any text (before suppression)."""
+    count_name = SAMPLE_COUNT_OF.get(c.signal)
+    if count_name is not None and (sig.get(count_name) or 0) < min_samples:
+        return "unknown"
+    value = sig.get(c.signal)
+    if value is None:
+        return "unknown"
+    for g in c.guard:
+        gv = sig.get(g.signal)
+        if gv is None:
+            return "unknown"
+        if not compare(gv, g.comparison, g.value):
+            return "ok"
+    return _status(c, value, levels)[0]
+
+
+def statuses(table: CheckTable, signals: RankSignals, server: ServerState, *, profile: str | None = None,
+             workload: str | None = None, config: Config | None = None) -> dict[Rank, dict[str, str]]:
+    """Check id -> status per rank, like `evaluate` (suppression included) but without findings' text:
+    cheap enough to run on every window of a long log."""
+    cfg = config or Config()
+    prof = profile or cfg.guide_profile or table.default_profile()
+    wl = workload or cfg.workload or "throughput"
+    checks = [c for c in table.for_workload(wl) if cfg.override(c.id).enabled]
+    plans = []
+    for c in checks:
+        ov = cfg.override(c.id)
+        levels = c.thresholds_for(prof, wl)
+        levels.update(ov.thresholds)
+        plans.append((c, levels, ov.min_samples if ov.min_samples is not None else c.min_samples))
+    extra = server_signals(server)
+    out: dict[Rank, dict[str, str]] = {}
+    for rank in sorted(signals) or [Rank()]:
+        sig = {**extra, **{k: v for k, v in signals.get(rank, {}).items() if v is not None or k not in extra}}
+        st = {c.id: quick_status(c, sig, levels, ms) for c, levels, ms in plans}
+        for c in checks:
+            if st[c.id] in FIRING and any(st.get(x) in FIRING for x in c.suppressed_by):
+                st[c.id] = "ok"
+        out[rank] = st
+    return out
+
+
+def _evaluate_one(c: Check, sig: Mapping[str, float | None], rank: Rank, args: Mapping[str, Any],
+                  version: str | None, profile: str, workload: str, cfg: Config,
+                  band: tuple[float, float]) -> Finding:
+    ov = cfg.override(c.id)
+    levels = c.thresholds_for(profile, workload)
+    levels.update(ov.thresholds)
+    window_s = cfg.window_s
+    min_samples = ov.min_samples if ov.min_samples is not None else c.min_samples
+    severity = c.severity_for(workload)
+    action = c.client_action if c.action == "client" else c.action
+    # Every finding names the flag this server accepts, not only the firing ones.
+    named = flag_name(c, version, args)
+
+    notes = "".join(" " + text.replace("{value}", _fmt(sig[name])) for name, text in c.evidence_notes
+                    if sig.get(name))
+
+    def make(status: str, summary: str, evidence: str, flag: str | None = named, current: Any = None,
+             suggested: Any = None) -> Finding:
+        if notes:
+            evidence = evidence.rstrip() + ("" if evidence.rstrip().endswith(".") else ".") + notes
+        return Finding(check=c.id, status=status, rank=rank.as_dict(), flag=flag, action=action,
+                       current=current, suggested=suggested, summary=summary, evidence=evidence,
+                       severity=severity, guide=c.guide_text(), tradeoff=c.tradeoff)
+
+    def unknown(why: str) -> Finding:
+        return make("unknown", f"{c.title}: not enough data", why)
+
+    value = sig.get(c.signal)
+    count_name = SAMPLE_COUNT_OF.get(c.signal)
+    count = sig.get(count_name) if count_name else None
+    if count_name is not None and (count or 0) < min_samples:
+        return unknown(f"{_fmt(count or 0.0)} {COUNT_WORDS.get(count_name, count_name.replace('_', ' '))} in the "
+                       f"last {_window_text(window_s)}; {min_samples} needed")
+    if value is None:
+        missing = MISSING_WHY.get(c.signal) or ("OOMs are seen only in the log, and none was read"
+                                               if c.signal.startswith("oom_") else None)
+        return unknown(f"{missing} ({c.signal} unknown on {_rank_text(rank)})" if missing else
+                       f"signal {c.signal} unknown on {_rank_text(rank)} (no data in the last "
+                       f"{_window_text(window_s)})")
+    for g in c.guard:
+        gv = sig.get(g.signal)
+        if gv is None:
+            return unknown(f"{g.signal} unknown (needed to judge {c.signal})")
+        if not compare(gv, g.comparison, g.value):
+            return make("ok", f"{c.title}: not applicable",
+                        f"{c.signal}={_fmt(value)}; {g.signal}={_fmt(gv)} does not meet "
+                        f"{g.comparison} {_fmt(g.value)}")
+    status, threshold = _status(c, value, levels)
+    when = "at startup" if c.signal in STARTUP_SIGNALS else f"over the last {_window_text(window_s)}"
+    measured = f"{c.signal}={_fmt(value)} {when} on {_rank_text(rank)}"
+    if count_name is not None:
+        measured += f" ({_fmt(count)} samples)"
+    if status == "ok":
+        return make("ok", f"{c.title}: ok", f"{measured}; fires at {c.comparison} {_fmt(threshold)}")
+    flag, s = suggest(c, sig, args, version, workload)
+    shown = _pct if c.signal.endswith("_ratio") else _fmt
+    fields = {"value": shown(value), "threshold": shown(threshold), "window": _window_text(window_s),
+              "flag": flag or "",
+              "suggested": "a value not computed from this input" if s.suggested is None else _fmt(s.suggested),
+              "current": "its current value" if s.current is None else _fmt(s.current),
+              "rank": _rank_text(rank), "band_low": _fmt(band[0]), "band_high": _fmt(band[1])}
+    try:
+        description = c.description.format(**fields)
+    except (KeyError, IndexError, ValueError):
+        description = c.description
+    evidence = f"{measured}; {status} at {c.comparison} {_fmt(threshold)}. {description}"
+    if s.reasoning:
+        evidence += f" Suggested value: {s.reasoning}."
+    return make(status, c.summary, evidence, flag=flag, current=s.current, suggested=s.suggested)
+
+
+def worst_by_check(findings: list[Finding]) -> dict[str, Finding]:
+    """The worst finding of each check across ranks (what pages)."""
+    out: dict[str, Finding] = {}
+    for f in findings:
+        cur = out.get(f.check)
+        if cur is None or STATUS_CODE[f.status] > STATUS_CODE[cur.status]:
+            out[f.check] = f
+    return out
+
+
+def worst_status(findings: list[Finding]) -> str:
+    """The worst status among findings ('ok' when none)."""
+    worst = "ok"
+    for f in findings:
+        if STATUS_CODE[f.status] > STATUS_CODE[worst]:
+            worst = f.status
+    return worst
+
+
+_MIN_AGG = {"available_gpu_mem_gb", "gpu_mem_total_gb", "prefix_cache_hit_ratio", "cuda_graph_ceiling_ratio",
+            "max_running_requests", "cuda_graph_max_bs_captured", "metrics_enabled"}
+
+
+def aggregate_signals(signals: RankSignals) -> dict[str, float | None]:
+    """One value per signal across ranks: the worst (min for headroom-like, max otherwise)."""
+    out: dict[str, float | None] = {}
+    for sig in signals.values():
+        for k, v in sig.items():
+            if v is None:
+                out.setdefault(k, None)
+                continue
+            old = out.get(k)
+            if old is None:
+                out[k] = v
+            else:
+                out[k] = min(old, v) if k in _MIN_AGG else max(old, v)
+    return out
+
+
+def time_text(t: Any) -> Any:
+    """Epoch seconds -> ISO UTC; seconds of day -> HH:MM:SS; anything else unchanged."""
+    if isinstance(t, (int, float)) and not isinstance(t, bool):
+        if t > 1e8:  # epoch seconds
+            return _dt.datetime.fromtimestamp(float(t), _dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+        h, rem = divmod(int(t), 3600)
+        return f"{h:02d}:{rem // 60:02d}:{rem % 60:02d}" if h < 24 else f"+{t:.0f}s"
+    return t
+
+
+def _jsonable(v: Any) -> Any:
+    if isinstance(v, float) and not math.isfinite(v):
+        return None
+    if isinstance(v, (str, int, float, bool)) or v is None:
+        return v
+    if isinstance(v, dict):
+        return {str(k): _jsonable(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_jsonable(x) for x in v]
+    return str(v)
+
+
+def findings_document(*, findings: list[Finding], signals: RankSignals, server: ServerState,
+                      profile: str | None, workload: str | None, window: tuple[Any, Any] | None = None,
+                      table: CheckTable | None = None, extra: Mapping[str, Any] | None = None,
+                      config: Config | None = None) -> dict[str, Any]:
+    """The diagnose JSON of interfaces.md (also `/api/findings`), with coverage, indications and plan."""
+    from sglang_tuning_exporter.guide import plan  # plan imports this module's neighbours: no cycle at load
+
+    prof = profile
+    if prof is None and table is not None:
+        prof = table.default_profile()
+    start, end = window if window is not None else (None, None)
+    doc: dict[str, Any] = {
+        "profile": prof, "workload": workload or "throughput",
+        "server": {**version_fields(server.version), "args": _jsonable(dict(server.args))},
+        "window": {"start": time_text(start), "end": time_text(end)},
+        "signals": {k: _jsonable(v) for k, v in sorted(aggregate_signals(signals).items()) if not k.startswith(FEW)},
+        "signals_by_rank": [{"rank": r.as_dict(), "signals": {k: _jsonable(v) for k, v in sorted(s.items())
+                                                              if not k.startswith(FEW)}}
+                            for r, s in sorted(signals.items())],
+        "findings": [_jsonable(f.to_json_dict()) for f in findings],
+        "status": worst_status(findings),
+        "status_code": STATUS_CODE[worst_status(findings)],
+    }
+    if server.model_name:
+        doc["server"]["model_name"] = server.model_name
+    if table is not None:
+        parts = plan.document_parts(table, findings, signals, server, profile=prof, workload=workload, config=config)
+    else:
+        parts = {"coverage": plan.coverage(findings), "indications": [], "plan": [], "command_diff": []}
+    doc.update(_jsonable(parts))
+    doc["verdict"] = plan.verdict_line(doc)
+    if extra:
+        doc.update(extra)
+    return doc

@@ -1,0 +1,315 @@
+"""Did the change help?  Flag changes between server-args snapshots, and a verdict on each.
+
+Pure: no I/O, no clock.  The callers (diagnose over startup sections, the sidecar over its evaluated
+windows, the fleet report over Prometheus samples) hand in per-window summaries; this module picks
+matching windows before and after a change and compares the checks that name the changed flag plus
+the checks its remedy can hurt (`hurts` in checks.yaml).
+
+Load matching: requests in the server (p90 running batch + median queue).  A closed-loop client
+(a benchmark, a fixed pool of workers) keeps that sum about constant whatever the scheduler flags do
+(they move requests between the queue and the batch), while a change of offered load moves it.
+The latest after-window that some before-window matches (within LOAD_RATIO) sets the load level; the
+windows of both sides at that level are compared.  Nothing comparable is `inconclusive`, never a guess.
+"""
+
+from __future__ import annotations
+
+import itertools
+import statistics
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from sglang_tuning_exporter.core.model import STATUS_CODE
+from sglang_tuning_exporter.guide.advisor import time_text
+from sglang_tuning_exporter.guide.checks import Check, CheckTable
+
+VERDICTS = ("improved", "worse", "no_change", "inconclusive")
+SOURCES = ("log", "server_info", "prometheus")
+LOAD_RATIO = 1.5  # windows whose requests-in-server differ by more than this factor are not comparable
+# Flags whose change moves memory: an OOM after one of them is `worse` even without traffic to compare.
+MEMORY_FLAGS = frozenset({"--mem-fraction-static", "--chunked-prefill-size", "--max-running-requests",
+                          "--cuda-graph-max-bs", "--max-total-tokens", "--max-prefill-tokens", "--context-length",
+                          "--kv-cache-dtype", "--page-size", "--cuda-graph-bs"})
+# Flags no check names that still change what the server can do: judged on every check of the workload.
+CAPACITY_FLAGS = frozenset({"--tp-size", "--dp-size", "--max-total-tokens", "--max-prefill-tokens",
+                            "--context-length", "--kv-cache-dtype", "--page-size", "--attention-backend",
+                            "--quantization", "--enable-torch-compile", "--disable-radix-cache",
+                            "--enable-dp-attention", "--ep-size", "--speculative-algorithm"})
+OOM_SIGNALS = ("oom_prefill_count", "oom_decode_count", "oom_startup_count", "oom_unknown_count",
+               "oom_capture_count")
+ACTIVITY_SIGNAL = "decode_samples"
+
+
+def flag_of(arg: str) -> str:
+    """`schedule_conservativeness` -> `--schedule-conservativeness`."""
+    return "--" + arg.replace("_", "-")
+
+
+def arg_of(flag: str) -> str:
+    """`--schedule-conservativeness` -> `schedule_conservativeness`."""
+    return flag.lstrip("-").replace("-", "_")
+
+
+def checks_naming(table: CheckTable, flag: str) -> list[Check]:
+    """Checks whose remedy is this flag (under any release's name)."""
+    return [c for c in table.checks if c.flag == flag or any(v.flag == flag for v in c.flags_by_version)]
+
+
+def tracked_flags(table: CheckTable) -> frozenset[str]:
+    """Flags a change of which gets an entry: those the checks name, and the capacity flags."""
+    named = {c.flag for c in table.checks if c.flag} | {v.flag for c in table.checks for v in c.flags_by_version}
+    return frozenset(named) | CAPACITY_FLAGS
+
+
+def watched_checks(table: CheckTable, flag: str) -> list[str]:
+    """Check ids a change of `flag` is judged on: the checks naming it, then what their remedies hurt
+    (every check when no check names it)."""
+    named = checks_naming(table, flag)
+    if not named:
+        return [c.id for c in table.checks]
+    out: list[str] = []
+    for c in named:
+        for cid in (c.id, *c.hurts):
+            if cid not in out:
+                out.append(cid)
+    return out
+
+
+def _same(a: Any, b: Any) -> bool:
+    if isinstance(a, (int, float)) and isinstance(b, (int, float)) and not isinstance(a, bool) \
+            and not isinstance(b, bool):
+        return float(a) == float(b)
+    return str(a) == str(b)
+
+
+def detect(before: Mapping[str, Any], after: Mapping[str, Any], table: CheckTable) -> list[tuple[str, Any, Any]]:
+    """(flag, from, to) for each tracked flag whose value differs between two server-args snapshots.
+    An argument missing on either side is not a change (the snapshot did not say)."""
+    tracked = tracked_flags(table)
+    out: list[tuple[str, Any, Any]] = []
+    for arg in sorted(set(before) & set(after)):
+        flag = flag_of(arg)
+        if flag not in tracked:
+            continue
+        old, new = before[arg], after[arg]
+        if old is None or new is None or _same(old, new):
+            continue
+        out.append((flag, old, new))
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class WindowSummary:
+    """One evaluated window: its bounds, the signals (worst across ranks) and each check's worst status."""
+
+    start: float
+    end: float
+    signals: Mapping[str, float | None]
+    statuses: Mapping[str, str]
+
+    def activity(self) -> float:
+        """Decode samples in the window (traffic)."""
+        return float(self.signals.get(ACTIVITY_SIGNAL) or 0.0)
+
+    def load(self) -> float:
+        """Requests in the server: p90 running batch + median queue."""
+        s = self.signals
+        running = s.get("decode_batch_p90")
+        if running is None:
+            running = s.get("running_max")
+        return float(running or 0.0) + float(s.get("queue_p50") or 0.0)
+
+    def ooms(self) -> float:
+        """OOM events of any phase in the window."""
+        return sum(float(self.signals.get(k) or 0.0) for k in OOM_SIGNALS)
+
+
+@dataclass(frozen=True, slots=True)
+class Side:
+    """The windows chosen on one side of a change."""
+
+    windows: tuple[WindowSummary, ...]
+    signals: dict[str, float | None] = field(default_factory=dict)
+    statuses: dict[str, str] = field(default_factory=dict)
+
+    def bounds(self) -> tuple[float | None, float | None]:
+        """First start, last end."""
+        if not self.windows:
+            return None, None
+        return min(w.start for w in self.windows), max(w.end for w in self.windows)
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """The judgement of one change."""
+
+    verdict: str
+    why: str
+    before: Side
+    after: Side
+    checks: dict[str, dict[str, str]]
+
+
+def _worst(statuses: Iterable[str]) -> str:
+    judged = [s for s in statuses if s != "unknown"]
+    if not judged:
+        return "unknown"
+    return max(judged, key=lambda s: STATUS_CODE[s])
+
+
+def _side(windows: Sequence[WindowSummary], watched: Sequence[str], table: CheckTable) -> Side:
+    by_id = table.by_id()
+    sig: dict[str, float | None] = {}
+    for cid in watched:
+        c = by_id.get(cid)
+        if c is None or c.signal in sig:
+            continue
+        vals = [float(v) for w in windows if (v := w.signals.get(c.signal)) is not None]
+        sig[c.signal] = round(statistics.fmean(vals), 4) if vals else None
+    st = {cid: _worst(w.statuses.get(cid, "unknown") for w in windows) for cid in watched}
+    return Side(tuple(windows), sig, st)
+
+
+def _comparable(a: float, b: float) -> bool:
+    lo, hi = sorted((a, b))
+    return hi <= max(lo, 1.0) * LOAD_RATIO
+
+
+def _num(v: float | None) -> str:
+    if v is None:
+        return "?"
+    return f"{v:.3g}" if abs(v) < 1000 else f"{v:.0f}"
+
+
+def _minutes(ws: Sequence[WindowSummary]) -> str:
+    if not ws:
+        return "no window"
+    span = (max(w.end for w in ws) - min(w.start for w in ws)) / 60.0
+    return f"{span:.0f} min"
+
+
+def judge(flag: str, old: Any, new: Any, before: Sequence[WindowSummary], after: Sequence[WindowSummary],
+          table: CheckTable, *, min_samples: int | None = None, recent: WindowSummary | None = None) -> Verdict:
+    """The verdict on changing `flag` from `old` to `new`, from the windows before and after it.
+    `recent`: the window still filling after the change (the sidecar's); only its OOMs count, at once."""
+    need = int(min_samples if min_samples is not None else table.defaults.get("min_samples", 10))
+    watched = watched_checks(table, flag)
+    by_id = table.by_id()
+    goback = f"go back to {flag} {old}"
+    # An OOM after a memory change is a verdict even when the server never served again.
+    if flag in MEMORY_FLAGS:
+        oom_after = sum(w.ooms() for w in after) or (recent.ooms() if recent is not None else 0.0)
+        oom_before = sum(w.ooms() for w in before)
+        if oom_after > 0 and oom_before == 0:
+            a = _side(list(after) or ([recent] if recent is not None else []), watched, table)
+            b = _side([w for w in before if w.activity() >= need][-3:] or list(before)[-1:], watched, table)
+            return Verdict("worse", f"{int(oom_after)} out-of-memory error{'s' if oom_after != 1 else ''} after "
+                           f"{flag} went from {old} to {new}, none before; {goback}",
+                           b, a, _check_pairs(b, a, watched))
+    act_b = [w for w in before if w.activity() >= need]
+    act_a = [w for w in after if w.activity() >= need]
+    if not act_b or not act_a:
+        side = "before" if not act_b else "after"
+        pool = before if not act_b else after
+        samples = int(sum(w.activity() for w in pool))
+        b, a = _side(act_b, watched, table), _side(act_a, watched, table)
+        return Verdict("inconclusive", f"too little traffic {side} the change to judge: {samples} decode samples "
+                       f"over {_minutes(pool)}, no window with the {need} needed", b, a, _check_pairs(b, a, watched))
+    # The latest after-window some before-window matches sets the load level (the latest: settled).
+    ref_a = next((wa.load() for wa in reversed(act_a) if any(_comparable(wa.load(), wb.load()) for wb in act_b)),
+                 None)
+    if ref_a is None:
+        load_b = statistics.median(w.load() for w in act_b)
+        load_a = statistics.median(w.load() for w in act_a)
+        b, a = _side(act_b, watched, table), _side(act_a, watched, table)
+        return Verdict("inconclusive", f"load not comparable: about {_num(load_b)} requests in the server before, "
+                       f"{_num(load_a)} after (running + queued); compare again at the same load",
+                       b, a, _check_pairs(b, a, watched))
+    chosen_a = [w for w in act_a if _comparable(w.load(), ref_a)]
+    chosen_b = [w for w in act_b if _comparable(w.load(), ref_a)]
+    b, a = _side(chosen_b, watched, table), _side(chosen_a, watched, table)
+    pairs = _check_pairs(b, a, watched)
+    load_b = statistics.median(w.load() for w in chosen_b)
+    ref_a = statistics.median(w.load() for w in chosen_a)
+    tput_b = [v for w in chosen_b if (v := w.signals.get("gen_throughput_mean")) is not None]
+    tput_a = [v for w in chosen_a if (v := w.signals.get("gen_throughput_mean")) is not None]
+    load = f"at comparable load ({_num(load_b)} vs {_num(ref_a)} requests running + queued"
+    if tput_b and tput_a:
+        load += f"; {_num(statistics.fmean(tput_b))} -> {_num(statistics.fmean(tput_a))} tokens/s"
+    load += ")"
+
+    def moved(cid: str) -> str:
+        c = by_id[cid]
+        return (f"{cid} {pairs[cid]['before']} -> {pairs[cid]['after']} ({c.signal} {_num(b.signals.get(c.signal))}"
+                f" -> {_num(a.signals.get(c.signal))})")
+
+    judged = [cid for cid in watched if pairs[cid]["before"] != "unknown" and pairs[cid]["after"] != "unknown"]
+    worse = [cid for cid in judged if STATUS_CODE[pairs[cid]["after"]] > STATUS_CODE[pairs[cid]["before"]]]
+    better = [cid for cid in judged if STATUS_CODE[pairs[cid]["after"]] < STATUS_CODE[pairs[cid]["before"]]]
+    if worse:
+        why = ", ".join(moved(c) for c in worse)
+        if better:
+            why = f"{', '.join(moved(c) for c in better)} but {why}"
+        return Verdict("worse", f"{why} {load}; {goback}", b, a, pairs)
+    if better:
+        return Verdict("improved", f"{', '.join(moved(c) for c in better)} {load}", b, a, pairs)
+    named = [c.id for c in checks_naming(table, flag)]
+    if not any(cid in judged for cid in (named or watched)):
+        return Verdict("inconclusive", f"the checks reading {flag} ({', '.join(named or watched[:3])}) could not be "
+                       f"judged on both sides {load}", b, a, pairs)
+    firing = [cid for cid in judged if pairs[cid]["after"] in ("warning", "critical")]
+    if firing:
+        return Verdict("no_change", f"{', '.join(moved(c) for c in firing)}: still firing {load}", b, a, pairs)
+    return Verdict("no_change", f"{', '.join(c for c in judged if c in (named or judged))} stayed ok {load}",
+                   b, a, pairs)
+
+
+def _check_pairs(b: Side, a: Side, watched: Sequence[str]) -> dict[str, dict[str, str]]:
+    return {cid: {"before": b.statuses.get(cid, "unknown"), "after": a.statuses.get(cid, "unknown")}
+            for cid in watched}
+
+
+def _iso(t: float | None) -> str | None:
+    if t is None:
+        return None
+    out = time_text(t)
+    return out if isinstance(out, str) else None
+
+
+def entry(at: float, flag: str, old: Any, new: Any, source: str, v: Verdict) -> dict[str, Any]:
+    """One `changes[]` item of interfaces.md."""
+    bs, be = v.before.bounds()
+    as_, ae = v.after.bounds()
+    return {"at": _iso(at), "flag": flag, "from": old, "to": new, "source": source,
+            "before": {"start": _iso(bs), "end": _iso(be), "signals": dict(v.before.signals)},
+            "after": {"start": _iso(as_), "end": _iso(ae), "signals": dict(v.after.signals)},
+            "checks": v.checks, "verdict": v.verdict, "why": v.why}
+
+
+@dataclass(frozen=True, slots=True)
+class Section:
+    """A stretch of one server under one set of arguments (a startup section of the log, a run of
+    samples under one server info)."""
+
+    start: float | None
+    args: Mapping[str, Any]
+    windows: tuple[WindowSummary, ...]
+
+
+def compare_sections(sections: Sequence[Section], table: CheckTable, source: str = "log", *,
+                     min_samples: int | None = None) -> list[dict[str, Any]]:
+    """The `changes` of consecutive sections: one entry per changed flag at each boundary; the windows
+    before are those since the previous change, the windows after those until the next one."""
+    out: list[dict[str, Any]] = []
+    for prev, cur in itertools.pairwise(sections):
+        at = cur.start if cur.start is not None else (prev.windows[-1].end if prev.windows else None)
+        for flag, old, new in detect(prev.args, cur.args, table):
+            v = judge(flag, old, new, prev.windows, cur.windows, table, min_samples=min_samples)
+            out.append(entry(at if at is not None else 0.0, flag, old, new, source, v))
+    return out
+
+
+__all__ = ["MEMORY_FLAGS", "SOURCES", "VERDICTS", "Section", "Verdict", "WindowSummary", "arg_of",
+           "checks_naming", "compare_sections", "detect", "entry", "flag_of", "judge", "tracked_flags",
+           "watched_checks"]

@@ -1,0 +1,217 @@
+"""The `--config` YAML file: overrides of thresholds, windows and options, validated as a whole.
+
+Example::
+
+    guide_profile: older-md        # which guide version's thresholds
+    workload: latency
+    window_s: 900                  # signal window (default 600)
+    max_ranks: 64
+    expire_s: 1800                 # drop ranks not seen for this long
+    signals: {usage_good: 0.9, capped_fraction: 0.95, min_samples: 3}
+    profiles:
+      older-md: {queue_band: [50, 400]}
+    checks:
+      retractions_frequent: {thresholds: {warning: 2, critical: 10}, min_samples: 1}
+      queue_empty: {enabled: false}
+    server_args: {mem_fraction_static: 0.85}
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from sglang_tuning_exporter.core.problems import ProblemsError
+from sglang_tuning_exporter.guide.checks import CheckTable, load_table, parse_levels
+
+WORKLOADS = ("throughput", "latency", "long-context", "multi-turn")
+_TOP = {"guide_profile", "workload", "window_s", "max_ranks", "expire_s", "signals", "profiles", "checks",
+        "server_args"}
+_SIGNAL_KEYS = {"usage_good", "capped_fraction", "min_samples"}
+_CHECK_KEYS = {"enabled", "thresholds", "min_samples", "window_s", "for_s"}
+
+
+class ConfigError(ProblemsError):
+    """The configuration is invalid; `problems` lists every problem found."""
+
+    what = "configuration"
+
+
+@dataclass(frozen=True, slots=True)
+class CheckOverride:
+    """Per-check overrides from the config file."""
+
+    enabled: bool = True
+    thresholds: dict[str, float] = field(default_factory=dict)
+    min_samples: int | None = None
+    window_s: float | None = None
+    for_s: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Config:
+    """Validated configuration (defaults when no file is given)."""
+
+    guide_profile: str | None = None
+    workload: str | None = None
+    window_s: float = 600.0
+    max_ranks: int = 256
+    expire_s: float | None = None
+    usage_good: float = 0.9
+    capped_fraction: float = 0.95
+    min_samples: int = 3
+    queue_bands: dict[str, tuple[float, float]] = field(default_factory=dict)
+    checks: dict[str, CheckOverride] = field(default_factory=dict)
+    server_args: dict[str, Any] = field(default_factory=dict)
+
+    def override(self, check_id: str) -> CheckOverride:
+        """The overrides for one check (empty when none)."""
+        return self.checks.get(check_id, CheckOverride())
+
+
+def _num(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def _positive(raw: dict[str, Any], key: str, where: str, problems: list[str], *, integer: bool = False,
+              allow_zero: bool = False) -> float | None:
+    if key not in raw:
+        return None
+    v = raw[key]
+    ok = _num(v) and (v >= 0 if allow_zero else v > 0) and (not integer or float(v).is_integer())
+    if not ok:
+        kind = "an integer" if integer else "a number"
+        problems.append(f"{where}{key}: must be {kind} {'>= 0' if allow_zero else '> 0'}, got {v!r}")
+        return None
+    return float(v)
+
+
+def parse_config(raw: Any, table: CheckTable, source: str = "config") -> Config:
+    """Validate a loaded YAML document against the checks table; raises ConfigError with every problem."""
+    if raw is None:
+        return Config()
+    if not isinstance(raw, dict):
+        raise ConfigError([f"{source}: top level must be a mapping, got {type(raw).__name__}"])
+    problems: list[str] = []
+    for key in sorted(set(raw) - _TOP, key=str):
+        problems.append(f"{source}: unknown key {key!r} (allowed: {', '.join(sorted(_TOP))})")
+    profile = raw.get("guide_profile")
+    if profile is not None and profile not in table.profiles:
+        problems.append(f"guide_profile: unknown profile {profile!r} (known: {', '.join(table.profiles)})")
+    workload = raw.get("workload")
+    if workload is not None and workload not in WORKLOADS:
+        problems.append(f"workload: must be one of {', '.join(WORKLOADS)}, got {workload!r}")
+    window_s = _positive(raw, "window_s", "", problems)
+    max_ranks = _positive(raw, "max_ranks", "", problems, integer=True)
+    expire_s = _positive(raw, "expire_s", "", problems)
+    sig = raw.get("signals") or {}
+    usage_good = capped = min_samples = None
+    if not isinstance(sig, dict):
+        problems.append("signals: must be a mapping")
+    else:
+        for key in sorted(set(sig) - _SIGNAL_KEYS, key=str):
+            problems.append(f"signals: unknown key {key!r} (allowed: {', '.join(sorted(_SIGNAL_KEYS))})")
+        usage_good = _positive(sig, "usage_good", "signals.", problems)
+        capped = _positive(sig, "capped_fraction", "signals.", problems)
+        min_samples = _positive(sig, "min_samples", "signals.", problems, integer=True)
+        for key, v in (("usage_good", usage_good), ("capped_fraction", capped)):
+            if v is not None and v > 1:
+                problems.append(f"signals.{key}: must be a ratio 0-1, got {v}")
+    bands: dict[str, tuple[float, float]] = {}
+    profs = raw.get("profiles") or {}
+    if not isinstance(profs, dict):
+        problems.append("profiles: must be a mapping of profile name to {queue_band: [low, high]}")
+        profs = {}
+    for name, spec in profs.items():
+        if name not in table.profiles:
+            problems.append(f"profiles: unknown profile {name!r} (known: {', '.join(table.profiles)})")
+            continue
+        if not isinstance(spec, dict) or set(spec) - {"queue_band"}:
+            problems.append(f"profiles.{name}: only queue_band may be overridden")
+            continue
+        band = spec.get("queue_band")
+        if not (isinstance(band, list) and len(band) == 2 and all(_num(b) for b in band) and band[0] < band[1]):
+            problems.append(f"profiles.{name}.queue_band: must be [low, high] with low < high, got {band!r}")
+            continue
+        bands[name] = (float(band[0]), float(band[1]))
+    overrides: dict[str, CheckOverride] = {}
+    chk = raw.get("checks") or {}
+    if not isinstance(chk, dict):
+        problems.append("checks: must be a mapping of check id to overrides")
+        chk = {}
+    known = table.by_id()
+    for cid, spec in chk.items():
+        where = f"checks.{cid}."
+        if cid not in known:
+            problems.append(f"checks: unknown check {cid!r}")
+            continue
+        if not isinstance(spec, dict):
+            problems.append(f"checks.{cid}: must be a mapping")
+            continue
+        for key in sorted(set(spec) - _CHECK_KEYS, key=str):
+            problems.append(f"{where}{key}: unknown key (allowed: {', '.join(sorted(_CHECK_KEYS))})")
+        enabled = spec.get("enabled", True)
+        if not isinstance(enabled, bool):
+            problems.append(f"{where}enabled: must be true or false, got {enabled!r}")
+            enabled = True
+        th = spec.get("thresholds", {})
+        # An empty mapping overrides nothing; anything else is validated like the table's thresholds.
+        levels = parse_levels(th, f"{where}thresholds", problems) if th != {} else {}
+        ms = _positive(spec, "min_samples", where, problems, integer=True)
+        ws = _positive(spec, "window_s", where, problems)
+        fs = _positive(spec, "for_s", where, problems, allow_zero=True)
+        overrides[cid] = CheckOverride(enabled=enabled, thresholds=levels,
+                                       min_samples=None if ms is None else int(ms), window_s=ws, for_s=fs)
+    server_args = raw.get("server_args") or {}
+    if not isinstance(server_args, dict):
+        problems.append("server_args: must be a mapping of argument name to value")
+        server_args = {}
+    if problems:
+        raise ConfigError(problems)
+    return Config(guide_profile=profile, workload=workload,
+                  window_s=window_s if window_s is not None else 600.0,
+                  max_ranks=int(max_ranks) if max_ranks is not None else 256, expire_s=expire_s,
+                  usage_good=usage_good if usage_good is not None else 0.9,
+                  capped_fraction=capped if capped is not None else 0.95,
+                  min_samples=int(min_samples) if min_samples is not None else 3,
+                  queue_bands=bands, checks=overrides, server_args=dict(server_args))
+
+
+def load_config(path: str | Path | None, table: CheckTable | None = None) -> Config:
+    """Read and validate a config file (None: defaults); raises ConfigError listing every problem."""
+    if path is None:
+        return Config()
+    if table is None:
+        table = load_table()
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError([f"{p}: cannot read: {exc.strerror or exc}"]) from None
+    except UnicodeDecodeError:
+        raise ConfigError([f"{p}: not UTF-8 text"]) from None
+    try:
+        raw = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError([f"{p}: not valid YAML: {exc}"]) from None
+    return parse_config(raw, table, source=str(p))
+
+
+def parse_server_arg_overrides(items: list[str]) -> tuple[dict[str, Any], list[str]]:
+    """`--server-arg KEY=VALUE` strings -> (args, problems); values parsed as YAML scalars."""
+    args: dict[str, Any] = {}
+    problems: list[str] = []
+    for item in items:
+        key, sep, value = item.partition("=")
+        key = key.strip().lstrip("-").replace("-", "_")
+        if not sep or not key:
+            problems.append(f"--server-arg {item!r}: expected KEY=VALUE")
+            continue
+        try:
+            args[key] = yaml.safe_load(value) if value.strip() else None
+        except yaml.YAMLError:
+            args[key] = value
+    return args, problems

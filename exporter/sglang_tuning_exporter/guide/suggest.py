@@ -1,0 +1,276 @@
+"""Suggested flag values computed from evidence (signals) and the current server arguments.
+
+Each method of checks.yaml `suggest.method` is a pure function returning the current value,
+the suggested value and the reasoning that goes into the finding's evidence.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from sglang_tuning_exporter.core.versions import version_tuple
+from sglang_tuning_exporter.guide.checks import Check, flag_for_version
+
+Signals = Mapping[str, float | None]
+
+# Server-args key(s) holding a flag's current value, first found wins.
+ARG_KEYS: dict[str, tuple[str, ...]] = {
+    "--schedule-conservativeness": ("schedule_conservativeness",),
+    "--mem-fraction-static": ("mem_fraction_static",),
+    "--chunked-prefill-size": ("chunked_prefill_size",),
+    "--max-prefill-tokens": ("max_prefill_tokens",),
+    "--max-running-requests": ("max_running_requests",),
+    "--cuda-graph-max-bs": ("cuda_graph_max_bs", "cuda_graph_max_bs_decode"),
+    "--cuda-graph-max-bs-decode": ("cuda_graph_max_bs_decode", "cuda_graph_max_bs"),
+    "--schedule-policy": ("schedule_policy",),
+    "--enable-metrics": ("enable_metrics",),
+}
+# Signals that state a flag's effective value when the args do not (startup summary, capture).
+FACT_OF: dict[str, str] = {
+    "--chunked-prefill-size": "chunked_prefill_size",
+    "--max-running-requests": "max_running_requests",
+    "--cuda-graph-max-bs": "cuda_graph_max_bs_captured",
+    "--cuda-graph-max-bs-decode": "cuda_graph_max_bs_captured",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Suggestion:
+    """The outcome of a suggest method."""
+
+    current: Any
+    suggested: Any
+    reasoning: str
+
+
+def default_schedule_policy(version: str | None) -> str | None:
+    """SGLang's default --schedule-policy: lpm up to 0.4.3, fcfs from 0.4.4."""
+    if version is None:
+        return None
+    return "fcfs" if version_tuple(version) >= (0, 4, 4) else "lpm"
+
+
+def flag_name(check: Check, version: str | None, args: Mapping[str, Any]) -> str | None:
+    """The flag the running server accepts: its own args decide first, then its version."""
+    if check.flag == "--chunked-prefill-size" and args:
+        if "chunked_prefill_size" in args:
+            return "--chunked-prefill-size"
+        if "max_prefill_tokens" in args:
+            return "--max-prefill-tokens"
+    if check.flag == "--cuda-graph-max-bs" and "cuda_graph_max_bs_decode" in args:
+        return "--cuda-graph-max-bs-decode"
+    return flag_for_version(check, version)
+
+
+def current_value(flag: str | None, args: Mapping[str, Any], sig: Signals,
+                  version: str | None = None) -> tuple[Any, str]:
+    """(value, where it came from) for a flag: server args, then startup facts, then known defaults."""
+    if flag is None:
+        return None, ""
+    for key in ARG_KEYS.get(flag, ()):
+        if args.get(key) is not None:
+            return args[key], f"server_args {key}"
+    fact = FACT_OF.get(flag)
+    if fact is not None and sig.get(fact) is not None:
+        v = sig[fact]
+        return (int(v) if v is not None and float(v).is_integer() else v), f"startup log {fact}"
+    if flag == "--mem-fraction-static" and sig.get("mem_fraction_static_estimate") is not None:
+        return sig["mem_fraction_static_estimate"], ("an estimate from the startup memory lines "
+                                                     "(1 - (avail after weights - KV size) / GPU memory)")
+    if flag == "--schedule-conservativeness":
+        return 1.0, "SGLang default (1.0 since 0.2.0)"
+    if flag == "--schedule-policy":
+        d = default_schedule_policy(version)
+        if d is not None:
+            return d, f"SGLang {version} default"
+    return None, ""
+
+
+def _round_step(x: float, step: float, up: bool) -> float:
+    n = x / step
+    n = math.ceil(n - 1e-9) if up else math.floor(n + 1e-9)
+    return round(n * step, 6)
+
+
+def _f(x: float | None) -> str:
+    if x is None:
+        return "?"
+    return f"{x:.2f}".rstrip("0").rstrip(".") if not float(x).is_integer() else str(int(x))
+
+
+def s_none(check: Check, p: Mapping[str, Any], cur: Any, sig: Signals) -> Suggestion:
+    """No server-side value (client-side remedies)."""
+    return Suggestion(cur, None, "")
+
+
+def s_constant(check: Check, p: Mapping[str, Any], cur: Any, sig: Signals) -> Suggestion:
+    """The guide's fixed value (e.g. --max-running-requests 128 for the latency recipe)."""
+    return Suggestion(cur, p.get("value", check.suggest.guide_value), "the guide's value")
+
+
+def s_toward_target(check: Check, p: Mapping[str, Any], cur: Any, sig: Signals) -> Suggestion:
+    """Move to the guide's target (0.3 / 1.3); past it already, one more 0.1 step, bounded."""
+    target = float(p["target"])
+    lo, hi = float(p.get("min", 0.0)), float(p.get("max", 10.0))
+    c = float(cur) if isinstance(cur, (int, float)) else None
+    if c is None:
+        return Suggestion(cur, target, f"the guide's value {_f(target)}")
+    increase = check.action == "increase"
+    if (increase and c < target) or (not increase and c > target):
+        return Suggestion(cur, target, f"move from {_f(c)} to the guide's {_f(target)}")
+    nxt = round(min(hi, c + 0.1) if increase else max(lo, c - 0.1), 2)
+    if (increase and nxt <= c) or (not increase and nxt >= c):
+        # At the bound a "change" to the same value would mislead: say this flag has done what it can.
+        return Suggestion(cur, None, f"already at {_f(c)} (guide: {_f(target)}), at the bound of this advice "
+                                     f"({_f(lo)}-{_f(hi)}): no further step on this flag; see the runbook")
+    return Suggestion(cur, nxt, f"already at {_f(c)} (guide: {_f(target)}); one more 0.1 step")
+
+
+def s_mem_fraction_headroom(check: Check, p: Mapping[str, Any], cur: Any, sig: Signals) -> Suggestion:
+    """current + (available - target) / GPU memory, rounded to 0.01 and bounded."""
+    target, step = float(p.get("target_gb", 6.5)), float(p.get("step", 0.01))
+    lo, hi = float(p.get("min", 0.5)), float(p.get("max", 0.95))
+    avail, total = sig.get("available_gpu_mem_gb"), sig.get("gpu_mem_total_gb")
+    if avail is None or not total:
+        fallback = check.suggest.guide_value
+        c = float(cur) if isinstance(cur, (int, float)) and not isinstance(cur, bool) else None
+        step_down = p.get("fallback_step")
+        if check.action == "decrease" and c is not None and step_down is not None \
+                and (fallback is None or float(fallback) >= c):
+            # Already at or under the guide's value: a "change" to it would raise the fraction.
+            s = round(max(lo, c - float(step_down)), 2)
+            return Suggestion(cur, s, f"headroom or GPU memory unknown: lower by {step_down} from {c:g}")
+        return Suggestion(cur, fallback, "GPU memory unknown (no `Load weight begin. avail mem` line)"
+                          + (f"; the guide's value {fallback}" if fallback is not None else ""))
+    delta = (avail - target) / total
+    how = (f"headroom {_f(avail)} GB -> {_f(target)} GB target on a ~{_f(total)} GB GPU "
+           f"(estimated from the `Load weight` lines): change {delta:+.3f}")
+    if not isinstance(cur, (int, float)):
+        return Suggestion(cur, None, how + "; current --mem-fraction-static unknown (its default None is computed "
+                          "at start-up; /server_info or the start-up memory lines state it): apply the change to it")
+    raw = float(cur) + delta
+    # Rounding down is the safe side both ways: a raise stays under the target, a cut leaves more headroom.
+    s = _round_step(raw, step, up=False)
+    s = round(min(hi, max(lo, s)), 2)
+    # The current value in full (0.758, not 0.76), so that the sum shown adds up.
+    return Suggestion(cur, s, f"{how}: {float(cur):g} {delta:+.3f} = {raw:.3f}, rounded to {s:.2f}"
+                      f" (bounded {lo}-{hi})")
+
+
+def s_mem_fraction_for_weights(check: Check, p: Mapping[str, Any], cur: Any, sig: Signals) -> Suggestion:
+    """At least weights / GPU memory plus a margin (startup `Not enough memory`)."""
+    margin, step = float(p.get("margin", 0.1)), float(p.get("step", 0.01))
+    lo, hi = float(p.get("min", 0.5)), float(p.get("max", 0.95))
+    w, total = sig.get("weights_gb"), sig.get("gpu_mem_total_gb")
+    c = float(cur) if isinstance(cur, (int, float)) else None
+    if w is not None and total:
+        need = w / total + margin
+        s = min(hi, max(lo, _round_step(need, step, up=True)))
+        if c is not None and s <= c:
+            s = min(hi, round(c + 0.05, 2))
+        return Suggestion(cur, round(s, 2), f"weights {_f(w)} GB on a ~{_f(total)} GB GPU = {w / total:.3f}"
+                          f" of memory, + {margin} margin for the KV cache -> {s:.2f}"
+                          + (" (at the 0.95 cap: consider more GPUs or quantization)" if s >= hi else ""))
+    if c is not None:
+        return Suggestion(cur, round(min(hi, c + 0.05), 2), "weights size unknown: raise by 0.05 and retry")
+    return Suggestion(cur, check.suggest.guide_value, "weights size unknown: the guide's offline value")
+
+
+def s_chunked_prefill_halve(check: Check, p: Mapping[str, Any], cur: Any, sig: Signals) -> Suggestion:
+    """The guide's 4096 then 2048; below that halve, never under `min`."""
+    steps = sorted((int(x) for x in p.get("steps", [4096, 2048])), reverse=True)
+    lo = int(p.get("min", 512))
+    if not isinstance(cur, (int, float)) or cur <= 0:
+        return Suggestion(cur, steps[0], f"current size unknown: the guide's first step {steps[0]}")
+    for s in steps:
+        if cur > s:
+            return Suggestion(cur, s, f"{int(cur)} -> {s} (the guide: 4096, then 2048)")
+    s = max(lo, int(cur) // 2)
+    return Suggestion(cur, s, f"already at or below the guide's 2048: halve to {s}")
+
+
+def s_scale_down_running(check: Check, p: Mapping[str, Any], cur: Any, sig: Signals) -> Suggestion:
+    """A fraction of the batch that ran out of memory (the cap, or the largest batch seen if lower)."""
+    factor, mult, lo = float(p.get("factor", 0.75)), int(p.get("multiple", 8)), int(p.get("min", 8))
+    cap = float(cur) if isinstance(cur, (int, float)) and cur > 0 else None
+    seen = sig.get("running_max")
+    base, why = cap, "the current cap"
+    if seen is not None and (base is None or seen < base):
+        base, why = seen, "the largest decode batch seen"
+    if base is None:
+        return Suggestion(cur, None, "neither the cap nor the batch size is known: lower it in steps of 25 %")
+    s = max(lo, int(_round_step(base * factor, mult, up=False)))
+    return Suggestion(cur, s, f"{factor:.0%} of {why} ({_f(base)}), rounded down to a multiple of {mult}")
+
+
+def s_cuda_graph_cover(check: Check, p: Mapping[str, Any], cur: Any, sig: Signals) -> Suggestion:
+    """Cover the p90 of the decode batch sizes that missed, rounded up to the capture step."""
+    step, hi = int(p.get("step", 8)), int(p.get("max", 768))
+    cap = sig.get("max_running_requests")
+    p90 = sig.get("cuda_graph_miss_batch_p90")
+    c = float(cur) if isinstance(cur, (int, float)) else None
+    if p90 is None:
+        base = max(float(check.suggest.guide_value or 512), 2 * c if c else 0.0)
+        why = "batch sizes of the misses unknown (counters only)"
+    else:
+        base = p90
+        why = f"p90 of the decode batch sizes that ran without a graph = {_f(p90)}"
+    s = int(_round_step(base, step, up=True))
+    bound = hi if not cap else min(hi, int(cap))
+    s = min(s, bound)
+    if c is not None and s <= c:
+        s = min(bound, int(_round_step(c + step, step, up=True)))
+    return Suggestion(cur, s, f"{why}; rounded up to a multiple of {step}, bounded by "
+                      f"{'max_running_requests ' + _f(cap) if cap else 'the guide'} and {hi}")
+
+
+def s_cuda_graph_ceiling(check: Check, p: Mapping[str, Any], cur: Any, sig: Signals) -> Suggestion:
+    """min(max_running_requests, the guide's typical 256), rounded to the capture step."""
+    target, step = int(p.get("default_target", 256)), int(p.get("step", 8))
+    cap = sig.get("max_running_requests")
+    s = target if not cap else min(target, int(cap))
+    s = int(_round_step(s, step, up=True))
+    return Suggestion(cur, s, f"the guide's typical default {target}, bounded by max_running_requests {_f(cap)}")
+
+
+def s_running_to_kv_target(check: Check, p: Mapping[str, Any], cur: Any, sig: Signals) -> Suggestion:
+    """Scale the cap so KV usage reaches the target: cap * target / mean usage, at most max_factor x."""
+    target, mf = float(p.get("usage_target", 0.9)), float(p.get("max_factor", 2.0))
+    hi, mult = int(p.get("max", 4096)), int(p.get("multiple", 8))
+    usage = sig.get("token_usage_mean")
+    if not isinstance(cur, (int, float)) or cur <= 0:
+        return Suggestion(cur, check.suggest.guide_value, "current cap unknown: the guide's offline value")
+    c = float(cur)
+    if not usage:
+        s = min(hi, int(c * mf))
+        return Suggestion(cur, s, f"token usage unknown: x{mf}")
+    raw = min(c * mf, c * target / usage)
+    s = max(int(c) + mult, int(_round_step(raw, mult, up=True)))
+    s = min(max(hi, int(c)), s)
+    return Suggestion(cur, s, f"{_f(c)} x {target} / mean token usage {usage:.2f} = {c * target / usage:.0f},"
+                      f" at most x{mf}, rounded to a multiple of {mult}")
+
+
+METHODS: dict[str, Callable[[Check, Mapping[str, Any], Any, Signals], Suggestion]] = {
+    "none": s_none, "constant": s_constant, "toward_target": s_toward_target,
+    "mem_fraction_headroom": s_mem_fraction_headroom, "mem_fraction_for_weights": s_mem_fraction_for_weights,
+    "chunked_prefill_halve": s_chunked_prefill_halve, "scale_down_running": s_scale_down_running,
+    "cuda_graph_cover": s_cuda_graph_cover, "cuda_graph_ceiling": s_cuda_graph_ceiling,
+    "running_to_kv_target": s_running_to_kv_target,
+}
+
+
+def suggest(check: Check, sig: Signals, args: Mapping[str, Any], version: str | None,
+            workload: str | None = None) -> tuple[str | None, Suggestion]:
+    """(flag the server accepts, suggestion) for a check that fires on a rank with signals `sig`."""
+    flag = flag_name(check, version, args)
+    cur, source = current_value(flag, args, sig, version)
+    result = METHODS[check.suggest.method](check, check.suggest_params(workload), cur, sig)
+    if source and cur is not None:
+        result = Suggestion(result.current, result.suggested,
+                            f"current {_f(cur) if isinstance(cur, (int, float)) and not isinstance(cur, bool) else cur}"
+                            f" from {source}" + (f"; {result.reasoning}" if result.reasoning else ""))
+    return flag, result

@@ -1,0 +1,1 @@
+"""`diagnose` and `parse`: the pipeline run once over log files."""

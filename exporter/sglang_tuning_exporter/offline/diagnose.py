@@ -1,0 +1,340 @@
+"""`diagnose FILE...|-`: read whole SGLang logs offline and print the guide's findings.
+
+Pipeline: lines -> (fast path for dated Decode/Prefill lines | the multi-line event reader) ->
+per-rank time buckets + events -> signals window -> advisor, evaluated on consecutive windows
+of the log's own time; each (check, rank) reports its worst window.  Plain files are scanned as
+blocks of text (`Scanner.scan_text`: `str.find` jumps between batch heads, runs of access lines are
+skipped in C); large ones are cut before `[<digit>` record heads (logreader.split_ranges, never inside
+a traceback) and scanned in a process pool, merged in order; memory stays flat in log size.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import itertools
+import multiprocessing
+import os
+import stat
+import sys
+import time
+from collections import deque
+from collections.abc import Iterator, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
+from pathlib import Path
+from typing import IO, Any, cast
+
+from sglang_tuning_exporter.core.exit_codes import EXIT_FINDINGS, EXIT_OK, EXIT_RUNTIME, EXIT_USAGE
+from sglang_tuning_exporter.core.flags import add_flag, add_guide_flags
+from sglang_tuning_exporter.core.model import STATUS_CODE
+from sglang_tuning_exporter.guide.checks import CheckTable, TableError, load_table
+from sglang_tuning_exporter.guide.config import Config, ConfigError, load_config, parse_server_arg_overrides
+from sglang_tuning_exporter.offline import changes as diagnose_changes
+from sglang_tuning_exporter.offline.diagnosis import (
+    ClockSetBack,
+    Diagnosis,
+    FileDiagnosis,
+    last_log_time,
+)
+from sglang_tuning_exporter.offline.scanner import ChunkResult, Scanner, _Job, _scan_range
+from sglang_tuning_exporter.sources.logreader import (
+    _DEDUP_DISTANCE,
+    split_ranges,
+)
+from sglang_tuning_exporter.sources.tail import InputError, InputLines, open_input
+
+HELP = "diagnose whole SGLang logs offline (plain, .gz or -) and print the tuning guide's findings"
+FORMATS = ("text", "json", "markdown", "html")
+PARALLEL_MIN_BYTES = 16 << 20  # plain files at least this big are scanned in a process pool
+CHUNK_BYTES = 32 << 20  # the most a worker maps at once
+MIN_CHUNK_BYTES = 1 << 20
+BLOCK_BYTES = 1 << 20  # text scanned at once by the sequential reader of plain files
+PROGRESS_MIN_BYTES = 64 << 20
+
+
+# --- reading ------------------------------------------------------------------------------------
+class Progress:
+    """A one-line progress bar on stderr (only when it is a terminal and the input is large)."""
+
+    def __init__(self, total: int, label: str, stream: IO[str], enabled: bool) -> None:
+        self.total, self.label, self.stream, self.enabled = total, label, stream, enabled
+        self._last = 0.0
+
+    def update(self, done: int) -> None:
+        """Redraw at most ten times a second."""
+        if not self.enabled or self.total <= 0:
+            return
+        now = time.monotonic()
+        if now - self._last < 0.1 and done < self.total:
+            return
+        self._last = now
+        frac = min(1.0, done / self.total)
+        bar = "#" * int(frac * 30)
+        self.stream.write(f"\r{self.label} [{bar:<30}] {frac * 100:5.1f}%")
+        self.stream.flush()
+
+    def close(self) -> None:
+        """Clear the line."""
+        if self.enabled:
+            self.stream.write("\r" + " " * (len(self.label) + 42) + "\r")
+            self.stream.flush()
+
+
+_SNIFF_MAX_BLOCKS = 8192  # 64 MiB of leading NULs at most
+
+
+def _sniff(path: str) -> str:
+    """`gzip`, `binary` or `text`: what the file's first bytes say (one open for both questions)."""
+    with open(path, "rb") as fh:
+        head = fh.read(8192)
+        if head[:2] == b"\x1f\x8b":
+            return "gzip"
+        # A log rotated with copytruncate under a writer without O_APPEND starts with a run of NULs:
+        # judge the text after that run (an all-NUL file is caught later by the NUL-line count).
+        for _ in range(_SNIFF_MAX_BLOCKS):  # bounded: an endless NUL source is binary, not a long head
+            if not head or head.strip(b"\x00"):
+                break
+            head = fh.read(8192)
+        else:
+            return "binary"
+        head = head.lstrip(b"\x00") + fh.read(8192)
+    return "binary" if b"\x00" in head[:8192] else "text"
+
+
+def diagnose_source(source: str, table: CheckTable, cfg: Config, profile: str, workload: str,
+                    server_overrides: dict[str, Any], *, jobs: int | None = None,
+                    progress_stream: IO[str] | None = None) -> FileDiagnosis:
+    """Diagnose one input (path or '-'); errors are returned in `error`, never raised."""
+    t0 = time.perf_counter()
+    stream = progress_stream if progress_stream is not None else sys.stderr
+    try:
+        size, kind = 0, "stream"
+        if source != "-":
+            if os.path.isdir(source):
+                raise InputError(f"{source}: is a directory, not a log file")
+            if not os.path.exists(source):
+                raise InputError(f"{source}: no such file")
+            if not os.access(source, os.R_OK):
+                raise InputError(f"{source}: cannot read: permission denied")
+            mode = os.stat(source).st_mode
+            if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) or stat.S_ISSOCK(mode):
+                # /dev/zero would be read for ever: a log is a file (or a pipe, or `-`)
+                raise InputError(f"{source}: a device, not a log file")
+            size = os.path.getsize(source)
+            kind = _sniff(source)
+            if kind == "binary":
+                raise InputError(f"{source}: binary data, not a text log")
+        # Standard input cannot be read twice to find its end: its grid is the live one (slower on
+        # very long inputs, the same last window).
+        d = Diagnosis(table, cfg, profile, workload, server_overrides,
+                      end_hint=None if source == "-" else last_log_time(source, kind), live_grid=source == "-")
+        tty = bool(getattr(stream, "isatty", lambda: False)())
+        progress = Progress(size, os.path.basename(source), stream, tty and size >= PROGRESS_MIN_BYTES)
+        workers = jobs if jobs is not None else (os.cpu_count() or 1)
+        plain = kind == "text"
+        try:
+            if plain and size >= PARALLEL_MIN_BYTES and workers > 1:
+                _run_parallel(source, size, d, workers, progress)
+            else:
+                _run_sequential(source, plain, d, progress)
+        except ClockSetBack:
+            # The fast paths take stamps as written; a clock set back needs the log clock's re-anchoring
+            # (timeparse.LogClock), which every line gets on the full path: read it again that way.
+            d = Diagnosis(table, cfg, profile, workload, server_overrides, live_grid=True)
+            _run_sequential(source, plain, d, progress, fast=False)
+        progress.close()
+        if plain and os.path.getsize(source) < size:
+            # Truncated (copytruncate?) while being read: what was read is a partial report.
+            raise InputError(f"{source}: truncated while being read ({size} bytes at the start, "
+                             f"{os.path.getsize(source)} now): the report would be partial; diagnose a copy")
+    except InputError as exc:
+        return FileDiagnosis(source=source, error=str(exc), elapsed_s=time.perf_counter() - t0)
+    except (OSError, EOFError) as exc:
+        return FileDiagnosis(source=source, error=f"{source}: read failed: {exc}", elapsed_s=time.perf_counter() - t0)
+    if d.lines == 0:
+        return FileDiagnosis(source=source, error=f"{source}: empty input (no lines)", lines=0,
+                             elapsed_s=time.perf_counter() - t0)
+    if d.nul * 2 > d.lines:
+        return FileDiagnosis(source=source, error=f"{source}: binary data, not a text log", lines=d.lines,
+                             elapsed_s=time.perf_counter() - t0)
+    if d.fast + d.events == 0:  # no line was an SGLang event or a fast-path sample
+        return FileDiagnosis(source=source, error=f"{source}: no SGLang log lines found in {d.lines} lines",
+                             lines=d.lines, elapsed_s=time.perf_counter() - t0)
+    out = d.finish(source)
+    out.elapsed_s = time.perf_counter() - t0
+    return out
+
+
+def _stdin_input() -> InputLines:
+    """stdin, gunzipped when it starts with the gzip magic (`zcat` is not needed)."""
+    raw = sys.stdin.buffer
+    head = raw.peek(2)[:2] if hasattr(raw, "peek") else b""
+    stream = cast(IO[bytes], gzip.GzipFile(fileobj=raw, mode="rb")) if head == b"\x1f\x8b" else raw
+    return InputLines("-", stdin=stream)
+
+
+def _run_sequential(source: str, plain: bool, d: Diagnosis, progress: Progress, *, fast: bool = True) -> None:
+    scanner = Scanner(d.res, d.cfg.usage_good, d.window.params.queue_band, fast=fast)
+    if plain:
+        _run_plain(source, d, scanner, progress)
+        return
+    with (_stdin_input() if source == "-" else open_input(source)) as inp:
+        done = 0
+        for batch in inp.chunks():  # the input's own blocks of lines
+            d.add_chunk(scanner.scan(batch, final=False))
+            done += sum(len(x) + 1 for x in batch)
+            progress.update(done)
+    d.add_chunk(scanner.scan([], final=True))
+
+
+def _run_plain(source: str, d: Diagnosis, scanner: Scanner, progress: Progress) -> None:
+    """A plain file in blocks of text cut after their last newline, as the parallel workers read it."""
+    carry = b""
+    done = 0
+    with open(source, "rb") as fh:
+        while True:
+            data = fh.read(BLOCK_BYTES)
+            if not data:
+                break
+            buf = carry + data if carry else data
+            cut = buf.rfind(b"\n") + 1
+            carry = buf[cut:]
+            if cut:
+                d.add_chunk(scanner.scan_bytes(buf[:cut], final=False))
+            done += len(data)
+            progress.update(done)
+    d.add_chunk(scanner.scan_bytes(carry, final=True))
+
+
+def _run_parallel(source: str, size: int, d: Diagnosis, workers: int, progress: Progress) -> None:
+    chunk = max(MIN_CHUNK_BYTES, min(CHUNK_BYTES, size // (workers * 4) or CHUNK_BYTES))
+    ranges = split_ranges(source, size, chunk)
+    low, high = d.window.params.queue_band
+    jobs = [(source, a, b, d.res, d.cfg.usage_good, low, high, None) for a, b in ranges]
+    methods = multiprocessing.get_all_start_methods()
+    ctx = multiprocessing.get_context("fork" if "fork" in methods else "spawn")
+    last_oom: tuple[int, str] | None = None  # absolute line and message of the last OOM merged so far
+    # An executor, not a Pool: a worker that dies (SIGBUS on a mapped file truncated meanwhile) is an
+    # error here, where a Pool would wait for its lost task for ever.
+    with ProcessPoolExecutor(workers, mp_context=ctx) as pool:
+        for job, res in zip(jobs, _results(pool, jobs, source, 2 * workers), strict=True):
+            off = d.line_offset
+            blind = res.blind_check
+            if last_oom is not None and blind is not None and blind + off - last_oom[0] < _DEDUP_DISTANCE:
+                # A traceback re-raising an OOM of an earlier range: scan this range again knowing that
+                # OOM (numbered relative to the range), so it is linked to it as a sequential read does.
+                res = _scan_range((*job[:7], (last_oom[0] - off, last_oom[1])))
+            if res.last_oom is not None:
+                last_oom = (res.last_oom[0] + off, res.last_oom[1])
+            d.add_chunk(res)
+            progress.update(job[2])
+
+
+def _results(pool: ProcessPoolExecutor, jobs: Sequence[_Job], source: str, ahead: int) -> Iterator[ChunkResult]:
+    """The ranges' results in file order, at most `ahead` of them in flight (memory stays flat however
+    long the file: a slow merge never lets finished ranges pile up)."""
+    todo = iter(jobs)
+    pending = deque(pool.submit(_scan_range, job) for job in itertools.islice(todo, ahead))
+    try:
+        while pending:
+            res = pending.popleft().result()
+            nxt = next(todo, None)
+            if nxt is not None:
+                pending.append(pool.submit(_scan_range, nxt))
+            yield res
+    except BrokenProcessPool as exc:
+        raise InputError(f"{source}: a reader process died ({exc}): the file was truncated while being read, or "
+                         "the process was killed (out of memory?)") from None
+
+
+# --- command ------------------------------------------------------------------------------------
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The diagnose flags."""
+    parser.add_argument("files", nargs="+", metavar="FILE", help="SGLang log files (plain or .gz), or - for stdin")
+    add_flag(parser, "--format", default="text", choices=FORMATS, help="output format")
+    add_flag(parser, "--fail-on", default=None, choices=("warning", "critical"),
+             help="exit 3 when a finding at or above this level is present (for CI)")
+    add_flag(parser, "--output", default=None, metavar="FILE", help="write the report here instead of stdout")
+    add_flag(parser, "--jobs", default=None, type=int, metavar="N",
+             help="worker processes for large plain files (default: every core)")
+    add_flag(parser, "--same-server", default=False, action="store_true",
+             help="the files are one server's logs in time order: judge the flag changes across them")
+    add_flag(parser, "--color", default="auto", choices=("auto", "always", "never"),
+             help="colour the text table (auto: only on a terminal)")
+    add_guide_flags(parser)
+
+
+def _setup(args: argparse.Namespace) -> tuple[CheckTable, Config, str, str, dict[str, Any]]:
+    problems: list[str] = []
+    try:
+        table = load_table()
+    except TableError as exc:
+        raise ConfigError(exc.problems) from None
+    cfg = Config()
+    try:
+        cfg = load_config(args.config, table)
+    except ConfigError as exc:
+        problems.extend(exc.problems)
+    profile = args.guide_profile or cfg.guide_profile or table.default_profile()
+    if profile not in table.profiles:
+        problems.append(f"--guide-profile: unknown profile {profile!r} (known: {', '.join(table.profiles)})")
+    workload = args.workload if args.workload != "throughput" or not cfg.workload else cfg.workload
+    overrides, arg_problems = parse_server_arg_overrides(list(args.server_arg or []))
+    problems.extend(arg_problems)
+    if args.jobs is not None and args.jobs < 1:
+        problems.append("--jobs: must be at least 1")
+    if problems:
+        raise ConfigError(problems)
+    return table, cfg, profile, workload, {**cfg.server_args, **overrides}
+
+
+def run(args: argparse.Namespace, *, stdout: IO[str] | None = None, stderr: IO[str] | None = None) -> int:
+    """Run diagnose; exit status per interfaces.md (0 ok, 1 runtime, 2 usage, 3 --fail-on)."""
+    out = stdout if stdout is not None else sys.stdout
+    err = stderr if stderr is not None else sys.stderr
+    try:
+        table, cfg, profile, workload, overrides = _setup(args)
+    except ConfigError as exc:
+        err.write("sglang-tuning-exporter diagnose: configuration error:\n")
+        for p in exc.problems:
+            err.write(f"  - {p}\n")
+        return EXIT_USAGE
+    if args.files.count("-") > 1:
+        err.write("sglang-tuning-exporter diagnose: stdin (-) can be read only once\n")
+        return EXIT_USAGE
+    results: list[FileDiagnosis] = []
+    for source in args.files:
+        results.append(diagnose_source(source, table, cfg, profile, workload, overrides, jobs=args.jobs,
+                                       progress_stream=err))
+    failed = [r for r in results if r.error]
+    for r in failed:
+        err.write(f"sglang-tuning-exporter diagnose: {r.error}\n")
+    good = [r for r in results if not r.error]
+    if good:
+        color = args.color == "always" or (args.color == "auto" and args.output is None
+                                           and bool(getattr(out, "isatty", lambda: False)()))
+        text = diagnose_changes.render(good, args.format, table=table, color=color, cfg=cfg, profile=profile,
+                                       workload=workload, overrides=overrides,
+                                       same_server=bool(getattr(args, "same_server", False)))
+        if args.output:
+            try:
+                Path(args.output).write_text(text, encoding="utf-8")
+            except OSError as exc:
+                err.write(f"sglang-tuning-exporter diagnose: cannot write {args.output}: {exc.strerror or exc}\n")
+                return EXIT_RUNTIME
+        else:
+            out.write(text)
+            if not text.endswith("\n"):
+                out.write("\n")
+    if failed:
+        return EXIT_RUNTIME
+    if args.fail_on:
+        level = STATUS_CODE[args.fail_on]
+        if any(STATUS_CODE[f.status] >= level for r in good for f in r.findings):
+            return EXIT_FINDINGS
+    return EXIT_OK
+
+
+__all__ = ["HELP", "ChunkResult", "Diagnosis", "FileDiagnosis", "Scanner", "add_arguments", "diagnose_source",
+           "run"]

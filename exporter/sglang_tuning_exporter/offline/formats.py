@@ -1,0 +1,351 @@
+"""Output formats of `diagnose`: text (terminal), JSON (interfaces.md), Markdown, self-contained HTML.
+
+Pure functions of the per-file diagnoses.  HTML escapes every value that comes from the log and
+loads nothing external (no scripts, fonts, images or stylesheets); charts are inline SVG.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from sglang_tuning_exporter.core.model import STATUS_CODE, Finding
+from sglang_tuning_exporter.guide.checks import CheckTable
+from sglang_tuning_exporter.guide.plan import plan_step_text
+
+if TYPE_CHECKING:
+    from sglang_tuning_exporter.offline.diagnosis import FileDiagnosis, Series
+
+_ANSI = {"ok": "\x1b[32m", "warning": "\x1b[33m", "critical": "\x1b[1;31m", "unknown": "\x1b[90m"}
+_RESET = "\x1b[0m"
+COLOURS = {"ok": "#2e7d32", "warning": "#b26a00", "critical": "#c62828", "unknown": "#757575"}
+CHARTS = (("queue_p50", "#queue-req (p50 per window)"), ("token_usage_mean", "token usage (mean)"),
+          ("retractions_per_minute", "retractions per minute"), ("decode_batch_p90", "decode batch size (p90)"))
+
+
+def render(results: Sequence[FileDiagnosis], fmt: str, *, table: CheckTable, color: bool = False) -> str:
+    """All diagnoses in one output of format `fmt`."""
+    if fmt == "json":
+        return render_json(results)
+    if fmt == "markdown":
+        return render_markdown(results, table)
+    if fmt == "html":
+        return render_html(results, table)
+    return render_text(results, table, color=color)
+
+
+def render_json(results: Sequence[FileDiagnosis]) -> str:
+    """One input: the interfaces.md document; several: {"sources": [...], "status": worst}."""
+    if len(results) == 1:
+        return json.dumps(results[0].document, indent=2, sort_keys=False) + "\n"
+    worst = max((r.document.get("status", "ok") for r in results), key=lambda s: STATUS_CODE.get(s, STATUS_CODE["unknown"]))
+    return json.dumps({"sources": [r.document for r in results], "status": worst}, indent=2) + "\n"
+
+
+def rank_text(rank: dict[str, int], unnamed: str = "-") -> str:
+    """`{"dp": 1, "tp": 0}` -> `DP1 TP0`; `unnamed` for a rank the log does not name."""
+    return " ".join(f"{k.upper()}{v}" for k, v in rank.items()) or unnamed
+
+
+def change_text(f: Finding) -> str:
+    """The exact change a person makes: `--flag current -> suggested (action)`."""
+    if f.flag is None:
+        return f"client side: {f.action}"
+    cur = "?" if f.current is None else _v(f.current)
+    if f.suggested is None:
+        return f"{f.action} {f.flag} (current {cur}; no value computed, see evidence)"
+    if f.action == "set":
+        return f"set {f.flag} {_v(f.suggested)} (now {cur})"
+    return f"{f.action} {f.flag}: {cur} -> {_v(f.suggested)}"
+
+
+def _v(x: Any) -> str:
+    if isinstance(x, bool):
+        return "true" if x else "false"
+    if isinstance(x, float):
+        return f"{x:g}"
+    return str(x)
+
+
+def _rows(r: FileDiagnosis, table: CheckTable) -> list[tuple[str, str, str, str]]:
+    """(check, worst status, ranks at that status, summary) per check, in table order."""
+    by: dict[str, list[Finding]] = {}
+    for f in r.findings:
+        by.setdefault(f.check, []).append(f)
+    rows: list[tuple[str, str, str, str]] = []
+    for c in table.checks:
+        fs = by.get(c.id)
+        if not fs:
+            continue
+        worst = max(fs, key=lambda f: STATUS_CODE[f.status]).status
+        at = [f for f in fs if f.status == worst]
+        ranks = ", ".join(rank_text(f.rank) for f in at)
+        if len(fs) > 1:
+            ranks = f"{ranks} ({len(at)}/{len(fs)})" if len(at) < len(fs) else f"all {len(fs)}"
+        rows.append((c.id, worst, ranks, at[0].summary))
+    return rows
+
+
+def _firing(r: FileDiagnosis) -> list[Finding]:
+    fs = [f for f in r.findings if f.status in ("warning", "critical")]
+    return sorted(fs, key=lambda f: -STATUS_CODE[f.status])
+
+
+def _header_lines(r: FileDiagnosis) -> list[str]:
+    d = r.document
+    srv = d.get("server", {})
+    win = d.get("window", {})
+    inp = d.get("input", {})
+    floor = f" (>= {srv['version_floor']} by its line formats)" if srv.get("version_floor") else ""
+    out = [f"server: SGLang {srv.get('version') or 'version unknown' + floor}"
+           + (f", model {srv['model_name']}" if srv.get("model_name") else "")
+           + f" | guide profile {d.get('profile')} | workload {d.get('workload')}",
+           f"log: {win.get('start')} .. {win.get('end')}, {inp.get('lines', 0)} lines, "
+           f"{inp.get('fast_path_lines', 0) + inp.get('events', 0)} SGLang records, "
+           f"{inp.get('evaluations', 0)} window{'' if inp.get('evaluations') == 1 else 's'} of "
+           f"{inp.get('window_s', 600) / 60:g} min evaluated"]
+    if inp.get("time_from_line_order"):
+        out.append("note: the log has no timestamps; time is taken from line order (1 s per line)")
+    if inp.get("unparsed"):
+        out.append(f"note: {inp['unparsed']} lines looked like SGLang records but could not be read")
+    return out
+
+
+def render_text(results: Sequence[FileDiagnosis], table: CheckTable, *, color: bool = False) -> str:
+    """What an SRE reads in a terminal: a table of checks, then each finding with the flag change."""
+    lines: list[str] = []
+    for r in results:
+        lines.append(f"== {r.source}")
+        lines.extend("  " + h for h in _header_lines(r))
+        lines.append("")
+        d = r.document
+        lines.append(f"  {d.get('verdict', '')}")
+        if d.get("plan"):
+            lines.append("")
+            lines.append("  Plan (one change at a time, in this order):")
+            lines.extend("    " + x for x in plan_lines(d))
+            if d.get("command_diff"):
+                lines.append("  Command line:")
+                lines.extend("    " + x for x in d["command_diff"])
+        lines.append("")
+        rows = _rows(r, table)
+        w1 = max([len("CHECK")] + [len(x[0]) for x in rows])
+        w3 = max([len("RANKS")] + [len(x[2]) for x in rows])
+        lines.append(f"  {'CHECK':<{w1}}  {'STATUS':<8}  {'RANKS':<{w3}}  SUMMARY")
+        for cid, status, ranks, summary in rows:
+            st = f"{status:<8}"
+            if color:
+                st = f"{_ANSI[status]}{st}{_RESET}"
+            lines.append(f"  {cid:<{w1}}  {st}  {ranks:<{w3}}  {summary}")
+        firing = _firing(r)
+        why = not_judged(d)
+        if why:
+            lines.append("")
+            lines.append(f"  Not judged ({len(why)} of {d['coverage']['checks']} checks):")
+            lines.extend(f"    {cid}: {text}" for cid, text in why)
+        if d.get("indications"):
+            lines.append("")
+            lines.append("  Indications (too few samples to judge; not findings, --fail-on ignores them):")
+            lines.extend(f"    {i['check']} on {rank_text(i['rank'], 'the server')}: {i['evidence']}"
+                         for i in d["indications"])
+        if firing:
+            lines.append("")
+            lines.append(f"  {len(firing)} finding(s):")
+        for f in firing:
+            tag = f.status.upper()
+            if color:
+                tag = f"{_ANSI[f.status]}{tag}{_RESET}"
+            lines.append("")
+            lines.append(f"  [{tag}] {f.check} on {rank_text(f.rank, 'the server')}: {f.summary}")
+            lines.append(f"    change:    {change_text(f)}")
+            lines.append(f"    evidence:  {f.evidence}")
+            win = _window_of(r, f)
+            if win:
+                lines.append(f"    window:    {win}")
+            if f.guide:
+                lines.append(f"    guide:     \"{f.guide}\"")
+            if f.tradeoff:
+                lines.append(f"    trade-off: {f.tradeoff}")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def plan_lines(doc: dict[str, Any]) -> list[str]:
+    """The plan as plain lines (shared by text and Markdown)."""
+    out: list[str] = []
+    for step in doc.get("plan") or []:
+        out.append(plan_step_text(step))
+        out.append(f"   why:  {step.get('why', '')}")
+        out.append(f"   then: {step.get('then', '')}")
+    return out
+
+
+def not_judged(doc: dict[str, Any]) -> list[tuple[str, str]]:
+    """(check, why) for each check without a verdict."""
+    return sorted((doc.get("coverage") or {}).get("unknown_why", {}).items())
+
+
+def _window_of(r: FileDiagnosis, f: Finding) -> str:
+    for fd in r.document.get("findings", []):
+        if fd.get("check") == f.check and fd.get("rank") == f.rank:
+            w = fd.get("window") or {}
+            return f"{w.get('start')} .. {w.get('end')}" if w else ""
+    return ""
+
+
+def _md(s: Any) -> str:
+    return html.escape(str(s), quote=False).replace("|", "\\|").replace("\n", " ")
+
+
+def _md_code(s: Any) -> str:
+    """A Markdown code span: its text is shown literally, so it is not HTML-escaped."""
+    text = str(s).replace("\n", " ")
+    fence = "``" if "`" in text else "`"
+    return f"{fence} {text} {fence}" if fence == "``" else f"`{text}`"
+
+
+def render_markdown(results: Sequence[FileDiagnosis], table: CheckTable) -> str:
+    """A Markdown report (tables + one section per finding); HTML in values is escaped."""
+    out: list[str] = ["# SGLang tuning diagnosis", ""]
+    for r in results:
+        out.append(f"## {_md_code(r.source)}")
+        out.append("")
+        out.extend(f"- {_md(h)}" for h in _header_lines(r))
+        out.append("")
+        d = r.document
+        out.append(f"**{_md(d.get('verdict', ''))}**")
+        out.append("")
+        if d.get("plan"):
+            out.append("### Plan (one change at a time, in this order)")
+            out.append("")
+            for step in d["plan"]:
+                out.append(f"{step['step']}. {_md_code(plan_step_text(step).split('. ', 1)[1])}"
+                           f" — {_md(step.get('why', ''))}. *Then:* {_md(step.get('then', ''))}.")
+            out.append("")
+            if d.get("command_diff"):
+                out.append("```diff")
+                out.extend(d["command_diff"])
+                out.append("```")
+                out.append("")
+        out.append("| check | status | ranks | summary |")
+        out.append("|---|---|---|---|")
+        for cid, status, ranks, summary in _rows(r, table):
+            out.append(f"| `{cid}` | **{status}** | {_md(ranks)} | {_md(summary)} |")
+        out.append("")
+        firing = _firing(r)
+        why = not_judged(d)
+        if why:
+            out.append(f"### Not judged ({len(why)} of {d['coverage']['checks']} checks)")
+            out.append("")
+            out.extend(f"- `{cid}`: {_md(text)}" for cid, text in why)
+            out.append("")
+        if d.get("indications"):
+            out.append("### Indications (too few samples to judge; not findings)")
+            out.append("")
+            out.extend(f"- `{i['check']}` on {_md(rank_text(i['rank'], 'the server'))}: {_md(i['evidence'])}"
+                       for i in d["indications"])
+            out.append("")
+        for f in firing:
+            out.append(f"### {f.status.upper()}: `{f.check}` on {_md(rank_text(f.rank, 'the server'))}")
+            out.append("")
+            out.append(f"- **Change:** {_md_code(change_text(f))}")
+            out.append(f"- **Evidence:** {_md(f.evidence)}")
+            win = _window_of(r, f)
+            if win:
+                out.append(f"- **Window:** {_md(win)}")
+            if f.guide:
+                out.append(f"- **Guide:** {_md(f.guide)}")
+            if f.tradeoff:
+                out.append(f"- **Trade-off:** {_md(f.tradeoff)}")
+            out.append("")
+        out.append("")
+    return "\n".join(out)
+
+
+def svg_chart(series: Series, title: str, width: int = 560, height: int = 140) -> str:
+    """A small inline SVG line chart of one series (no external assets)."""
+    pts = series.points
+    e = html.escape
+    if len(pts) < 2:
+        return (f'<figure class="chart"><figcaption>{e(title)}</figcaption>'
+                f'<p class="muted">not enough data for a chart</p></figure>')
+    x0, x1 = pts[0][0], pts[-1][0]
+    ys = [v for _, v in pts]
+    lo, hi = min(0.0, min(ys)), max(ys)
+    if hi <= lo:
+        hi = lo + 1.0
+    pad = 28
+    sx = (width - 2 * pad) / ((x1 - x0) or 1.0)
+    sy = (height - 2 * pad) / (hi - lo)
+    coords = " ".join(f"{pad + (t - x0) * sx:.1f},{height - pad - (v - lo) * sy:.1f}" for t, v in pts)
+    return (f'<figure class="chart"><figcaption>{e(title)}</figcaption>'
+            f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" role="img" '
+            f'aria-label="{e(title)}" viewBox="0 0 {width} {height}">'
+            f'<rect x="0" y="0" width="{width}" height="{height}" fill="#fafafa"/>'
+            f'<line x1="{pad}" y1="{height - pad}" x2="{width - pad}" y2="{height - pad}" stroke="#999"/>'
+            f'<line x1="{pad}" y1="{pad}" x2="{pad}" y2="{height - pad}" stroke="#999"/>'
+            f'<text x="2" y="{pad + 4}" font-size="10">{e(f"{hi:g}")}</text>'
+            f'<text x="2" y="{height - pad}" font-size="10">{e(f"{lo:g}")}</text>'
+            f'<polyline fill="none" stroke="#1565c0" stroke-width="1.5" points="{coords}"/>'
+            f'</svg></figure>')
+
+
+_CSS = """body{font-family:system-ui,sans-serif;margin:2em;max-width:1100px;color:#222}
+table{border-collapse:collapse;margin:1em 0}td,th{border:1px solid #ddd;padding:4px 8px;text-align:left;vertical-align:top}
+th{background:#f3f3f3}.status{font-weight:bold}.muted{color:#777}.finding{border-left:4px solid #999;padding:.2em 1em;margin:1em 0}
+code{background:#f3f3f3;padding:0 3px}.charts{display:flex;flex-wrap:wrap;gap:1em}figure{margin:0}"""
+
+
+def render_html(results: Sequence[FileDiagnosis], table: CheckTable) -> str:
+    """One self-contained page: checks table, findings, inline SVG charts of key signals over time."""
+    e = html.escape
+    body: list[str] = ["<h1>SGLang tuning diagnosis</h1>"]
+    for r in results:
+        body.append(f"<h2><code>{e(r.source)}</code></h2>")
+        body.append("<ul>" + "".join(f"<li>{e(h)}</li>" for h in _header_lines(r)) + "</ul>")
+        d = r.document
+        body.append(f'<p class="verdict"><b>{e(d.get("verdict", ""))}</b></p>')
+        if d.get("plan"):
+            body.append("<h3>Plan (one change at a time, in this order)</h3><ol class=\"plan\">")
+            for step in d["plan"]:
+                body.append(f"<li><code>{e(plan_step_text(step).split('. ', 1)[1])}</code>"
+                            f"<br>{e(step.get('why', ''))}<br><i>Then:</i> {e(step.get('then', ''))}</li>")
+            body.append("</ol>")
+            if d.get("command_diff"):
+                body.append("<pre>" + e("\n".join(d["command_diff"])) + "</pre>")
+        body.append("<table><tr><th>check</th><th>status</th><th>ranks</th><th>summary</th></tr>")
+        for cid, status, ranks, summary in _rows(r, table):
+            body.append(f'<tr><td><code>{e(cid)}</code></td><td class="status" style="color:{COLOURS[status]}">'
+                        f"{e(status)}</td><td>{e(ranks)}</td><td>{e(summary)}</td></tr>")
+        body.append("</table>")
+        firing = _firing(r)
+        why = not_judged(d)
+        if why:
+            body.append(f"<h3>Not judged ({len(why)} of {d['coverage']['checks']} checks)</h3><ul>"
+                        + "".join(f"<li><code>{e(cid)}</code>: {e(text)}</li>" for cid, text in why) + "</ul>")
+        if d.get("indications"):
+            body.append("<h3>Indications (too few samples to judge; not findings)</h3><ul>"
+                        + "".join(f"<li><code>{e(i['check'])}</code> on {e(rank_text(i['rank'], 'the server'))}: "
+                                  f"{e(i['evidence'])}</li>" for i in d["indications"]) + "</ul>")
+        for f in firing:
+            colour = COLOURS[f.status]
+            body.append(f'<div class="finding" style="border-color:{colour}">'
+                        f'<h3><span style="color:{colour}">{e(f.status.upper())}</span> '
+                        f"<code>{e(f.check)}</code> on {e(rank_text(f.rank, 'the server'))}</h3>"
+                        f"<p><b>Change:</b> <code>{e(change_text(f))}</code></p>"
+                        f"<p><b>Evidence:</b> {e(f.evidence)}</p>"
+                        + (f"<p><b>Window:</b> {e(_window_of(r, f))}</p>" if _window_of(r, f) else "")
+                        + (f"<p><b>Guide:</b> {e(f.guide)}</p>" if f.guide else "")
+                        + (f"<p><b>Trade-off:</b> {e(f.tradeoff)}</p>" if f.tradeoff else "")
+                        + "</div>")
+        body.append('<h3>Signals over time</h3><div class="charts">')
+        for key, title in CHARTS:
+            s = r.series.get(key)
+            if s is not None:
+                body.append(svg_chart(s, title))
+        body.append("</div>")
+    return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+            "<title>SGLang tuning diagnosis</title>"
+            f"<style>{_CSS}</style></head><body>\n" + "\n".join(body) + "\n</body></html>\n")

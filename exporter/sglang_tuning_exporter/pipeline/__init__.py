@@ -1,0 +1,1 @@
+"""Observations -> sliding window -> the guide's signals, per rank (docs/signals.md). Pure."""

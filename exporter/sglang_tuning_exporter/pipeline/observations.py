@@ -1,0 +1,366 @@
+"""Parser events -> observations (canonical names of docs/contracts.md) and server-state updates.
+
+Time comes from the log's own stamps, live and offline alike (`timeparse.LogClock`: time-only stamps
+roll over midnight, implausible stamps take their neighbour's time); a line without one inherits
+the latest log time; before any stamp a line is timed by arrival live, by line order offline (1 s per
+line; `EventConverter.synthetic_time` says so).
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from typing import Any
+
+from sglang_tuning_exporter.core.events import Event
+from sglang_tuning_exporter.core.model import Observation, Rank, Sample, ServerState
+from sglang_tuning_exporter.core.timeparse import LogClock
+from sglang_tuning_exporter.core.versions import merge_version
+from sglang_tuning_exporter.pipeline.signals import SERVER_START
+from sglang_tuning_exporter.sources.logparse import POOL_USAGES
+
+SECONDS_PER_LINE = 1.0  # the stand-in clock of a log without timestamps
+_NOT_ENOUGH = re.compile(r"not enough memory|leave no gpu memory for the kv cache", re.I)
+# Stages after the KV pool is allocated: their `avail mem` is the headroom when the summary lacks it.
+_AFTER_POOL_STAGES = ("memory_pool_end", "cuda_graph_begin", "cuda_graph_end", "cuda_graph_bs",
+                      "prefill_graph_begin", "prefill_graph_end")
+# Server-args keys that are also startup facts (numbers only).
+# Sample(...) without NamedTuple's Python-level __new__ (one per log line): all 12 fields, in order.
+_new_sample = functools.partial(tuple.__new__, Sample)
+_ARG_FACTS = {"max_running_requests": "max_running_requests", "chunked_prefill_size": "chunked_prefill_size",
+              "context_length": "context_len"}
+
+
+def batch_usage(f: Mapping[str, Any]) -> float | None:
+    """The token_usage a Decode/Prefill line stands for: its own, else the fullest pool (hybrid models log
+    each pool; SGLang's own gauge is their max); None when it has none."""
+    if "token_usage" in f:
+        return number(f["token_usage"])
+    usages = [u for u in (number(f.get(k)) for k in POOL_USAGES) if u is not None]  # the parser's pools
+    return max(usages) if usages else None
+
+
+def number(v: Any) -> float | None:
+    """An event field's value as a float (bools 0/1, numeric strings, `12%`), or None."""
+    c = v.__class__
+    if c is float:
+        return v  # type: ignore[no-any-return]
+    if c is int:
+        return float(v)
+    if isinstance(v, bool):
+        return 1.0 if v else 0.0
+    if isinstance(v, (int, float)):
+        return float(v)
+    if isinstance(v, str):
+        try:
+            return float(v.strip().rstrip("%"))
+        except ValueError:
+            return None
+    return None
+
+
+def apply_to_server(event: Event, server: ServerState) -> bool:
+    """Update `server` from a server_args or version event; True when something changed."""
+    if event.kind == "server_args":
+        args = {k: v for k, v in event.fields.items()}
+        server.args.update(args)
+        model = args.get("served_model_name") or args.get("model_path")
+        if isinstance(model, str) and model and server.model_name is None:
+            server.model_name = model
+        return True
+    if event.kind == "oom" and isinstance(event.fields.get("mem_fraction_static"), float) \
+            and server.args.get("mem_fraction_static") is None:
+        # `--mem-fraction-static` defaults to None; SGLang's `Not enough memory` states the resolved value.
+        server.args["mem_fraction_static"] = event.fields["mem_fraction_static"]
+        return True
+    if event.kind == "version" and isinstance(event.fields.get("version"), str):
+        server.version = event.fields["version"]
+        return True
+    return False
+
+
+class EventConverter:
+    """Stateful events -> observations mapping (timestamps carried across lines)."""
+
+    def __init__(self, clock: Callable[[], float] | None = None, server: ServerState | None = None) -> None:
+        self.clock = clock
+        self.server = server
+        self.synthetic_time = False  # some events were timed by line order
+        self.timed_events = 0
+        # Live (`clock` given) the log's own stamps still time its lines; the wall clock ages them.
+        self.log_clock = LogClock(arrival=clock)
+        self._hint: float | None = None
+        self._weight_begin: dict[Rank, float] = {}
+        self._floor_seen: tuple[str | None, str] | None = None  # (server version, floor) last compared
+        self.first_time: float | None = None
+        self.last_time: float | None = None
+        self._ranks: dict[tuple[tuple[str, int], ...], Rank] = {}  # event rank dict -> Rank (bounded)
+
+    def _time(self, e: Event) -> float:
+        t = self.log_clock.take(e.time)
+        if t is not None:
+            self.timed_events += 1
+        else:
+            # No usable stamp: the neighbour's time (the latest log time; live, aged by the wall
+            # clock), the time the reader says comes next, or, before any stamp, arrival (live) or line
+            # order (offline).
+            lc = self.log_clock
+            if self.clock is not None:
+                t = lc.now(self.clock())
+            elif lc.latest is not None:
+                t = lc.latest
+            elif self._hint is not None:
+                t = self._hint
+            else:
+                self.synthetic_time = True
+                t = e.line * SECONDS_PER_LINE
+        if self.first_time is None:
+            self.first_time = t
+        self.last_time = t if self.last_time is None else max(self.last_time, t)
+        return t
+
+    @property
+    def time_has_date(self) -> bool | None:
+        """Whether the log's stamps carry a date (None: no stamp seen)."""
+        return self.log_clock.dated
+
+    @property
+    def implausible_times(self) -> int:
+        """Stamps taken at a neighbour's time (docs/signals.md, "Clocks")."""
+        return self.log_clock.implausible
+
+    def log_now(self, wall: float) -> float:
+        """The current log time (live): what windows are evaluated at."""
+        return self.log_clock.now(wall)
+
+    def hint_time(self, t: float | None) -> None:
+        """The first time the reader saw ahead (diagnose's fast path): lines before any stamp take it."""
+        if self._hint is None and t is not None:
+            self._hint = t
+
+    def note_version_floor(self, version: str) -> None:
+        """A line format reveals the release is at least `version` (kept as `>=X.Y.Z` until a real
+        version line is seen): it decides flag names and defaults."""
+        srv = self.server
+        if srv is None:
+            return
+        cur = srv.version
+        if self._floor_seen == (cur, version):
+            return  # called per Decode line: skip re-parsing the same two versions
+        srv.version = merge_version(cur, ">=" + version)
+        self._floor_seen = (srv.version, version)
+
+    def note_time(self, t: float) -> None:
+        """A later time seen elsewhere (e.g. a fast-path line): following untimed events inherit it."""
+        lc = self.log_clock
+        if lc.latest is None or t > lc.latest:
+            lc.latest = t
+        self.last_time = t if self.last_time is None else max(self.last_time, t)
+
+    def convert(self, e: Event) -> list[Observation]:
+        """The observations one event yields (updates the server state when bound)."""
+        if self.server is not None:
+            apply_to_server(e, self.server)
+        t = self._time(e)
+        rank = Rank.from_dict(e.rank)
+        f = e.fields
+        out: list[Observation] = []
+
+        def add(name: str, value: Any) -> None:
+            v = number(value)
+            if v is not None:
+                out.append(Observation(t, name, v, rank, "log"))
+
+        kind = e.kind
+        if kind == "decode" and "cuda_graph" in f:
+            self.note_version_floor("0.4.7")
+        elif kind == "retract" and "num_new_tokens_gained" in f:
+            self.note_version_floor("0.5.7")
+        elif kind == "startup_memory" and "decode" in str(f.get("graph", "")).lower():
+            self.note_version_floor("0.5.14")  # `Capture target decode CUDA graph` naming
+        if kind == "decode":
+            self._batch_sample(f, add, "")
+            add("gen_throughput", f.get("gen_throughput"))
+            add("num_used_tokens", f.get("num_used_tokens", f.get("num_full_tokens")))
+            if "cuda_graph" in f:
+                add("cuda_graph", f["cuda_graph"])
+        elif kind == "prefill":
+            add("prefill_new_tokens", f.get("num_new_tokens"))
+            add("prefill_cached_tokens", f.get("num_cached_tokens"))
+            # Judged only on ranks without Decode lines (PD prefill nodes, v0.1 logs): see signals.py.
+            self._batch_sample(f, add, "prefill_")
+        elif kind == "retract":
+            add("retraction", f.get("num_retracted_reqs", 1))
+        elif kind == "oom":
+            phase = str(f.get("phase") or "unknown")
+            out.extend(self._oom(t, rank, phase, str(f.get("reason") or "") + " " + str(f.get("message") or "")))
+            if phase == "startup":
+                # torch's `GPU N has a total capacity of X of which Y is free`: the headroom left at the
+                # failure (a failed start prints no summary) and the GPU's size.
+                add("avail_mem_after_pool_gb", f.get("gpu_free_gb"))
+                add("gpu_mem_total_gb", f.get("gpu_total_gb"))
+        elif kind == "error":
+            msg = str(f.get("message") or "")
+            if _NOT_ENOUGH.search(msg):
+                out.extend(self._oom(t, rank, "startup", msg))
+        elif kind == "startup_memory":
+            self._startup(f, rank, add)
+        elif kind == "cuda_graph_capture":
+            sizes = [s for s in (f.get("batch_sizes") or []) if isinstance(s, (int, float))]
+            if sizes:
+                add("cuda_graph_max_bs_captured", max(sizes))
+        elif kind == "cuda_graph_disabled":
+            # SGLang warns at every 5th consecutive eager decode step (managers/cuda_graph_warner.py):
+            # each warning stands for 5 more decode steps without a CUDA graph.
+            if number(f.get("consecutive_steps")) is not None:
+                add("cuda_graph_disabled_steps", 5)
+        elif kind == "max_running_reduced":
+            add("max_running_requests", f.get("reduced_to"))
+        elif kind == "server_args":
+            out.append(Observation(t, SERVER_START, 1.0, rank, "log"))  # before this start's facts
+            for key, name in _ARG_FACTS.items():
+                if f.get(key) is not None:
+                    add(name, f[key])
+            ceiling = f.get("cuda_graph_max_bs_decode", f.get("cuda_graph_max_bs"))
+            if ceiling is not None and not f.get("disable_cuda_graph"):
+                add("cuda_graph_max_bs_captured", ceiling)
+            if "enable_metrics" in f:
+                add("metrics_enabled", bool(f["enable_metrics"]))
+        return out
+
+    @staticmethod
+    def _batch_sample(f: dict[str, Any], add: Callable[[str, Any], None], prefix: str) -> None:
+        add(prefix + "num_queue_reqs", f.get("num_queue_reqs"))
+        add(prefix + "num_running_reqs", f.get("num_running_reqs"))
+        add(prefix + "token_usage", batch_usage(f))
+
+    @staticmethod
+    def _oom(t: float, rank: Rank, phase: str, message: str) -> list[Observation]:
+        if phase == "startup" and not _NOT_ENOUGH.search(message) \
+                and "mem_fraction_static_too_small" not in message:
+            # Not SGLang's "pool does not fit" error: an allocation failed in the headroom before the
+            # first batch (CUDA-graph capture, workspace, pool preallocation): the fraction must go down.
+            name = "oom_capture"
+        elif phase in ("prefill", "decode", "startup"):
+            name = f"oom_{phase}"
+        else:
+            name = "oom_unknown"
+        return [Observation(t, name, 1.0, rank, "log")]
+
+    def _startup(self, f: dict[str, Any], rank: Rank, add: Callable[[str, Any], None]) -> None:
+        stage = str(f.get("stage") or "")
+        avail = number(f.get("avail_mem_gb"))
+        if stage == "load_weight_begin" and avail is not None:
+            self._weight_begin[rank] = avail
+            add("gpu_mem_total_gb", avail)
+        elif stage == "load_weight_end":
+            usage = number(f.get("mem_usage_gb"))
+            if usage is None and avail is not None and rank in self._weight_begin:
+                usage = self._weight_begin[rank] - avail
+            add("weights_gb", usage)
+            add("avail_after_weights_gb", avail)
+            if avail is not None and usage is not None and rank not in self._weight_begin:
+                add("gpu_mem_total_gb", avail + usage)  # no begin line: avail + weights estimates capacity
+        elif stage == "kv_cache_allocated":
+            kv = number(f.get("kv_size_gb"))
+            if kv is None and number(f.get("k_size_gb")) is not None and number(f.get("v_size_gb")) is not None:
+                kv = float(f["k_size_gb"]) + float(f["v_size_gb"])
+            add("kv_cache_gb", kv)
+        elif stage in _AFTER_POOL_STAGES and avail is not None:
+            add("avail_mem_after_pool_gb", avail)
+            if stage == "cuda_graph_end":  # the graphs' own memory: the plan's budget for a larger capture
+                add("cuda_graph_gb", number(f.get("mem_usage_gb")))
+        elif stage == "summary":
+            add("available_gpu_mem_gb", f.get("available_gpu_mem_gb"))
+            for key in ("max_total_num_tokens", "max_running_requests", "chunked_prefill_size", "context_len"):
+                add(key, f.get(key))
+        sizes = f.get("batch_sizes")
+        graph = str(f.get("graph") or "").lower()
+        decode_graph = stage.startswith("cuda_graph_") and "draft" not in graph and "verify" not in graph
+        if decode_graph and isinstance(sizes, list) and sizes:
+            add("cuda_graph_max_bs_captured", max(s for s in sizes if isinstance(s, (int, float))))
+
+    def _rank(self, d: dict[str, int]) -> Rank:
+        key = tuple(d.items())
+        rank = self._ranks.get(key)
+        if rank is None:
+            if len(self._ranks) >= 4096:
+                self._ranks.clear()  # bounded: ranks come and go
+            rank = self._ranks[key] = Rank.from_dict(d)
+        return rank
+
+    def convert_batch(self, events: Iterable[Event]) -> list[Observation | Sample]:
+        """`convert` of many events, except that each Decode/Prefill line's values come as one `Sample`
+        (what `Window.add_sample` takes) instead of one observation per field."""
+        out: list[Observation | Sample] = []
+        append = out.append
+        server, ranks = self.server, self._ranks
+        for e in events:
+            kind = e.kind
+            if kind != "decode" and kind != "prefill":
+                out.extend(self.convert(e))
+                continue
+            # What `convert` does for these kinds (apply_to_server only reads args/version events).
+            t = self._time(e)
+            key = tuple(e.rank.items())
+            rank = ranks.get(key)
+            if rank is None:
+                rank = self._rank(e.rank)
+            f = e.fields
+            get: Callable[[str], Any] = f.get  # Any: the parser's values, classes checked below
+            usage = get("token_usage")
+            if usage.__class__ is not float:  # a float is what `_usage` would return for it
+                usage = batch_usage(f)
+            # `_num` inline for the parser's usual classes (exactly float and int; bool is neither):
+            # five calls per line saved, the same values.
+            q, r = get("num_queue_reqs"), get("num_running_reqs")
+            c = q.__class__
+            if c is not float:
+                q = float(q) if c is int else number(q)
+            c = r.__class__
+            if c is not float:
+                r = float(r) if c is int else number(r)
+            if kind == "decode":
+                graph = None
+                if "cuda_graph" in f:
+                    if server is not None:
+                        self.note_version_floor("0.4.7")
+                    graph = f["cuda_graph"]
+                    graph = 1.0 if graph is True else (0.0 if graph is False else number(graph))
+                used = get("num_used_tokens")
+                if used is None and "num_used_tokens" not in f:
+                    used = get("num_full_tokens")
+                tp = get("gen_throughput")
+                c = tp.__class__
+                if c is not float:
+                    tp = float(tp) if c is int else number(tp)
+                c = used.__class__
+                if c is not float:
+                    used = float(used) if c is int else number(used)
+                if (q is not None or r is not None or usage is not None or tp is not None or used is not None
+                        or graph is not None):
+                    append(_new_sample((t, rank, False, q, r, usage, tp, used, graph, "log", None, None)))
+                continue
+            new, cached = get("num_new_tokens"), get("num_cached_tokens")
+            c = new.__class__
+            if c is not float:
+                new = float(new) if c is int else number(new)
+            c = cached.__class__
+            if c is not float:
+                cached = float(cached) if c is int else number(cached)
+            if q is not None or r is not None or usage is not None or new is not None or cached is not None:
+                append(_new_sample((t, rank, True, q, r, usage, None, None, None, "log", new, cached)))
+        return out
+
+
+    def convert_all(self, events: Iterable[Event]) -> Iterator[Observation]:
+        """Observations for many events, in order."""
+        for e in events:
+            yield from self.convert(e)
+
+
+def events_to_observations(events: Iterable[Event], clock: Callable[[], float] | None = None,
+                           server: ServerState | None = None) -> Iterator[Observation]:
+    """Observations for `events`; times from the log unless a clock is given (live data)."""
+    return EventConverter(clock, server).convert_all(events)

@@ -1,0 +1,188 @@
+"""Guide signals over a sliding window of observations, per rank (see docs/signals.md).
+
+Pure: time is whatever the observations and the caller's `now` say.  A signal is `None`
+(unknown) when the window holds too few samples to judge it; the window itself is pipeline/window.py,
+its aggregates pipeline/stats.py.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sglang_tuning_exporter.pipeline.stats import (  # re-exported: what callers of the signals read
+    Bucket,
+    FrozenHist,
+    SampleStats,
+    _pairs,
+    hist_at_least,
+    hist_max,
+    hist_quantile,
+    quantile,
+    use_freezer,
+)
+
+# Per-sample values of a Decode line (or a scrape); observations of one line share a time.
+SAMPLE_NAMES = frozenset({"num_queue_reqs", "num_running_reqs", "token_usage", "gen_throughput",
+                          "num_used_tokens", "cuda_graph"})
+# The same values from a Prefill line: used only for ranks without Decode samples (PD prefill nodes).
+PREFILL_SAMPLE_NAMES = {"prefill_num_queue_reqs": "num_queue_reqs",
+                        "prefill_num_running_reqs": "num_running_reqs",
+                        "prefill_token_usage": "token_usage"}
+OOM_PHASES = ("prefill", "decode", "startup", "unknown", "capture")
+# One observation = one thing that happened (value = its size).
+EVENT_NAMES = frozenset({"retraction", *(f"oom_{p}" for p in OOM_PHASES), "prefill_new_tokens",
+                         "prefill_cached_tokens", "decode_cuda_graph_passes", "decode_eager_passes",
+                         "cuda_graph_disabled_steps"})
+# Facts stated once (startup lines, server info): kept until the next startup, not windowed.
+FACT_NAMES = frozenset({"available_gpu_mem_gb", "avail_mem_after_pool_gb", "gpu_mem_total_gb", "weights_gb",
+                        "max_total_num_tokens", "max_running_requests", "cuda_graph_max_bs_captured",
+                        "chunked_prefill_size", "context_len", "metrics_enabled", "avail_after_weights_gb",
+                        "kv_cache_gb", "cuda_graph_gb"})
+SERVER_START = "server_start"  # a `server_args` line: the observation that resets startup facts
+# Facts that differ between TP ranks of one replica: keep the worst when folding TP ranks.
+_FACT_MIN = frozenset({"available_gpu_mem_gb", "avail_mem_after_pool_gb", "gpu_mem_total_gb",
+                       "avail_after_weights_gb"})
+_FACT_MAX = frozenset({"weights_gb"})
+
+# Which sample count decides whether a signal is known (the advisor applies check.min_samples to it).
+SAMPLE_COUNT_OF: dict[str, str] = {
+    "queue_empty_ratio": "queue_samples", "queue_over_band_ratio": "queue_samples",
+    "queue_under_band_ratio": "queue_samples", "queue_p50": "queue_samples",
+    "kv_underused_ratio": "kv_samples", "token_usage_max": "kv_samples", "token_usage_mean": "kv_samples",
+    "cuda_graph_miss_ratio": "graph_samples", "cuda_graph_miss_batch_p90": "graph_samples",
+    "decode_batch_p90": "decode_samples", "running_max": "decode_samples",
+    "running_capped_ratio": "decode_samples", "prefix_cache_hit_ratio": "prefill_samples",
+}
+
+# Signals the Window computes (plus the *_samples counts); docs/signals.md describes each.
+SIGNAL_NAMES = (
+    "queue_empty_ratio", "queue_over_band_ratio", "queue_under_band_ratio", "queue_p50",
+    "kv_underused_ratio", "token_usage_max", "token_usage_mean", "retractions_per_minute",
+    "retracted_requests_per_minute", "cuda_graph_miss_ratio", "cuda_graph_miss_batch_p90",
+    "decode_batch_p90", "running_max", "running_capped_ratio", "prefix_cache_hit_ratio",
+    *(f"oom_{p}_count" for p in OOM_PHASES),
+    "available_gpu_mem_gb", "available_gpu_mem_from_summary", "gpu_mem_total_gb", "weights_gb",
+    "max_total_num_tokens", "max_running_requests", "cuda_graph_max_bs_captured", "cuda_graph_ceiling_ratio",
+    "chunked_prefill_size", "context_len", "metrics_enabled", "gen_throughput_mean", "kv_cache_gb",
+    "cuda_graph_gb",
+    "mem_fraction_static_estimate", "cuda_graph_disabled_steps",
+    "decode_samples", "queue_samples", "kv_samples", "graph_samples", "prefill_samples",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class SignalParams:
+    """Thresholds that shape the signals themselves (from the guide profile and config)."""
+
+    queue_band: tuple[float, float] = (100.0, 2000.0)
+    usage_good: float = 0.9  # the guide's `token usage > 0.9 means good utilization`
+    capped_fraction: float = 0.95  # running >= 95 % of max_running_requests counts as capped
+    min_samples: int = 3  # below this a windowed ratio is unknown
+
+
+# Too few samples to judge, but worth showing (the advisor's "indications"): these keys carry the
+# same signals computed on the samples there are, plus the extremes of those samples. Never exported.
+FEW = "few:"
+
+
+def few_sample_signals(s: SampleStats, p: SignalParams) -> dict[str, float]:
+    """Signals of a rank that has some samples but fewer than `p.min_samples` (pure)."""
+    out: dict[str, float] = {}
+    if s.queue_n:
+        out[FEW + "queue_samples"] = float(s.queue_n)
+        out[FEW + "queue_over_band_ratio"] = s.queue_over / s.queue_n
+        out[FEW + "queue_empty_ratio"] = s.queue_zero / s.queue_n
+        out[FEW + "queue_min"] = float(min(k for k, _ in _pairs(s.queue)))
+        out[FEW + "queue_max"] = float(hist_max(s.queue))
+    if s.kv_n:
+        out[FEW + "kv_samples"] = float(s.kv_n)
+        out[FEW + "kv_underused_ratio"] = s.kv_under / s.kv_n
+        out[FEW + "token_usage_max"] = s.usage_max
+    if s.running_n:
+        out[FEW + "decode_samples"] = float(s.running_n)
+        out[FEW + "running_min"] = float(min(k for k, _ in _pairs(s.running)))
+        out[FEW + "running_max"] = float(hist_max(s.running))
+    if s.graph_n:
+        out[FEW + "graph_samples"] = float(s.graph_n)
+        out[FEW + "cuda_graph_miss_ratio"] = s.graph_miss / s.graph_n
+    return out
+
+
+def compute_signals(total: Bucket, facts: dict[str, float], p: SignalParams, *, span_s: float,
+                    from_log: bool) -> dict[str, float | None]:
+    """The signals of one rank from its merged window bucket and its startup facts (pure)."""
+    out: dict[str, float | None] = dict.fromkeys(SIGNAL_NAMES)
+    enough = p.min_samples
+    # A prefill-only rank (PD prefill node, v0.1 logs) is judged from its Prefill lines.
+    s = total.decode if (total.decode.queue_n or total.decode.running_n) else total.prefill
+    out["queue_samples"] = float(s.queue_n)
+    out["decode_samples"] = float(s.running_n)
+    out["kv_samples"] = float(s.kv_n)
+    if any(0 < n < enough for n in (s.queue_n, s.kv_n, s.running_n, s.graph_n)):
+        out.update(few_sample_signals(s, p))
+    if s.queue_n >= enough:
+        nq = s.queue_n
+        out["queue_empty_ratio"] = s.queue_zero / nq
+        out["queue_over_band_ratio"] = s.queue_over / nq
+        out["queue_under_band_ratio"] = s.queue_under / nq
+        out["queue_p50"] = hist_quantile(s.queue, 0.5)
+    if s.kv_n >= enough:
+        out["kv_underused_ratio"] = s.kv_under / s.kv_n
+        out["token_usage_max"] = s.usage_max
+        out["token_usage_mean"] = round(s.usage_sum / s.kv_n, 4)  # merge order must not show
+    if s.running_n >= enough:
+        out["decode_batch_p90"] = hist_quantile(s.running, 0.9)
+        out["running_max"] = float(hist_max(s.running))
+    if s.tp_n:
+        out["gen_throughput_mean"] = round(s.tp_sum / s.tp_n, 2)
+    cap = facts.get("max_running_requests")
+    if cap and s.capped_base >= enough:
+        floor = p.capped_fraction * cap
+        capped = hist_at_least(s.capped_cand, floor)  # running >= floor
+        out["running_capped_ratio"] = capped / s.capped_base
+    # CUDA graph coverage: exact counters (scrape) win over sampled Decode lines.
+    passes, eager = total.graph_passes, total.eager_passes
+    if passes + eager > 0:
+        out["graph_samples"] = passes + eager
+        out["cuda_graph_miss_ratio"] = eager / (passes + eager)
+    else:
+        out["graph_samples"] = float(s.graph_n)
+        if s.graph_n >= enough:
+            out["cuda_graph_miss_ratio"] = s.graph_miss / s.graph_n
+    if s.missed:
+        out["cuda_graph_miss_batch_p90"] = hist_quantile(s.missed, 0.9)
+    if total.disabled_steps:
+        out["cuda_graph_disabled_steps"] = total.disabled_steps
+    out["prefill_samples"] = float(total.prefill_n)
+    new, cached = total.prefill_new, total.prefill_cached
+    if total.prefill_n >= enough and new + cached > 0:
+        out["prefix_cache_hit_ratio"] = cached / (new + cached)
+    if total.is_active():
+        minutes = max(1.0, span_s / 60.0)
+        out["retractions_per_minute"] = total.retractions / minutes
+        out["retracted_requests_per_minute"] = total.retracted / minutes
+    if from_log:
+        # OOMs are only observable from the log; metrics-only ranks leave them unknown.
+        for phase in OOM_PHASES:
+            out[f"oom_{phase}_count"] = float(total.oom.get(f"oom_{phase}", 0))
+    for name in ("gpu_mem_total_gb", "weights_gb", "max_total_num_tokens", "max_running_requests",
+                 "cuda_graph_max_bs_captured", "chunked_prefill_size", "context_len", "metrics_enabled",
+                 "kv_cache_gb", "cuda_graph_gb"):
+        out[name] = facts.get(name)
+    if "available_gpu_mem_gb" in facts:
+        out["available_gpu_mem_gb"] = facts["available_gpu_mem_gb"]
+        out["available_gpu_mem_from_summary"] = 1.0
+    elif "avail_mem_after_pool_gb" in facts:
+        out["available_gpu_mem_gb"] = facts["avail_mem_after_pool_gb"]
+        out["available_gpu_mem_from_summary"] = 0.0
+    gpu, after_w, kv = facts.get("gpu_mem_total_gb"), facts.get("avail_after_weights_gb"), facts.get("kv_cache_gb")
+    if gpu and after_w is not None and kv is not None and after_w >= kv:
+        # SGLang sizes the KV pool as avail_after_weights - total * (1 - mem_fraction_static).
+        out["mem_fraction_static_estimate"] = round(1.0 - (after_w - kv) / gpu, 3)
+    captured = facts.get("cuda_graph_max_bs_captured")
+    if captured is not None and cap:
+        out["cuda_graph_ceiling_ratio"] = captured / cap
+    return out
+
+
+__all__ = ['Bucket', 'FrozenHist', 'SampleStats', 'hist_at_least', 'hist_max', 'hist_quantile', 'quantile', 'use_freezer']

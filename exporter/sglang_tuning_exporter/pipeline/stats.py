@@ -1,0 +1,429 @@
+"""Mergeable aggregates of a rank's samples: exact value histograms (plain or frozen for transfer),
+per-kind sample statistics and the time bucket that holds them (pure)."""
+
+from __future__ import annotations
+
+import array
+import bisect
+import itertools
+import math
+import operator
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from typing import TypeVar
+
+
+def _finite(v: float | None) -> float | None:
+    return v if v is None or math.isfinite(v) else None
+
+
+# The C accelerator's freeze_hist when a product that loads it says so (the pipeline imports no source):
+# the same result as the Python path below, which tests hold it to.
+_freezer: Callable[[dict[int, int]], tuple[str, bytes, bytes]] | None = None
+
+
+def use_freezer(fn: Callable[[dict[int, int]], tuple[str, bytes, bytes]] | None) -> None:
+    """Freeze histograms with `fn` (e.g. the accelerator's freeze_hist); None: the Python path."""
+    global _freezer
+    _freezer = fn
+
+
+class FrozenHist(Mapping[int, int]):
+    """A read-only value -> count histogram held as sorted machine-int values and their cumulative
+    counts.  It pickles as two byte strings (a diagnose worker's histograms reach the parent without
+    a dict built value by value) and answers a quantile with one binary search.  Writers thaw it."""
+
+    __slots__ = ("cum", "values_sorted")
+
+    def __init__(self, values_sorted: array.array[int], cum: array.array[int]) -> None:
+        self.values_sorted = values_sorted
+        self.cum = cum
+
+    @classmethod
+    def of(cls, hist: dict[int, int]) -> FrozenHist:
+        """The frozen copy of a histogram of int counts (OverflowError past int64; TypeError or
+        ValueError when it is no such histogram)."""
+        if _freezer is not None:
+            return cls.of_arrays(*_freezer(hist))
+        if not all(type(k) is int and type(c) is int and c > 0 for k, c in hist.items()):
+            raise TypeError("a histogram of positive int counts")
+        ordered = sorted(hist)
+        return cls(array.array("q", ordered), array.array("q", itertools.accumulate(map(hist.__getitem__, ordered))))
+
+    @classmethod
+    def of_arrays(cls, code: str, values: bytes, cum: bytes) -> FrozenHist:
+        """From the C accelerator's (typecode, sorted values, cumulative counts) byte strings."""
+        vals, counts = array.array(code), array.array(code)
+        vals.frombytes(values)
+        counts.frombytes(cum)
+        return cls(vals, counts)
+
+    def __getitem__(self, key: int) -> int:
+        vals = self.values_sorted
+        try:
+            i = bisect.bisect_left(vals, key)
+        except TypeError:
+            raise KeyError(key) from None  # not a number: absent, as in a dict
+        if i == len(vals) or vals[i] != key:
+            raise KeyError(key)
+        return self.cum[i] - (self.cum[i - 1] if i else 0)
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self.values_sorted)
+
+    def __len__(self) -> int:
+        return len(self.values_sorted)
+
+    def __reduce__(self) -> tuple[type[FrozenHist], tuple[array.array[int], array.array[int]]]:
+        return FrozenHist, (self.values_sorted, self.cum)
+
+    def pairs(self) -> Iterator[tuple[int, int]]:
+        """(value, count) in value order."""
+        cum = self.cum
+        return zip(self.values_sorted, map(operator.sub, cum, itertools.chain((0,), cum)), strict=False)
+
+    def total(self) -> int:
+        """The sum of the counts."""
+        return self.cum[-1] if self.cum else 0
+
+
+def _pairs(h: Mapping[int, int]) -> Iterable[tuple[int, int]]:
+    return h.pairs() if type(h) is FrozenHist else h.items()
+
+
+def _merge_counts(into: dict[int, int], add: Mapping[int, int]) -> None:
+    if not into:
+        into.update(_pairs(add))
+        return
+    for k, v in _pairs(add):
+        into[k] = into.get(k, 0) + v
+
+
+def hist_max(hist: Mapping[int, int]) -> int:
+    """The largest value of a non-empty histogram."""
+    return hist.values_sorted[-1] if type(hist) is FrozenHist else max(hist)
+
+
+def hist_at_least(hist: Mapping[int, int], floor: float) -> int:
+    """The count of values >= floor."""
+    if type(hist) is FrozenHist:
+        i = bisect.bisect_left(hist.values_sorted, floor)
+        return hist.total() - (hist.cum[i - 1] if i else 0)
+    return sum(map(hist.__getitem__, filter(floor.__le__, hist)))
+
+
+class SampleStats:
+    """Mergeable statistics of batch samples (queue, running, usage, graph, throughput)."""
+
+    __slots__ = ("capped_base", "capped_cand", "frozen", "graph_miss", "graph_n", "kv_n", "kv_under", "missed",
+                 "queue", "queue_n", "queue_over", "queue_under", "queue_zero", "running", "running_n", "tp_n",
+                 "tp_sum", "usage_max", "usage_sum")
+
+
+    def __init__(self) -> None:
+        self.queue_n = 0
+        self.queue_zero = 0
+        self.queue_over = 0  # above the band's high end
+        self.queue_under = 0  # below the band's low end
+        self.queue: dict[int, int] = {}  # queue length -> count (for the median)
+        self.running_n = 0
+        self.running: dict[int, int] = {}
+        self.kv_n = 0
+        self.kv_under = 0
+        self.usage_sum = 0.0
+        self.usage_max = -1.0
+        self.graph_n = 0
+        self.graph_miss = 0
+        self.missed: dict[int, int] = {}
+        self.tp_n = 0
+        self.tp_sum = 0.0
+        self.capped_base = 0  # samples with running, queue and usage
+        self.capped_cand: dict[int, int] = {}  # running values of those with queue > 0 and usage < good
+        self.frozen = False  # the four histograms are FrozenHists (read-only): writers thaw them first
+
+    def freeze(self) -> None:
+        """Hold the histograms as FrozenHists (cheap to pickle); no-op past int64 or when all are empty
+        (four empty dicts pickle smaller than four empty FrozenHists)."""
+        if self.frozen or not (self.queue or self.running or self.missed or self.capped_cand):
+            return
+        try:
+            hists = [FrozenHist.of(h) for h in (self.queue, self.running, self.missed, self.capped_cand)]
+        except (OverflowError, TypeError, ValueError):
+            return  # not plain int counts: stays a dict
+        self.queue, self.running, self.missed, self.capped_cand = hists  # type: ignore[assignment]
+        self.frozen = True
+
+    def thaw(self) -> None:
+        """Make the histograms writable dicts again."""
+        if self.frozen:
+            self.queue, self.running, self.missed, self.capped_cand = (
+                dict(_pairs(h)) for h in (self.queue, self.running, self.missed, self.capped_cand))
+            self.frozen = False
+
+    def add(self, queue: float | None, running: float | None, usage: float | None, graph: float | None,
+            throughput: float | None, usage_good: float, band: tuple[float, float]) -> None:
+        """Add one sample; None = the line did not have that field."""
+        if self.frozen:
+            self.thaw()
+        if queue is not None:
+            self.queue_n += 1
+            if queue == 0:
+                self.queue_zero += 1
+            if queue > band[1]:
+                self.queue_over += 1
+            elif queue < band[0]:
+                self.queue_under += 1
+            k = int(queue)
+            h = self.queue
+            h[k] = h.get(k, 0) + 1
+        if running is not None:
+            self.running_n += 1
+            r = int(running)
+            h = self.running
+            h[r] = h.get(r, 0) + 1
+        if usage is not None and queue is not None:
+            self.kv_n += 1
+            self.usage_sum += usage
+            if usage > self.usage_max:
+                self.usage_max = usage
+            under = usage < usage_good and queue > 0
+            if under:
+                self.kv_under += 1
+            if running is not None:
+                self.capped_base += 1
+                if under:
+                    r = int(running)
+                    h = self.capped_cand
+                    h[r] = h.get(r, 0) + 1
+        if graph is not None:
+            self.graph_n += 1
+            if graph < 0.5:
+                self.graph_miss += 1
+                if running is not None:
+                    r = int(running)
+                    h = self.missed
+                    h[r] = h.get(r, 0) + 1
+        if throughput is not None:
+            self.tp_n += 1
+            self.tp_sum += throughput
+
+    def add_text_columns(self, running: Sequence[str], usage: Sequence[str | None], graph: Sequence[str | None],
+                         throughput: Sequence[str | None], queue: Sequence[str], usage_good: float,
+                         band: tuple[float, float]) -> None:
+        """add_columns of text fields as the diagnose regexes capture them (graph 'True'/'False', and
+        None or "" when absent)."""
+        self.add_columns(list(map(int, running)), [None if u is None else float(u) for u in usage],
+                         [None if not g else g == "True" for g in graph],
+                         [float(x) if x else None for x in throughput], list(map(int, queue)), usage_good, band)
+
+    def add_columns(self, running: Sequence[int], usage: Sequence[float | None], graph: Sequence[bool | None],
+                    throughput: Sequence[float | None], queue: Sequence[int], usage_good: float,
+                    band: tuple[float, float]) -> None:
+        """Add many Decode samples at once (aligned columns; running and queue always present, None =
+        the line did not have that field): the same result as `add` per sample, with C-level builtins."""
+        if self.frozen:
+            self.thaw()
+        n = len(queue)
+        if n == 0:
+            return
+        qs, rs = queue, running
+        self.queue_n += n
+        counts = Counter(qs)
+        self.queue_zero += counts.get(0, 0)
+        self.queue_over += sum(c for q, c in counts.items() if q > band[1])
+        self.queue_under += sum(c for q, c in counts.items() if q < band[0])
+        _merge_counts(self.queue, counts)
+        self.running_n += n
+        _merge_counts(self.running, Counter(rs))
+        if None in usage:
+            rows = [(q, r, u) for q, r, u in zip(qs, rs, usage, strict=True) if u is not None]
+            qk, rk, us = [q for q, _, _ in rows], [r for _, r, _ in rows], [u for _, _, u in rows]
+        else:
+            qk, rk, us = qs, rs, usage  # type: ignore[assignment]
+        if us:
+            self.kv_n += len(us)
+            self.capped_base += len(us)
+            self.usage_sum += sum(us)
+            self.usage_max = max(self.usage_max, max(us))
+            low = map(operator.lt, us, itertools.repeat(usage_good))
+            waiting = map(operator.gt, qk, itertools.repeat(0))
+            under = list(itertools.compress(rk, map(operator.and_, low, waiting)))
+            self.kv_under += len(under)
+            _merge_counts(self.capped_cand, Counter(under))
+        ng = n - graph.count(None)
+        if ng:
+            self.graph_n += ng
+            misses = list(itertools.compress(rs, map(operator.is_, graph, itertools.repeat(False))))
+            self.graph_miss += len(misses)
+            _merge_counts(self.missed, Counter(misses))
+        tps = [x for x in throughput if x is not None]
+        self.tp_n += len(tps)
+        self.tp_sum += sum(tps)
+
+    def add_totals(self, totals: Mapping[str, float], queue: Mapping[int, int], running: Mapping[int, int],
+                   missed: Mapping[int, int], capped: Mapping[int, int]) -> None:
+        """Add samples already summed elsewhere (the C accelerator's accumulator, which does what `add`
+        does per sample): counts and sums by field name, and the four value histograms (FrozenHists
+        are adopted as they are by stats that hold no sample yet)."""
+        hists = (queue, running, missed, capped)
+        adopt = (not (self.queue or self.running or self.missed or self.capped_cand)
+                 and all(type(h) is FrozenHist for h in hists))
+        if self.frozen and not adopt:
+            self.thaw()
+        t = totals
+        self.queue_n += int(t["queue_n"])
+        self.queue_zero += int(t["queue_zero"])
+        self.queue_over += int(t["queue_over"])
+        self.queue_under += int(t["queue_under"])
+        self.running_n += int(t["running_n"])
+        self.kv_n += int(t["kv_n"])
+        self.kv_under += int(t["kv_under"])
+        self.usage_sum += t["usage_sum"]
+        if t["usage_max"] > self.usage_max:
+            self.usage_max = t["usage_max"]
+        self.capped_base += int(t["capped_base"])
+        self.graph_n += int(t["graph_n"])
+        self.graph_miss += int(t["graph_miss"])
+        self.tp_n += int(t["tp_n"])
+        self.tp_sum += t["tp_sum"]
+        if adopt:
+            self.queue, self.running, self.missed, self.capped_cand = hists  # type: ignore[assignment]
+            self.frozen = True
+            return
+        _merge_counts(self.queue, queue)
+        _merge_counts(self.running, running)
+        _merge_counts(self.missed, missed)
+        _merge_counts(self.capped_cand, capped)
+
+    def merge(self, o: SampleStats) -> None:
+        """Add another aggregate into this one."""
+        if self.frozen:
+            self.thaw()
+        _merge_counts(self.queue, o.queue)
+        _merge_counts(self.running, o.running)
+        _merge_counts(self.missed, o.missed)
+        _merge_counts(self.capped_cand, o.capped_cand)
+        self.merge_scalars(o)
+
+    def subtract_histograms(self, o: SampleStats) -> None:
+        """Remove the value histograms of `o` (merged into this one earlier); scalars are left alone."""
+        if self.frozen:
+            self.thaw()
+        for into, sub in ((self.queue, o.queue), (self.running, o.running), (self.missed, o.missed),
+                          (self.capped_cand, o.capped_cand)):
+            for k, v in _pairs(sub):
+                left = into[k] - v
+                if left:
+                    into[k] = left
+                else:
+                    del into[k]
+
+    def merge_scalars(self, o: SampleStats) -> None:
+        """Add the counts and sums of `o` (not its histograms)."""
+        self.queue_n += o.queue_n
+        self.queue_zero += o.queue_zero
+        self.queue_over += o.queue_over
+        self.queue_under += o.queue_under
+        self.running_n += o.running_n
+        self.kv_n += o.kv_n
+        self.kv_under += o.kv_under
+        self.usage_sum += o.usage_sum
+        if o.usage_max > self.usage_max:
+            self.usage_max = o.usage_max
+        self.graph_n += o.graph_n
+        self.graph_miss += o.graph_miss
+        self.tp_n += o.tp_n
+        self.tp_sum += o.tp_sum
+        self.capped_base += o.capped_base
+
+
+class Bucket:
+    """Everything that happened on one rank in one time bucket (mergeable)."""
+
+    __slots__ = ("decode", "disabled_steps", "eager_passes", "graph_passes", "oom", "prefill", "prefill_cached",
+                 "prefill_n", "prefill_new", "retracted", "retractions")
+
+    def __init__(self) -> None:
+        self.decode = SampleStats()
+        self.prefill = SampleStats()  # samples from Prefill lines
+        self.retractions: float = 0  # log lines, or retracted requests a scrape delta stands for
+        self.retracted = 0.0
+        self.oom: dict[str, int] = {}
+        self.prefill_new = 0.0
+        self.prefill_cached = 0.0
+        self.prefill_n = 0
+        self.graph_passes = 0.0
+        self.eager_passes = 0.0
+        # Eager decode steps SGLang's cuda_graph_warner reported (5 per warning): evidence, not a ratio.
+        self.disabled_steps = 0.0
+
+    def freeze(self) -> None:
+        """Hold the sample histograms as FrozenHists (see SampleStats.freeze)."""
+        self.decode.freeze()
+        self.prefill.freeze()
+
+    def copy(self) -> Bucket:
+        """An independent copy."""
+        c = Bucket()
+        c.merge(self)
+        return c
+
+    def merge(self, o: Bucket) -> None:
+        """Add another bucket into this one."""
+        self.decode.merge(o.decode)
+        self.prefill.merge(o.prefill)
+        self._merge_own(o)
+
+    def merge_scalars(self, o: Bucket) -> None:
+        """Add everything of `o` except the value histograms of its sample stats."""
+        self.decode.merge_scalars(o.decode)
+        self.prefill.merge_scalars(o.prefill)
+        self._merge_own(o)
+
+    def _merge_own(self, o: Bucket) -> None:
+        self.retractions += o.retractions
+        self.retracted += o.retracted
+        for k, v in o.oom.items():
+            self.oom[k] = self.oom.get(k, 0) + v
+        self.prefill_new += o.prefill_new
+        self.prefill_cached += o.prefill_cached
+        self.prefill_n += o.prefill_n
+        self.graph_passes += o.graph_passes
+        self.eager_passes += o.eager_passes
+        self.disabled_steps += o.disabled_steps
+
+    def is_active(self) -> bool:
+        """True when the bucket holds any sample or event."""
+        return bool(self.decode.queue_n or self.decode.running_n or self.prefill.queue_n or self.retractions
+                    or self.oom or self.prefill_n or self.graph_passes or self.eager_passes
+                    or self.disabled_steps)
+
+
+_Value = TypeVar("_Value", int, float)  # histogram keys: queue lengths (int) or batch sizes (float)
+
+
+def quantile(values: list[float], q: float) -> float:
+    """Nearest-rank quantile (q in 0-1) of a non-empty list."""
+    ordered = sorted(values)
+    idx = max(0, min(len(ordered) - 1, math.ceil(q * len(ordered)) - 1))
+    return ordered[idx]
+
+
+def hist_quantile(hist: Mapping[_Value, int], q: float) -> float | None:
+    """Nearest-rank quantile of a value -> count histogram (the first value whose cumulative count
+    reaches rank ceil(q * n); cumulative sums and the search run at C level)."""
+    if type(hist) is FrozenHist:
+        n = hist.total()
+        if n == 0:
+            return None
+        fk = hist.values_sorted
+        i = bisect.bisect_left(hist.cum, max(1, math.ceil(q * n)))
+        return float(fk[i] if i < len(fk) else fk[-1])
+    n = sum(hist.values())
+    if n == 0:
+        return None
+    need = max(1, math.ceil(q * n))
+    keys = sorted(hist)
+    cum = list(itertools.accumulate(map(hist.__getitem__, keys)))
+    i = bisect.bisect_left(cum, need)
+    return float(keys[i] if i < len(keys) else keys[-1])

@@ -1,0 +1,725 @@
+"""Grafana dashboards (per server, fleet) generated from the checks table; JSON is committed.
+
+`generate(table)` returns `{relative path: file content}`; `render.py` writes or diffs it. Output is
+deterministic (sorted keys, fixed panel ids and layout) so `render --check` can detect drift. Guide
+numbers (queue band, token usage, retractions/min, memory band) come from the table's default profile;
+this module holds none of them.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from sglang_tuning_exporter.guide.checks import Check, CheckTable
+
+SCHEMA_VERSION = 39  # Grafana 11.x; newer Grafana migrates it on load
+GIB = 1024**3  # SGLang's "GB" is GiB (free memory divided by 1 << 30)
+DATASOURCE = {"type": "prometheus", "uid": "${datasource}"}
+TAGS = ["sglang", "sglang-tuning"]
+
+# Every per-rank selector carries the dashboard variables; SGLang's scheduler labels are join keys.
+RANK_SEL = 'job=~"$job", instance=~"$instance", model_name=~"$model_name", dp_rank=~"$dp_rank"'
+HOST_SEL = 'job=~"$job", instance=~"$instance"'
+# One series per DP replica (and pipeline stage): TP/EP ranks of a replica repeat the same values, so they are
+# aggregated away with max (min for memory headroom), never summed (docs/signals.md, "PromQL: the same meaning").
+BY = "instance, model_name, dp_rank, pp_rank"
+RATE = "[$__rate_interval]"
+
+Json = dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class GuideBands:
+    """The guide numbers the dashboards draw, read from one profile of the checks table."""
+
+    profile: str
+    queue_low: float  # the profile's healthy #queue-req band
+    queue_high: float
+    token_usage_min: float  # below it while requests queue: too conservative
+    retractions_per_minute: float  # the guide's "~1 time per minute" (warning level)
+    mem_critical_gb: float  # available_gpu_mem (GiB) below which the headroom check is critical
+    mem_low_gb: float  # the guide's good band starts here ...
+    mem_good_high_gb: float  # ... and ends here
+    mem_high_gb: float  # above: too much left unused (the check fires)
+    cuda_graph_miss_ratio: float  # share of decode batches without a graph that raises the finding
+    least_is_worst: tuple[str, ...] = ()  # signals a check pages on when low: a server shows its least replica
+
+
+# The kv_underused signal counts samples with `token usage < X`; X lives in the check's PromQL.
+_USAGE_IN_PROMQL = re.compile(r"token_usage\)*\s*<\s*(?:bool\s+)?([0-9]*\.?[0-9]+)")
+
+
+def _check(table: CheckTable, check_id: str) -> Check:
+    found = table.by_id().get(check_id)
+    if found is None:
+        raise ValueError(f"checks table has no check {check_id!r} (the dashboards draw its threshold)")
+    return found
+
+
+def _level(check: Check, profile: str, level: str) -> float:
+    values = check.thresholds_for(profile)
+    if level not in values:
+        raise ValueError(f"check {check.id!r} has no {level} threshold for profile {profile!r}")
+    return float(values[level])
+
+
+def _token_usage_min(check: Check) -> float:
+    for guard in check.guard:
+        if guard.signal == "token_usage":
+            return guard.value
+    for expr in check.promql.values():
+        m = _USAGE_IN_PROMQL.search(expr or "")
+        if m:
+            return float(m.group(1))
+    raise ValueError(f"check {check.id!r} names no token-usage level (guard or promql `token_usage < X`)")
+
+
+def bands_from_table(table: CheckTable, profile: str | None = None) -> GuideBands:
+    """Read the dashboard bands from the checks table (default profile unless named)."""
+    prof = profile or table.default_profile()
+    if prof not in table.profiles:
+        raise ValueError(f"unknown guide profile {prof!r} (known: {', '.join(sorted(table.profiles))})")
+    low, high = table.profiles[prof].queue_band
+    mem_low = _check(table, "gpu_mem_headroom_low")
+    mem_high = _check(table, "gpu_mem_headroom_high")
+    low_gb = _level(mem_low, prof, "warning")
+    # The suggestion aims at the middle of the guide's good band, so the band's top mirrors its bottom.
+    target_gb = float(mem_high.suggest.params.get("target_gb", low_gb))
+    return GuideBands(
+        profile=prof, queue_low=float(low), queue_high=float(high),
+        token_usage_min=_token_usage_min(_check(table, "kv_underused")),
+        retractions_per_minute=_level(_check(table, "retractions_frequent"), prof, "warning"),
+        mem_critical_gb=_level(mem_low, prof, "critical"),
+        mem_low_gb=low_gb,
+        mem_good_high_gb=max(low_gb, 2 * target_gb - low_gb),
+        mem_high_gb=_level(mem_high, prof, "warning"),
+        cuda_graph_miss_ratio=_level(_check(table, "cuda_graph_uncovered"), prof, "warning"),
+        least_is_worst=tuple(sorted({c.signal for c in table.checks if c.comparison in ("<", "<=")})),
+    )
+
+
+# --- PromQL helpers -----------------------------------------------------------------------------
+
+
+def ours(metric: str, extra: str = "") -> str:
+    """Selector of one of our per-rank metrics with the dashboard variables."""
+    return f"sglang_tuning_{metric}{{{extra}{RANK_SEL}}}"
+
+
+def sglang(name: str, extra: str = "") -> str:
+    """Selector of an SGLang metric in both spellings (`sglang:x` and escaped `sglang_x`)."""
+    return f'{{__name__=~"sglang[:_]{name}", {extra}{RANK_SEL}}}'
+
+
+def per_rank(expr: str, op: str = "max") -> str:
+    """Aggregate to one series per server and DP replica (TP ranks repeat the same numbers: max, or min
+    for headroom; never sum)."""
+    return f"{op} by ({BY}) ({expr})"
+
+
+def rate_per_replica(selector: str, split: str = "") -> str:
+    """Per-replica rate of a counter: max over the TP ranks that repeat it; a `split` label (cuda_graph, mode,
+    source) is a real partition of the events, summed after the TP ranks are folded."""
+    if not split:
+        return f"max by ({BY}) (rate({selector}{RATE}))"
+    return f"sum by ({BY}) (max by ({BY}, {split}) (rate({selector}{RATE})))"
+
+
+def ratio(numerator: str, denominator: str, split: str = "") -> str:
+    """Per-replica ratio of two counter rates (numerator and denominator aggregated apart)."""
+    return f"{rate_per_replica(numerator, split)} / {rate_per_replica(denominator, split)}"
+
+
+def tokenizer_rate(selector: str) -> str:
+    """Rate of an SGLang tokenizer counter: one process per server, no TP ranks; the sum adds its
+    is_streaming / cache_source splits."""
+    return f"sum by ({BY}) (rate({selector}{RATE}))"
+
+
+PRIORITY_TOTAL = 'priority="", '  # under priority scheduling the total is the priority="" series
+
+
+# --- panel builders -----------------------------------------------------------------------------
+
+
+def target(expr: str, legend: str = "", ref: str = "A", *, instant: bool = False) -> Json:
+    """One Prometheus query of a panel."""
+    t: Json = {"datasource": DATASOURCE, "expr": expr, "legendFormat": legend, "refId": ref}
+    if instant:
+        t.update({"format": "table", "instant": True, "range": False})
+    else:
+        t.update({"range": True})
+    return t
+
+
+def steps(base: str, *points: tuple[float, str]) -> Json:
+    """Absolute thresholds: a base colour then (value, colour) steps."""
+    out: list[Json] = [{"color": base, "value": None}]
+    out += [{"color": color, "value": value} for value, color in points]
+    return {"mode": "absolute", "steps": out}
+
+
+STATUS_MAPPINGS: list[Json] = [{"type": "value", "options": {
+    "-1": {"color": "text", "index": 0, "text": "unknown"},
+    "0": {"color": "green", "index": 1, "text": "ok"},
+    "1": {"color": "orange", "index": 2, "text": "warning"},
+    "2": {"color": "red", "index": 3, "text": "critical"},
+}}]
+STATUS_STEPS = steps("text", (0, "green"), (1, "orange"), (2, "red"))
+
+
+@dataclass(frozen=True, slots=True)
+class Cell:
+    """A panel and its size on the 24-column grid."""
+
+    panel: Json
+    w: int = 12
+    h: int = 8
+
+
+def timeseries(title: str, description: str, unit: str, targets: Sequence[Json], *,
+               thresholds: Json | None = None, style: str = "off", minimum: float | None = None,
+               maximum: float | None = None, bars: bool = False) -> Json:
+    """A timeseries panel; `style` draws thresholds (`line+area`, `dashed`, ...)."""
+    custom: Json = {"drawStyle": "bars" if bars else "line", "fillOpacity": 60 if bars else 10,
+                    "lineWidth": 1, "showPoints": "never", "spanNulls": False,
+                    "thresholdsStyle": {"mode": style}}
+    defaults: Json = {"custom": custom, "unit": unit,
+                      "thresholds": thresholds or steps("green")}
+    if minimum is not None:
+        defaults["min"] = minimum
+    if maximum is not None:
+        defaults["max"] = maximum
+    return {"type": "timeseries", "title": title, "description": description, "datasource": DATASOURCE,
+            "fieldConfig": {"defaults": defaults, "overrides": []},
+            "options": {"legend": {"calcs": ["lastNotNull", "max"], "displayMode": "table",
+                                   "placement": "bottom", "showLegend": True},
+                        "tooltip": {"mode": "multi", "sort": "desc"}},
+            "targets": list(targets)}
+
+
+def stat(title: str, description: str, unit: str, targets: Sequence[Json], *, thresholds: Json,
+         mappings: list[Json] | None = None, color_mode: str = "background") -> Json:
+    """A stat panel coloured by thresholds (last value)."""
+    return {"type": "stat", "title": title, "description": description, "datasource": DATASOURCE,
+            "fieldConfig": {"defaults": {"unit": unit, "thresholds": thresholds,
+                                         "mappings": mappings or [], "color": {"mode": "thresholds"}},
+                            "overrides": []},
+            "options": {"colorMode": color_mode, "graphMode": "none", "justifyMode": "auto",
+                        "orientation": "auto", "textMode": "value_and_name",
+                        "reduceOptions": {"calcs": ["lastNotNull"], "fields": "", "values": False}},
+            "targets": list(targets)}
+
+
+def table_panel(title: str, description: str, unit: str, targets: Sequence[Json],
+                transformations: Sequence[Json], *, overrides: Sequence[Json] = (),
+                sort_by: str | None = None) -> Json:
+    """A table of instant queries, shaped by Grafana transformations."""
+    options: Json = {"cellHeight": "sm", "footer": {"show": False, "reducer": ["sum"], "fields": ""},
+                     "showHeader": True}
+    if sort_by:
+        options["sortBy"] = [{"desc": True, "displayName": sort_by}]
+    return {"type": "table", "title": title, "description": description, "datasource": DATASOURCE,
+            "fieldConfig": {"defaults": {"unit": unit, "thresholds": steps("green"),
+                                         "custom": {"align": "auto", "cellOptions": {"type": "auto"}}},
+                            "overrides": list(overrides)},
+            "options": options, "targets": list(targets), "transformations": list(transformations)}
+
+
+def state_timeline(title: str, description: str, targets: Sequence[Json]) -> Json:
+    """A state timeline of check statuses (-1 unknown, 0 ok, 1 warning, 2 critical)."""
+    return {"type": "state-timeline", "title": title, "description": description, "datasource": DATASOURCE,
+            "fieldConfig": {"defaults": {"unit": "none", "mappings": STATUS_MAPPINGS,
+                                         "thresholds": STATUS_STEPS, "color": {"mode": "thresholds"},
+                                         "custom": {"fillOpacity": 80, "lineWidth": 0}},
+                            "overrides": []},
+            "options": {"alignValue": "left", "mergeValues": True, "rowHeight": 0.9, "showValue": "never",
+                        "legend": {"displayMode": "list", "placement": "bottom", "showLegend": True},
+                        "tooltip": {"mode": "single", "sort": "none"}},
+            "targets": list(targets)}
+
+
+def rename_override(field: str, display: str, *, unit: str | None = None,
+                    status: bool = False) -> Json:
+    """Table column override: display name, optional unit, optional status colouring."""
+    props: list[Json] = [{"id": "displayName", "value": display}]
+    if unit:
+        props.append({"id": "unit", "value": unit})
+    if status:
+        props += [{"id": "mappings", "value": STATUS_MAPPINGS},
+                  {"id": "thresholds", "value": STATUS_STEPS},
+                  {"id": "custom.cellOptions", "value": {"type": "color-background"}}]
+    return {"matcher": {"id": "byName", "options": field}, "properties": props}
+
+
+# --- variables ----------------------------------------------------------------------------------
+
+
+def _query_var(name: str, label: str, query: str, *, hide: int = 0) -> Json:
+    return {"name": name, "label": label, "type": "query", "datasource": DATASOURCE,
+            "definition": query, "query": {"query": query, "refId": f"var-{name}"},
+            "refresh": 2, "sort": 1, "multi": True, "includeAll": True, "allValue": ".*",
+            "current": {"selected": True, "text": ["All"], "value": ["$__all"]},
+            "options": [], "regex": "", "hide": hide, "skipUrlSync": False}
+
+
+# Series present on any server we can show: our check status, or SGLang's own scheduler gauge.
+_ANY_SERVER = '{__name__=~"sglang_tuning_check_status|sglang[:_]num_running_reqs", job=~"$job"'
+
+
+def variables(*, per_rank_vars: bool = True) -> list[Json]:
+    """`datasource`, `job`, `instance`, `model_name` and (per rank) `dp_rank`, chained in that order."""
+    out: list[Json] = [
+        {"name": "datasource", "label": "Data source", "type": "datasource", "query": "prometheus",
+         "current": {}, "hide": 0, "includeAll": False, "multi": False, "options": [], "refresh": 1,
+         "regex": "", "skipUrlSync": False},
+        _query_var("job", "Job", 'label_values({__name__=~"sglang_tuning_up|sglang[:_]num_running_reqs"}, job)'),
+        _query_var("instance", "Instance", f"label_values({_ANY_SERVER}}}, instance)"),
+        _query_var("model_name", "Model",
+                   f'label_values({_ANY_SERVER}, instance=~"$instance"}}, model_name)'),
+    ]
+    if per_rank_vars:
+        out.append(_query_var(
+            "dp_rank", "DP rank",
+            f'label_values({_ANY_SERVER}, instance=~"$instance", model_name=~"$model_name"}}, dp_rank)'))
+    return out
+
+
+# --- layout -------------------------------------------------------------------------------------
+
+
+def layout(rows: Sequence[tuple[str, Sequence[Cell]]]) -> list[Json]:
+    """Place rows of cells left to right on the 24-wide grid; ids follow the order (stable)."""
+    panels: list[Json] = []
+    y = 0
+    next_id = 1
+    for title, cells in rows:
+        panels.append({"type": "row", "title": title, "id": next_id, "collapsed": False, "panels": [],
+                       "gridPos": {"h": 1, "w": 24, "x": 0, "y": y}})
+        next_id += 1
+        y += 1
+        x = 0
+        row_h = 0
+        for cell in cells:
+            if x + cell.w > 24:
+                x, y, row_h = 0, y + row_h, 0
+            panel = dict(cell.panel)
+            panel["id"] = next_id
+            panel["gridPos"] = {"h": cell.h, "w": cell.w, "x": x, "y": y}
+            next_id += 1
+            panels.append(panel)
+            x += cell.w
+            row_h = max(row_h, cell.h)
+        y += row_h
+    return panels
+
+
+def dashboard(uid: str, title: str, description: str, panels: list[Json], templating: list[Json],
+              links: list[Json]) -> Json:
+    """The dashboard envelope (no numeric id: Grafana assigns it; uid is stable)."""
+    return {"annotations": {"list": [{"builtIn": 1, "datasource": {"type": "grafana", "uid": "-- Grafana --"},
+                                      "enable": True, "hide": True, "iconColor": "rgba(0, 211, 255, 1)",
+                                      "name": "Annotations & Alerts", "type": "dashboard"}]},
+            "description": description, "editable": True, "fiscalYearStartMonth": 0, "graphTooltip": 1,
+            "links": links, "panels": panels, "refresh": "30s", "schemaVersion": SCHEMA_VERSION,
+            "tags": TAGS, "templating": {"list": templating},
+            "time": {"from": "now-3h", "to": "now"}, "timepicker": {}, "timezone": "",
+            "title": title, "uid": uid, "version": 1, "weekStart": ""}
+
+
+def _link(title: str, uid: str) -> Json:
+    return {"title": title, "type": "link", "url": f"/d/{uid}?${{__url_time_range}}&${{__all_variables}}",
+            "icon": "dashboard", "targetBlank": False, "tooltip": "", "asDropdown": False,
+            "includeVars": False, "keepTime": False, "tags": []}
+
+
+SERVER_UID = "sglang-tuning-server"
+FLEET_UID = "sglang-tuning-fleet"
+
+
+def _fmt(value: float) -> str:
+    return f"{value:g}"
+
+
+# --- the per-server dashboard -------------------------------------------------------------------
+
+_STATUS_BY = "instance, model_name, dp_rank, check"
+
+
+def findings_table() -> Json:
+    """Active findings with the flag to change, the current and the suggested value."""
+    firing = f"(sglang_tuning_check_status{{{RANK_SEL}}} > 0)"
+    return table_panel(
+        "Active findings and flag changes",
+        "Checks of the tuning guide that fire now (sglang_tuning_check_status > 0), one row per server, DP rank "
+        "and check, with the SGLang flag the check names, its current value and the value the exporter "
+        "suggests (sglang_tuning_suggested_value). Healthy: the table is empty. Apply the suggested flag change "
+        "on the server and restart it; alerts/runbook.md explains each check.",
+        "none",
+        [target(f"max by ({_STATUS_BY}, severity) {firing}", ref="A", instant=True),
+         target(f"max by ({_STATUS_BY}, flag) (sglang_tuning_suggested_value{{{RANK_SEL}}})", ref="B",
+                instant=True),
+         target(f"max by ({_STATUS_BY}, flag) (sglang_tuning_current_value{{{RANK_SEL}}}) "
+                f"and on ({_STATUS_BY}) {firing}", ref="C", instant=True)],
+        [{"id": "merge", "options": {}},
+         {"id": "organize", "options": {"excludeByName": {"Time": True},
+                                        "indexByName": {"instance": 0, "model_name": 1, "dp_rank": 2, "check": 3,
+                                                        "Value #A": 4, "severity": 5, "flag": 6,
+                                                        "Value #C": 7, "Value #B": 8},
+                                        "renameByName": {}}}],
+        overrides=[rename_override("Value #A", "Status", status=True),
+                   rename_override("Value #B", "Suggested"),
+                   rename_override("Value #C", "Current")],
+        sort_by="Status")
+
+
+def signals_table(least_is_worst: Sequence[str] = ()) -> Json:
+    """The windowed guide signals behind the verdicts, one row per signal, one column per server."""
+    return table_panel(
+        "Guide signals over the sidecar's window",
+        "The values the checks compare with their thresholds, computed by the sidecar over its window "
+        "(--window, default 10 min; see docs/signals.md): ratios such as queue_empty_ratio or "
+        "kv_underused_ratio are shares of samples, retractions_per_minute a rate, available_gpu_mem_gb a "
+        "startup fact. Healthy: every value on the ok side of its check's threshold (alerts/runbook.md); a "
+        "missing signal is unknown (too few samples). Each check names the flag that moves its signal.",
+        "none",
+        [target(worst_signal_expr(least_is_worst), ref="A", instant=True)],
+        [{"id": "groupingToMatrix", "options": {"columnField": "instance", "rowField": "signal",
+                                                "valueField": "Value"}}],
+        overrides=[{"matcher": {"id": "byType", "options": "number"},
+                    "properties": [{"id": "decimals", "value": 3}]}])
+
+
+def worst_signal_expr(least_is_worst: Sequence[str]) -> str:
+    """Each signal of a server at its worst DP replica: the least for signals a check pages on when low
+    (memory headroom), the most for the rest."""
+    if not least_is_worst:
+        return f"max by (instance, signal) (sglang_tuning_signal{{{RANK_SEL}}})"
+    low = "|".join(least_is_worst)
+    return (f'max by (instance, signal) (sglang_tuning_signal{{signal!~"{low}", {RANK_SEL}}}) or '
+            f'min by (instance, signal) (sglang_tuning_signal{{signal=~"{low}", {RANK_SEL}}})')
+
+
+def status_timeline(by: str, legend: str, title: str, description: str, *, firing_only: bool = False) -> Json:
+    """Check status over time, one row per `by` group (only warning/critical stretches if `firing_only`)."""
+    expr = f"max by ({by}) (sglang_tuning_check_status{{{RANK_SEL}}})"
+    return state_timeline(title, description, [target(f"{expr} > 0" if firing_only else expr, legend)])
+
+
+def queue_expr() -> str:
+    """#queue-req per rank: ours, else SGLang's gauge (priority="" is the total under priority scheduling)."""
+    return (per_rank(ours("queue_requests")) + " or "
+            + per_rank(sglang("num_queue_reqs", PRIORITY_TOTAL)))
+
+
+def running_expr() -> str:
+    """#running-req per rank: ours, else SGLang's gauge."""
+    return (per_rank(ours("running_requests")) + " or "
+            + per_rank(sglang("num_running_reqs", PRIORITY_TOTAL)))
+
+
+def server_dashboard(b: GuideBands) -> Json:
+    """Per-server dashboard: every guide signal with its band, findings and suggested flag changes."""
+    prof = f"(guide profile {b.profile})"
+    rows: list[tuple[str, list[Cell]]] = []
+    rows.append(("Guide verdicts", [
+        Cell(findings_table(), 24, 7),
+        Cell(status_timeline("instance, check", "{{check}} · {{instance}}", "Check status over time",
+                             "Verdict of every guide check for the selected servers: green ok, orange warning, "
+                             "red critical, grey unknown (not enough samples in the window). Healthy: all green "
+                             "or grey. Each check names its flag in the findings table above."), 24, 8),
+        Cell(signals_table(b.least_is_worst), 24, 8),
+    ]))
+    rows.append(("Queue and KV cache", [
+        Cell(timeseries(
+            "Queue (#queue-req)",
+            f"Requests waiting in the scheduler queue. Healthy for throughput workloads: inside the guide band "
+            f"{_fmt(b.queue_low)}-{_fmt(b.queue_high)} {prof}, drawn as the green area. Often 0: the client "
+            f"submits too slowly (raise the request rate; not a server flag). Above {_fmt(b.queue_high)}: "
+            "scheduling overhead grows (lower the request rate, or use --schedule-policy fcfs when prefixes are "
+            "not reused). Checks queue_empty and queue_overloaded.",
+            "short", [target(queue_expr(), "{{instance}} dp{{dp_rank}}")],
+            thresholds=steps("yellow", (b.queue_low, "green"), (b.queue_high, "red")),
+            style="dashed+area", minimum=0)),
+        Cell(timeseries(
+            "KV-cache token usage",
+            f"Share of the KV-cache pool in use (token usage; on hybrid models the fullest of the full, SWA and mamba pools, as SGLang reports it). Healthy: above {_fmt(b.token_usage_min)} {prof} "
+            f"while requests queue. Below {_fmt(b.token_usage_min)} with #queue-req > 0 means the server admits "
+            "too conservatively: decrease --schedule-conservativeness (the guide: toward 0.3). Very high usage "
+            "with frequent retractions: increase it (toward 1.3). Check kv_underused.",
+            "percentunit",
+            [target(f"{per_rank(ours('token_usage_ratio'))} or {per_rank(sglang('token_usage'))}",
+                    "{{instance}} dp{{dp_rank}}")],
+            thresholds=steps("orange", (b.token_usage_min, "green")), style="dashed+area",
+            minimum=0, maximum=1)),
+        Cell(timeseries(
+            "Retractions per minute",
+            f"Retraction events per minute per DP replica (`KV cache pool is full. Retract requests.`; the TP "
+            f"ranks that all print or export a retraction count it once). Healthy: at most about "
+            f"{_fmt(b.retractions_per_minute)} per minute {prof}, the dashed line. More often: increase "
+            "--schedule-conservativeness (the guide: toward 1.3). Without the sidecar the panel falls back to "
+            "SGLang's retracted-request counters, which count requests, not events. Check retractions_frequent.",
+            "suffix: /min",
+            [target(f"60 * {rate_per_replica(ours('retractions_total'))}"
+                    f" or 60 * {rate_per_replica(sglang('num_retracted_requests_total'))}"
+                    f" or 60 * {per_rank('deriv(' + sglang('total_retracted_reqs') + RATE + ')')}",
+                    "{{instance}} dp{{dp_rank}}")],
+            thresholds=steps("green", (b.retractions_per_minute, "red")), style="dashed", minimum=0)),
+        Cell(timeseries(
+            "Out-of-memory events",
+            "OOM errors by phase in each interval. Healthy: none. Prefill OOM: decrease --chunked-prefill-size "
+            "(the guide: 4096, then 2048). Decode OOM: decrease --max-running-requests. Either: decrease "
+            "--mem-fraction-static. A startup `Not enough memory` is the opposite case: increase "
+            "--mem-fraction-static. Checks prefill_oom and decode_oom.",
+            "short",
+            [target(f"max by ({BY}, phase) (increase({ours('oom_events_total')}{RATE}))",
+                    "{{phase}} · {{instance}} dp{{dp_rank}}")],
+            thresholds=steps("green", (1, "red")), bars=True, minimum=0)),
+    ]))
+    rows.append(("Memory and CUDA graphs", [
+        Cell(stat(
+            "Available GPU memory after startup",
+            f"GPU memory left for activations once weights, KV cache and CUDA graphs are allocated "
+            f"(available_gpu_mem in the startup log). Healthy: {_fmt(b.mem_low_gb)}-{_fmt(b.mem_good_high_gb)} GB "
+            f"{prof}, green. Above {_fmt(b.mem_high_gb)} GB (orange): the KV cache could be larger, increase "
+            f"--mem-fraction-static. Below {_fmt(b.mem_low_gb)} GB (orange; red under {_fmt(b.mem_critical_gb)} "
+            "GB): risk of OOM, decrease --mem-fraction-static. Checks gpu_mem_headroom_high and "
+            "gpu_mem_headroom_low.",
+            "bytes",
+            [target(f"{per_rank(ours('available_gpu_memory_bytes'), 'min')} or "
+                    f"{per_rank(sglang('startup_available_gpu_memory_gb'), 'min')} * {GIB}",
+                    "{{instance}} dp{{dp_rank}}")],
+            thresholds=steps("red", (b.mem_critical_gb * GIB, "orange"), (b.mem_low_gb * GIB, "green"),
+                             (b.mem_good_high_gb * GIB, "yellow"), (b.mem_high_gb * GIB, "orange"))), 8, 8),
+        Cell(timeseries(
+            "Decode CUDA-graph coverage",
+            f"Share of decode batches that ran in a CUDA graph. Healthy: close to 1 (the line marks "
+            f"{_fmt(1 - b.cuda_graph_miss_ratio)}, where the check fires {prof}). Lower: batches run eagerly "
+            "at several times the per-token latency; increase --cuda-graph-max-bs (--cuda-graph-max-bs-decode "
+            "on 0.5.14+) and lower --mem-fraction-static a little to pay for it. Check cuda_graph_uncovered.",
+            "percentunit",
+            [target(ratio(ours("decode_samples_total", 'cuda_graph="true", '),
+                          ours("decode_samples_total", 'cuda_graph=~"true|false", '), "cuda_graph")
+                    + " or " + ratio(sglang("cuda_graph_passes_total", 'mode="decode_cuda_graph", '),
+                                     sglang("cuda_graph_passes_total", 'mode=~"decode_.*", '), "mode"),
+                    "{{instance}} dp{{dp_rank}}")],
+            thresholds=steps("orange", (1 - b.cuda_graph_miss_ratio, "green")), style="dashed",
+            minimum=0, maximum=1), 8, 8),
+        Cell(timeseries(
+            "Decode batch size vs captured CUDA-graph max",
+            "Running batch size, the 90th percentile of batch sizes that ran without a CUDA graph, and the "
+            "largest captured graph batch size. Healthy: batches stay under the captured max, and nothing runs "
+            "without a graph. Batches above the max: increase --cuda-graph-max-bs (bounded by "
+            "--max-running-requests). Check cuda_graph_uncovered.",
+            "short",
+            [target(running_expr(), "batch · {{instance}} dp{{dp_rank}}", "A"),
+             target(per_rank(ours("decode_batch_size_without_graph")),
+                    "p90 without graph · {{instance}} dp{{dp_rank}}", "B"),
+             target(per_rank(ours("cuda_graph_max_batch_size")),
+                    "captured max · {{instance}} dp{{dp_rank}}", "C")], minimum=0), 8, 8),
+    ]))
+    rows.append(("Admission and throughput", [
+        Cell(timeseries(
+            "Running requests vs --max-running-requests",
+            "Requests in the running batch and the effective max-running-requests. Healthy under load: close to "
+            "the max with usage below 1. Pinned at the max while requests queue and memory is left: increase "
+            "--max-running-requests. Decode OOMs: decrease it. Check running_capped.",
+            "short",
+            [target(running_expr(), "running · {{instance}} dp{{dp_rank}}", "A"),
+             target(per_rank(ours("max_running_requests")), "max · {{instance}} dp{{dp_rank}}", "B")],
+            minimum=0), 8, 8),
+        Cell(timeseries(
+            "Generation throughput",
+            "Decode tokens per second per rank. Healthy: steady under steady load. A drop with a full queue "
+            "points at retractions, eager decode (CUDA-graph coverage) or a too-large batch for latency "
+            "targets (lower --max-running-requests for latency workloads; check latency_batch_too_large).",
+            "suffix: tok/s",
+            [target(f"{per_rank(ours('gen_throughput_tokens_per_second'))} or "
+                    f"{per_rank(sglang('gen_throughput'))}", "{{instance}} dp{{dp_rank}}")],
+            minimum=0), 8, 8),
+        Cell(timeseries(
+            "Prefix-cache hit ratio",
+            "Prefill tokens served from the prefix cache over all prefill tokens (from token counters; SGLang's "
+            "cache_hit_rate gauge is zeroed on decode ticks in many releases). Healthy: the schedule policy fits "
+            "the reuse. High reuse: --schedule-policy lpm pays off. Near 0: lpm only adds scheduling cost, use "
+            "fcfs. Checks schedule_policy_lpm_no_reuse and "
+            "schedule_policy_fcfs_with_reuse.",
+            "percentunit",
+            [target(ratio(ours("prefill_tokens_total", 'source="cached", '),
+                          ours("prefill_tokens_total", 'source=~"new|cached", '), "source")
+                    + " or " + tokenizer_rate(sglang("cached_tokens_total")) + " / "
+                    + tokenizer_rate(sglang("prompt_tokens_total")),
+                    "{{instance}} dp{{dp_rank}}")],
+            minimum=0, maximum=1), 8, 8),
+    ]))
+    rows.append(("Exporter health", [
+        Cell(stat(
+            "Sources",
+            "Whether the sidecar's sources worked at their last attempt (log, metrics, server_info) and whether "
+            "its scrape of SGLang's /metrics succeeded. Healthy: all 1. A 0 means the matching panels are "
+            "blank or stale: check --sglang.url, --sglang.log-file and SGLang's --enable-metrics (check "
+            "metrics_disabled).",
+            "none",
+            [target(f"min by (instance, source) (sglang_tuning_source_up{{{HOST_SEL}}})",
+                    "{{source}} · {{instance}}", "A"),
+             # Only sidecars configured to scrape SGLang (--sglang.url) have a scrape to report.
+             target(f"min by (instance) (sglang_tuning_up{{{HOST_SEL}}}) and on (instance) max by (instance) "
+                    f'(sglang_tuning_source_enabled{{source="metrics", {HOST_SEL}}} == 1)',
+                    "scrape · {{instance}}", "B")],
+            thresholds=steps("red", (1, "green")),
+            mappings=[{"type": "value", "options": {"0": {"color": "red", "index": 0, "text": "down"},
+                                                    "1": {"color": "green", "index": 1, "text": "up"}}}]),
+             8, 6),
+        Cell(timeseries(
+            "Seconds since the last log line",
+            "Age of the newest log line the sidecar read. Healthy: small while SGLang serves traffic (Decode "
+            "lines come every --decode-log-interval steps). Growing while traffic flows: the log path or "
+            "volume is wrong, or SGLang logs elsewhere.",
+            "s",
+            [target(f"time() - max by (instance) (sglang_tuning_log_last_line_timestamp_seconds{{{HOST_SEL}}})",
+                    "{{instance}}")], minimum=0), 8, 6),
+        Cell(timeseries(
+            "Log lines read",
+            "Log lines per second by event kind, and lines with a recognised head that could not be parsed. "
+            "Healthy: decode/prefill lines under load and no unparsed lines. No decode lines under load: SGLang's "
+            "stdout does not reach --sglang.log-file. Unparsed lines mean a log format the parser does not "
+            "know yet (please report it with an example line).",
+            "suffix: /s",
+            [target(f"sum by (instance, kind) (rate(sglang_tuning_log_lines_total{{{HOST_SEL}}}{RATE}))",
+                    "{{kind}} · {{instance}}", "A"),
+             target(f"sum by (instance) (rate(sglang_tuning_log_unparsed_lines_total{{{HOST_SEL}}}{RATE}))",
+                    "unparsed · {{instance}}", "B")], minimum=0), 8, 6),
+    ]))
+    return dashboard(SERVER_UID, "SGLang tuning / server",
+                     "SGLang server signals of the hyperparameter-tuning guide, with the guide's bands "
+                     f"{prof} and the flag changes the exporter suggests. Generated by "
+                     "`sglang-tuning-exporter render`; do not edit.",
+                     layout(rows), variables(), [_link("Fleet", FLEET_UID)])
+
+
+# --- the fleet dashboard ------------------------------------------------------------------------
+
+
+def _count_stat(title: str, description: str, expr: str, *, bad: str = "red") -> Cell:
+    return Cell(stat(title, description, "none", [target(f"{expr} or vector(0)", "")],
+                     thresholds=steps("green", (1, bad))), 6, 4)
+
+
+def fleet_dashboard(b: GuideBands) -> Json:
+    """Fleet dashboard: every instance x check, top offenders, suggested changes."""
+    status = f"sglang_tuning_check_status{{{RANK_SEL}}}"
+    worst = f"max by (instance) ({status})"
+    rows: list[tuple[str, list[Cell]]] = []
+    rows.append(("Fleet status", [
+        _count_stat("Servers with a critical finding",
+                    "Servers where at least one guide check is critical. Healthy: 0. Open the server dashboard "
+                    "of each to see the flag change.", f"count({worst} == 2)"),
+        _count_stat("Servers with a warning",
+                    "Servers whose worst check is a warning. Healthy: 0. The suggested changes table names the flag "
+                    "for each.", f"count({worst} == 1)", bad="orange"),
+        Cell(stat("Servers reporting",
+                  "Sidecars Prometheus scrapes. Healthy: one per SGLang server, each started with --sglang.url and "
+                  "--sglang.log-file pointing at its server.", "none",
+                  [target(f"count(max by (instance) (sglang_tuning_up{{{HOST_SEL}}}))", "")],
+                  thresholds=steps("blue")), 6, 4),
+        _count_stat("Sidecars that cannot scrape SGLang",
+                    "Sidecars whose last scrape of SGLang's /metrics failed (sglang_tuning_up 0). Healthy: 0. "
+                    "Check --sglang.url and SGLang's --enable-metrics.",
+                    f"count(sglang_tuning_up{{{HOST_SEL}}} == 0 and on (job, instance) "
+                    f'sglang_tuning_source_enabled{{source="metrics", {HOST_SEL}}} == 1)'),
+        Cell(status_timeline("instance, check", "{{instance}} · {{check}}", "Firing checks by server",
+                             "Every server x guide check that was warning (orange) or critical (red) in the "
+                             "range, over time; ok and unknown stretches are left blank so a large fleet stays "
+                             "readable (the matrix below has every pair). Healthy: empty. Each check names one "
+                             "flag; see the suggested changes table.", firing_only=True), 24, 10),
+        Cell(table_panel(
+            "Check status matrix (now)",
+            "Current verdict of each check (columns) on each server (rows): green ok, orange warning, red "
+            "critical, grey unknown. Healthy: no orange or red cells. Each check names one flag (see the "
+            "suggested changes table and alerts/runbook.md).",
+            "none", [target(f"max by (instance, check) ({status})", ref="A", instant=True)],
+            [{"id": "groupingToMatrix", "options": {"columnField": "check", "rowField": "instance",
+                                                    "valueField": "Value"}}],
+            overrides=[{"matcher": {"id": "byType", "options": "number"},
+                        "properties": [{"id": "mappings", "value": STATUS_MAPPINGS},
+                                       {"id": "thresholds", "value": STATUS_STEPS},
+                                       {"id": "custom.cellOptions", "value": {"type": "color-background"}}]}]),
+             24, 8),
+    ]))
+    firing = f"({status} > 0)"
+    rows.append(("Offenders and changes", [
+        Cell(table_panel(
+            "Top offenders",
+            "Servers with the most firing checks, scored by the sum of their statuses (warning 1, critical 2). "
+            "Healthy: empty. Start with the top row: its server dashboard lists the flag changes.",
+            "none",
+            # One verdict per check and server (its worst DP replica), so a DP8 server is not scored 8 times.
+            [target(f"topk(10, sum by (instance, model_name) (max by (instance, model_name, check) {firing}))",
+                    ref="A", instant=True),
+             target(f"count by (instance, model_name) (max by (instance, model_name, check) {firing})", ref="B",
+                    instant=True)],
+            [{"id": "merge", "options": {}},
+             {"id": "organize", "options": {"excludeByName": {"Time": True}, "indexByName": {},
+                                            "renameByName": {}}}],
+            overrides=[rename_override("Value #A", "Score"), rename_override("Value #B", "Firing checks")],
+            sort_by="Score"), 10, 10),
+        Cell(table_panel(
+            "Suggested flag changes",
+            "Every flag change the sidecars suggest now, with the current value when known. Healthy: empty. "
+            "Rows for servers of the same model that disagree point at configuration drift.",
+            "none",
+            [target(f"max by ({_STATUS_BY}, flag) (sglang_tuning_suggested_value{{{RANK_SEL}}})",
+                    ref="A", instant=True),
+             target(f"max by ({_STATUS_BY}, flag) (sglang_tuning_current_value{{{RANK_SEL}}}) "
+                    f"and on ({_STATUS_BY}) {firing}", ref="B", instant=True)],
+            [{"id": "merge", "options": {}},
+             {"id": "organize", "options": {"excludeByName": {"Time": True},
+                                            "indexByName": {"instance": 0, "model_name": 1, "dp_rank": 2,
+                                                            "check": 3, "flag": 4, "Value #B": 5,
+                                                            "Value #A": 6},
+                                            "renameByName": {}}}],
+            overrides=[rename_override("Value #A", "Suggested"), rename_override("Value #B", "Current")]),
+             14, 10),
+        Cell(timeseries(
+            "Firing checks by check",
+            "How many servers each check fires on. Healthy: 0. A check firing across a whole model's fleet "
+            "usually means a shared launch flag to change once.",
+            "short",
+            [target(f"count by (check) (max by (instance, check) ({status}) > 0)", "{{check}}")],
+            minimum=0), 12, 8),
+        Cell(timeseries(
+            "Retractions per minute, worst servers",
+            f"The ten servers with the most retraction events per minute, each at its worst DP replica (TP "
+            f"ranks that repeat a retraction count it once). Healthy: at most about "
+            f"{_fmt(b.retractions_per_minute)} per minute (guide profile {b.profile}). More: increase "
+            "--schedule-conservativeness on those servers.",
+            "suffix: /min",
+            # A server's rate is its worst DP replica's (the rank the alert fires on), not a sum over ranks.
+            [target(f"topk(10, 60 * max by (instance) (rate({ours('retractions_total')}{RATE})) or "
+                    f"60 * max by (instance) (rate({sglang('num_retracted_requests_total')}{RATE})))",
+                    "{{instance}}")],
+            thresholds=steps("green", (b.retractions_per_minute, "red")), style="dashed", minimum=0), 12, 8),
+    ]))
+    return dashboard(FLEET_UID, "SGLang tuning / fleet",
+                     "Guide check verdicts across every SGLang server, top offenders and the flag changes the "
+                     f"sidecars suggest (guide profile {b.profile}). Generated by `sglang-tuning-exporter "
+                     "render`; do not edit.",
+                     layout(rows), variables(), [_link("Server", SERVER_UID)])
+
+
+def dump(obj: Json) -> str:
+    """Deterministic JSON text (sorted keys, two-space indent, final newline)."""
+    return json.dumps(obj, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
+
+
+def generate(table: CheckTable, profile: str | None = None) -> dict[str, str]:
+    """All dashboards as `{relative path: JSON text}` for `render` to write or compare."""
+    bands = bands_from_table(table, profile)
+    return {
+        "dashboards/sglang-tuning-server.json": dump(server_dashboard(bands)),
+        "dashboards/sglang-tuning-fleet.json": dump(fleet_dashboard(bands)),
+    }

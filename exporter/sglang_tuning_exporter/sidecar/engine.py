@@ -1,0 +1,436 @@
+"""The sidecar's engine: one `tick(now)` reads the log, scrapes SGLang, refreshes server info and
+re-evaluates the guide. No threads and no clock here; `serve.py` calls `tick` from its loop.
+
+The parser and advisor layers are reached through small Protocols so tests hand in fakes and the
+sidecar degrades (no findings, still serving) when one of them is unavailable.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from sglang_tuning_exporter.core import limits
+from sglang_tuning_exporter.core.events import Event
+from sglang_tuning_exporter.core.model import Finding, Observation, Rank, Sample, ServerState
+from sglang_tuning_exporter.core.timeparse import plausible_seconds
+from sglang_tuning_exporter.core.versions import merge_version
+from sglang_tuning_exporter.sidecar.change_tracker import ChangeTracker
+from sglang_tuning_exporter.sidecar.state import LiveState
+from sglang_tuning_exporter.sources.scrape import COUNTED, ScrapeInterpreter, parse_exposition, wanted
+from sglang_tuning_exporter.sources.serverinfo import HttpError, HttpGet, ServerInfoClient
+
+log = logging.getLogger("sglang_tuning_exporter.sidecar.engine")
+
+
+class LineSource(Protocol):
+    """`tail.Follower`: complete new lines on each poll, plus rotation/truncation counters."""
+
+    rotations: int
+    truncations: int
+
+    def poll(self) -> list[str]: ...
+
+
+class EventFeed(Protocol):
+    """`logreader.EventReader`: lines in, events out (multi-line aware)."""
+
+    def feed(self, line: str) -> list[Event]: ...
+
+
+class SignalWindow(Protocol):
+    """`signals.Window`."""
+
+    def add(self, obs: Observation) -> None: ...
+
+    def add_items(self, items: Iterable[Observation | Sample]) -> None: ...  # what to_samples feeds
+
+    def prune(self, now: float) -> None: ...
+
+    def signals(self, now: float) -> Mapping[Rank, Mapping[str, float | None]]: ...
+
+    def set_server_facts(self, by_dp: Sequence[Mapping[str, float]]) -> None: ...
+
+
+ToObservations = Callable[[list[Event], float], list[Observation]]  # events read at `now`
+# The same, with each Decode/Prefill line's batch values as one Sample (cheaper per line).
+ToSamples = Callable[[list[Event], float], list[Observation | Sample]]
+Evaluate = Callable[[Mapping[Rank, Mapping[str, float | None]], ServerState], list[Finding]]
+Document = Callable[[list[Finding], Mapping[Rank, Mapping[str, float | None]], ServerState, float],
+                    Mapping[str, Any]]
+
+
+@dataclass(slots=True)
+class Advisor:
+    """The guide layer as the sidecar uses it (bound to table, profile, workload and config)."""
+
+    window: SignalWindow | None
+    evaluate: Evaluate | None
+    document: Document | None
+    to_observations: ToObservations | None
+    window_s: float | None = None  # the window actually used (a --config file may set it)
+    exported_signals: frozenset[str] | None = None  # signals put on /metrics (None: all)
+    to_samples: ToSamples | None = None  # preferred over to_observations when set
+    # The release the log's line formats reveal (`>=X.Y.Z`): flag names and defaults follow it until
+    # a version line or the server info names the release.
+    version_floor: Callable[[], str | None] | None = None
+    # The current log time for a wall time (docs/signals.md, "Clocks"): windows are evaluated at it
+    # and scrapes are timed by it, so replayed history is judged as `diagnose` judges it.
+    log_now: Callable[[float], float] | None = None
+    implausible_times: Callable[[], int] | None = None  # stamps the log clock took at a neighbour's time
+
+
+@dataclass(slots=True)
+class LogInput:
+    """The log source: follower + reader (+ how to read unparsed/oversized counts from the reader)."""
+
+    follower: LineSource
+    reader: EventFeed
+    exists: Callable[[], bool]
+    unparsed: Callable[[], int] = lambda: 0
+    oversized: Callable[[], int] = lambda: 0
+    idle_flush_s: float = 5.0
+
+
+@dataclass(slots=True)
+class MetricsInput:
+    """The SGLang HTTP source."""
+
+    base_url: str
+    timeout: float
+    interval: float
+    get: HttpGet
+    server_info_interval: float = 300.0
+
+
+def _sgl_arg_model(args: Mapping[str, Any]) -> str | None:
+    for key in ("served_model_name", "model_path"):
+        v = args.get(key)
+        if isinstance(v, str) and v:
+            return v
+    return None
+
+
+def _rank_normaliser(args: Mapping[str, Any]) -> Callable[[Rank], Rank]:
+    """SGLang labels every rank dimension (`pp_rank="0"`) while its log names a dimension only when
+    its size is above 1 (0.4.7+): drop size-1 dimensions so both sources agree on the rank."""
+    single = {dim for dim, key in (("pp", "pp_size"), ("tp", "tp_size"), ("ep", "ep_size"))
+              if args.get(key) == 1}
+
+    def norm(rank: Rank) -> Rank:
+        if not single:
+            return rank
+        return Rank(dp=rank.dp, pp=None if "pp" in single else rank.pp, tp=None if "tp" in single else rank.tp,
+                    ep=None if "ep" in single else rank.ep)
+
+    return norm
+
+
+@dataclass(slots=True)
+class Sidecar:
+    """Wires sources -> state -> advisor; `tick(now)` does one round of work."""
+
+    state: LiveState
+    advisor: Advisor
+    log_input: LogInput | None = None
+    metrics: MetricsInput | None = None
+    timer: Callable[[], float] = field(default=lambda: 0.0)  # monotonic, for durations
+    evaluate_every_s: float = 5.0  # signals and checks are windowed: no need to redo them every tick
+    on_evaluated: Callable[[], None] | None = None  # e.g. pre-render the evaluation's metric families
+    server_overrides: Mapping[str, Any] = field(default_factory=dict)
+    changes: ChangeTracker | None = None  # flag changes and their verdicts (issue 16)
+    _interp: ScrapeInterpreter = field(default_factory=ScrapeInterpreter)
+    _info: ServerInfoClient | None = None
+    _next_scrape: float = float("-inf")
+    _next_info: float = float("-inf")
+    _start_marker: str | None = None
+    _version: str | None = None
+    _last_line_at: float | None = None
+    _next_eval: float = float("-inf")
+    _floor_noted: str | None = None  # the last release floor the log's line formats gave
+    evaluations: int = 0
+    _wall: float = 0.0  # the current tick's time (config events carry no clock of their own)
+
+    def __post_init__(self) -> None:
+        if self.metrics is not None:
+            self._info = ServerInfoClient(self.metrics.base_url, self.metrics.timeout, get=self.metrics.get,
+                                          timer=self.timer)
+        if self.server_overrides:
+            self.state.set_server(args=self.server_overrides)
+
+    @property
+    def ready(self) -> bool:
+        """True once the first evaluation ran."""
+        return self.evaluations > 0
+
+    def tick(self, now: float) -> None:
+        """One round: log, scrape (when due), server info (when due), expiry, evaluation.
+
+        Each source runs guarded: whatever it raises marks that source down (reason `internal`), is
+        counted, and the other sources and the evaluation still run."""
+        self._wall = now
+        if self.log_input is not None:
+            self._guarded("log", now, self._read_log)
+        if self.metrics is not None and now >= self._next_info:
+            self._next_info = now + self.metrics.interval  # retry soon unless it works (then: later)
+            self._guarded("server_info", now, self._refresh_server_info)  # first: ranks need tp/pp/ep sizes
+        if self.metrics is not None and now >= self._next_scrape:
+            self._next_scrape = now + self.metrics.interval
+            self._guarded("metrics", now, self._scrape)
+        self.state.expire(now)
+        if now >= self._next_eval:
+            self._next_eval = now + self.evaluate_every_s
+            self._evaluate(now)
+
+    def _guarded(self, source: str, now: float, step: Callable[[float], None]) -> None:
+        start = self.timer()
+        try:
+            step(now)
+        except Exception as exc:  # a bug or an input nobody foresaw: this source is down, the rest go on
+            log.debug("source %s failed", source, exc_info=True)
+            detail = f"internal error: {type(exc).__name__}: {str(exc)[:200]}"
+            self._record(source, ok=False, duration_s=self.timer() - start, now=now, detail=detail,
+                         reason="internal")
+
+    def _record(self, source: str, *, ok: bool, duration_s: float | None, now: float, detail: str = "",
+                reason: str | None = None) -> None:
+        """Record a source attempt (a failure counted under `reason`); log only when its health changes."""
+        before = self.state.source_up(source)
+        self.state.record_source(source, ok=ok, duration_s=duration_s, now=now, detail=detail, reason=reason)
+        if before is None and ok:
+            log.info("source %s up%s", source, f" ({detail})" if detail else "")
+        elif before is not False and not ok:
+            log.warning("source %s down: %s", source, detail or "no data")
+        elif before is False and ok:
+            log.info("source %s recovered", source)
+
+    # --- log ----------------------------------------------------------------------------------
+    def _read_log(self, now: float) -> None:
+        assert self.log_input is not None
+        src = self.log_input
+        start = self.timer()
+        try:
+            lines = src.follower.poll()
+        except Exception as exc:  # unreadable file, permissions...: report it, keep scraping
+            reason = "permission_denied" if isinstance(exc, PermissionError) else "read_error"
+            self._record("log", ok=False, duration_s=self.timer() - start, now=now,
+                         detail=f"read failed: {exc}", reason=reason)
+            return
+        events = self._parse(src.reader, lines)
+        if lines:
+            self._last_line_at = now
+        elif self._last_line_at is not None and now - self._last_line_at >= src.idle_flush_s:
+            # A multi-line record (traceback, OOM) is held until the next line; a crashed
+            # server writes none, so close the record once the log has been quiet a while.
+            flush = getattr(src.reader, "flush", None)
+            if callable(flush):
+                events.extend(flush())
+            self._last_line_at = None
+        kinds = Counter(e.kind for e in events)
+        self.state.count_log_lines(len(lines), kinds, now)
+        self.state.set_log_totals(unparsed=src.unparsed(), rotations=src.follower.rotations,
+                                  truncations=src.follower.truncations, oversized=src.oversized(),
+                                  unread_bytes=getattr(src.follower, "unread_bytes", 0),
+                                  implausible=self.advisor.implausible_times() if self.advisor.implausible_times else 0)
+        self._apply_config_events(events)
+        self.state.add_events(events, now)
+        if events:
+            self._observe(events, now)
+            self._note_version_floor()
+        exists = src.exists()
+        problem = getattr(src.follower, "problem", None)  # (reason, detail): e.g. permission denied
+        if getattr(src.follower, "eof", False):
+            reason, gone = "closed", "input closed by its writer"
+        elif isinstance(problem, tuple):
+            reason, gone = problem
+        else:
+            reason, gone = "not_found", "log file not found (waiting for it)"
+        self._record("log", ok=exists, duration_s=self.timer() - start, now=now, detail="" if exists else gone,
+                     reason=None if exists else reason)
+
+    @staticmethod
+    def _parse(reader: EventFeed, lines: list[str]) -> list[Event]:
+        events: list[Event] = []
+        feed_lines = getattr(reader, "feed_lines", None)
+        if feed_lines is not None and lines:
+            # One call per poll (same events as line by line, a fraction of the per-line cost).
+            try:
+                events.extend(feed_lines(lines))
+                return events
+            except Exception as exc:  # a parser bug must not stop the sidecar
+                log.warning("%d log lines not parsed: %s", len(lines), exc)
+                return events
+        for line in lines:
+            try:
+                events.extend(reader.feed(line))
+            except Exception as exc:  # a parser bug must not stop the sidecar
+                log.warning("log line not parsed: %s", exc)
+        return events
+
+    def _observe(self, events: list[Event], now: float) -> None:
+        """Events -> observations (a Decode line's values as one Sample) -> live state and window."""
+        adv = self.advisor
+        window = adv.window
+        if adv.to_samples is not None:
+            items = adv.to_samples(events, now)
+            self.state.add_observations(items, now)
+            if window is not None:
+                window.add_items(items)
+            return
+        if adv.to_observations is not None:
+            obs = adv.to_observations(events, now)
+            self.state.add_observations(obs, now)
+            if window is not None:
+                for o in obs:
+                    window.add(o)
+
+    def _note_version_floor(self) -> None:
+        floor = self.advisor.version_floor() if self.advisor.version_floor is not None else None
+        if floor is None or floor == self._floor_noted:
+            return  # most ticks: nothing new
+        self._floor_noted = floor
+        cur = self.state.server_version()
+        known = merge_version(cur, floor)  # a real release (version line, server info) is kept
+        if known != cur:
+            self.state.set_server(version=known)
+
+    def _apply_config_events(self, events: Iterable[Event]) -> None:
+        for e in events:
+            if e.kind == "server_args":
+                args: dict[str, Any] = {}
+                cut = 0
+                for k, v in e.fields.items():
+                    if isinstance(v, (dict, list)):
+                        continue
+                    if isinstance(v, str):
+                        v, was_cut = limits.clip_text(v)  # label values and page text: bounded
+                        cut += was_cut
+                    args[k] = v
+                self.state.count_truncations("log", "string", cut)
+                self.state.set_server(args=args, model_name=_sgl_arg_model(args))
+                if self.changes is not None:  # a new startup section of the followed log
+                    t = plausible_seconds(e.time)
+                    self.changes.note_args({**args, **self.server_overrides}, "log",
+                                           t if t is not None else self._log_now(self._wall))
+                if self.server_overrides:
+                    self.state.set_server(args=self.server_overrides)
+            elif e.kind == "version" and isinstance(e.fields.get("version"), str):
+                self.state.set_server(version=e.fields["version"])
+
+    # --- SGLang HTTP --------------------------------------------------------------------------
+    def _scrape(self, now: float) -> None:
+        assert self.metrics is not None
+        m = self.metrics
+        start = self.timer()
+        try:
+            body = m.get(m.base_url.rstrip("/") + "/metrics", m.timeout)
+        except HttpError as exc:
+            self._record("metrics", ok=False, duration_s=self.timer() - start, now=now,
+                         detail=str(exc), reason=exc.reason)
+            return
+        if len(body) > limits.MAX_METRICS_BODY_BYTES:  # an injected getter without the cap
+            self._record("metrics", ok=False, duration_s=self.timer() - start, now=now, reason="too_large",
+                         detail=f"/metrics body larger than {limits.MAX_METRICS_BODY_BYTES} bytes")
+            return
+        exposition = parse_exposition(body.decode("utf-8", errors="replace"), keep=wanted)
+        for limit, n in (("line", exposition.long_lines), ("label_value", exposition.clipped_labels),
+                         ("samples", exposition.dropped_samples)):
+            self.state.count_truncations("metrics", limit, n)
+        result = self._interp.interpret(exposition, self._log_now(now))
+        norm = _rank_normaliser(self.state.server_state().args)
+        # With a working log, counted events come from its lines: the scrape's counter deltas
+        # would count the same retractions and batches twice.
+        log_up = self.log_input is not None and bool(self.state.source_up("log"))
+        normal: dict[Rank, Rank] = {}  # one scrape names each rank in many samples: normalise once
+
+        def normalised(rank: Rank) -> Rank:
+            n = normal.get(rank)
+            if n is None:
+                n = normal[rank] = norm(rank)
+            return n
+
+        observations = [o if (r := normalised(o.rank)) is o.rank or r == o.rank else Observation(o.time, o.name, o.value, r, o.source)
+                        for o in result.observations if not (log_up and o.name in COUNTED)]
+        self.state.add_observations(observations, now)
+        if self.advisor.window is not None:
+            for o in observations:
+                self.advisor.window.add(o)
+        self.state.record_scrape(garbage_lines=result.garbage_lines, samples=result.samples,
+                                 model_name=result.model_name, restarted=result.restarted)
+        ok = result.samples > 0
+        self._record("metrics", ok=ok, duration_s=self.timer() - start, now=now,
+                     detail="" if ok else "no samples (is --enable-metrics set?)",
+                     reason=None if ok else "invalid")
+        if result.restarted:
+            self._next_info = now  # re-read args and version of the new process at once
+
+    def _refresh_server_info(self, now: float) -> None:
+        assert self.metrics is not None and self._info is not None
+        res = self._info.fetch()
+        if res.info is None:
+            self._record("server_info", ok=False, duration_s=res.duration_s, now=now,
+                         detail=res.error or "", reason=res.reason or "connection")
+            self._next_info = now + self.metrics.interval  # retry soon
+            return
+        info = res.info
+        for limit, n in info.truncated.items():
+            self.state.count_truncations("server_info", limit, n)
+        restarted = ((self._start_marker is not None and info.start_marker != self._start_marker)
+                     or (self._version is not None and info.version != self._version))
+        if restarted:
+            self.state.count_restart()
+        self._start_marker, self._version = info.start_marker, info.version
+        args = dict(info.args)
+        if info.max_total_num_tokens is not None:
+            args["max_total_num_tokens"] = info.max_total_num_tokens
+        args.update(self.server_overrides)
+        self.state.set_server(version=info.version, args=args, model_name=info.model_name, endpoint=res.endpoint)
+        if self.changes is not None:  # the server answering other values
+            self.changes.note_args(args, "server_info", self._log_now(now))
+        # Per DP rank, as fallbacks of the ranks' own (log) facts: no rank of their own.
+        self.state.set_server_facts(info.rank_facts)
+        if self.advisor.window is not None:
+            self.advisor.window.set_server_facts(info.rank_facts)
+        self._record("server_info", ok=True, duration_s=res.duration_s, now=now,
+                                 detail=res.endpoint or "")
+        self._next_info = now + self.metrics.server_info_interval
+
+    # --- guide ----------------------------------------------------------------------------------
+    def _log_now(self, wall: float) -> float:
+        return self.advisor.log_now(wall) if self.advisor.log_now is not None else wall
+
+    def _evaluate(self, wall: float) -> None:
+        adv = self.advisor
+        now = self._log_now(wall)
+        signals: Mapping[Rank, Mapping[str, float | None]] = {}
+        findings: list[Finding] = []
+        document: Callable[[], Mapping[str, Any]] | None = None
+        server = self.state.server_state()
+        try:
+            if adv.window is not None:
+                adv.window.prune(now)
+                signals = adv.window.signals(now)
+            if adv.evaluate is not None:
+                findings = adv.evaluate(signals, server)
+        except Exception:  # an advisor bug must not take /metrics down
+            log.exception("evaluation failed")
+        make_doc = adv.document
+        if make_doc is not None:
+            frozen = (list(findings), signals, server)
+
+            def document() -> Mapping[str, Any]:
+                return make_doc(frozen[0], frozen[1], frozen[2], now)
+
+        self.state.set_evaluation(signals=signals, findings=findings, document=document, now=wall,
+                                  exported=adv.exported_signals)
+        if self.changes is not None:
+            self.changes.observe(now, signals, findings)
+        if self.on_evaluated is not None:
+            try:
+                self.on_evaluated()
+            except Exception:
+                log.exception("post-evaluation hook failed")
+        self.evaluations += 1

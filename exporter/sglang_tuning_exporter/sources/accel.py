@@ -1,0 +1,68 @@
+"""The optional C accelerator of the log reader (`_scan`), configured from logparse's own tables.
+
+`SCAN` is the configured module, or None when it was not built (no compiler at install time) or
+`SGLANG_TUNING_PURE_PYTHON=1` turns it off; the reader then runs the pure-Python path, which
+tests/test_scan_accel.py holds it to: the same events, line numbers and statistics.
+"""
+
+from __future__ import annotations
+
+import array
+import os
+from types import ModuleType
+from typing import Any
+
+from sglang_tuning_exporter.core import events as ev
+from sglang_tuning_exporter.core.events import Event
+from sglang_tuning_exporter.sources import logparse
+
+ENV_DISABLE = "SGLANG_TUNING_PURE_PYTHON"
+# logparse's converters by the code the C side knows them by; keys with any other stay in Python.
+_CONV_CODES: dict[Any, int] = {int: 0, float: 1, logparse._to_bool: 2, logparse._to_ratio: 3}
+
+
+# What diagnose's buckets sum per Decode/Prefill line, by role (see _scan.c line_accumulate): Decode
+# (running, usage, graph, throughput, queue), Prefill (new, cached, usage, running, queue); a line
+# without running or queue goes through the Python path.
+DECODE_COLUMNS = ("num_running_reqs", "token_usage", "cuda_graph", "gen_throughput", "num_queue_reqs")
+PREFILL_COLUMNS = ("num_new_tokens", "num_cached_tokens", "token_usage", "num_running_reqs", "num_queue_reqs")
+
+
+def configure(mod: ModuleType) -> None:
+    """Hand the parser's tables to the C module (it holds none of its own)."""
+    keys = [(raw, name, _CONV_CODES[conv], logparse._GRAPH_LABELS.get(raw))
+            for raw, (name, conv) in logparse._BATCH_KEYS.items() if conv in _CONV_CODES]
+    descriptors = tuple(Event.__dict__[slot] for slot in ("line", "kind", "time", "rank", "fields"))
+    ranks = tuple(logparse._RANK_KEYS[tag] for tag in ("DP", "PP", "TP", "EP", "ATTN_CP", "MOE_DP"))
+    mod.configure(Event, descriptors, (ev.DECODE, ev.PREFILL), keys, list(logparse.dispatch_markers()),
+                  ("forward_iter", "token_usage", "graph_backend"), logparse.POOL_USAGES, ranks)
+    # Retraction keys, the one every retract event has first (the C side requires keys[0]).
+    rkeys = sorted(((raw, name) for raw, (name, conv) in logparse._RETRACT_KEYS.items() if conv is int),
+                   key=lambda kv: kv[1] != "num_retracted_reqs")
+    mod.configure_retract(ev.RETRACT, logparse.RETRACT_HEAD_STD, rkeys,
+                          ("new_token_ratio_before", "new_token_ratio_after"))
+    mod.configure_columns(DECODE_COLUMNS, PREFILL_COLUMNS)
+
+
+# What the rest of the package calls; `_scan.c`'s histograms are int32 ('i') or int64 ('q') arrays.
+_ENTRY_POINTS = ("configure", "configure_columns", "configure_retract", "scan_lines", "scan_buffer",
+                 "scan_buckets", "freeze_hist", "group_hists")
+
+
+def load(disabled: bool | None = None) -> ModuleType | None:
+    """The configured accelerator, or None (not built, or turned off)."""
+    if disabled is None:
+        disabled = os.environ.get(ENV_DISABLE, "") not in ("", "0")
+    if disabled:
+        return None
+    try:
+        from sglang_tuning_exporter.sources import _scan
+    except ImportError:
+        return None
+    if not all(hasattr(_scan, name) for name in _ENTRY_POINTS) or array.array("i").itemsize != 4:
+        return None  # a stale build from an older source (or an odd platform): the Python path is safe
+    configure(_scan)
+    return _scan
+
+
+SCAN: ModuleType | None = load()

@@ -1,0 +1,320 @@
+"""SGLang /metrics text -> samples -> canonical observations (pure: no I/O, no clock).
+
+Two layers: `parse_exposition` reads the Prometheus text format tolerantly (bad lines are counted,
+never fatal) and `ScrapeInterpreter` maps SGLang's metric names, in either spelling (`sglang:x` or
+`sglang_x`) and across releases, to the observation names the log parser also produces. Counters
+become deltas between scrapes; a counter going backwards means SGLang restarted.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+
+from sglang_tuning_exporter.core import limits
+from sglang_tuning_exporter.core.model import Observation, Rank
+
+_NAME = r"[a-zA-Z_:][a-zA-Z0-9_:]*"
+_SAMPLE_RE = re.compile(rf"^\s*({_NAME})\s*(\{{.*\}})?\s+(\S+)(?:\s+(-?\d+))?\s*$")
+_NAME_RE = re.compile(_NAME)
+_LABEL_RE = re.compile(r'\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*=\s*"((?:[^"\\]|\\.)*)"\s*(,|$)')
+_ESCAPES = {"\\\\": "\\", '\\"': '"', "\\n": "\n"}
+
+
+@dataclass(frozen=True, slots=True)
+class Sample:
+    """One exposition sample as written: raw name (any spelling), labels, value, 1-based line."""
+
+    name: str
+    labels: tuple[tuple[str, str], ...]
+    value: float
+    line: int
+
+    def label_map(self) -> dict[str, str]:
+        """The labels as a dict."""
+        return dict(self.labels)
+
+
+@dataclass(frozen=True, slots=True)
+class Exposition:
+    """The result of parsing one /metrics body."""
+
+    samples: tuple[Sample, ...]
+    types: Mapping[str, str]
+    garbage_lines: int  # lines that are neither comments, blank, nor valid samples
+    lines: int
+    sample_lines: int = 0  # sample lines seen, including those skipped by `keep`
+    # What the limits cut (docs/sidecar.md, "Limits"): lines past MAX_EXPOSITION_LINE_CHARS (skipped,
+    # not counted as garbage), label values cut to MAX_LABEL_VALUE_CHARS, samples past MAX_SCRAPE_SAMPLES.
+    long_lines: int = 0
+    clipped_labels: int = 0
+    dropped_samples: int = 0
+
+
+def _unescape(value: str) -> str:
+    if "\\" not in value:
+        return value  # the usual label value: nothing to undo
+    return re.sub(r'\\[\\"n]', lambda m: _ESCAPES[m.group(0)], value)
+
+
+def _parse_labels(body: str, clipped: list[int]) -> tuple[tuple[str, str], ...] | None:
+    inner = body[1:-1].strip()
+    labels: list[tuple[str, str]] = []
+    pos = 0
+    limit = limits.MAX_LABEL_VALUE_CHARS
+    while pos < len(inner):
+        m = _LABEL_RE.match(inner, pos)
+        if m is None:
+            return None
+        value = _unescape(m.group(2))
+        if len(value) > limit:
+            value = value[:limit]  # e.g. a 256 KiB model_name would be copied onto every series we export
+            clipped[0] += 1
+        labels.append((m.group(1), value))
+        pos = m.end()
+    return tuple(sorted(labels))
+
+
+def _parse_value(text: str) -> float | None:
+    try:
+        return float(text)  # accepts NaN, +Inf, -Inf, exponents
+    except ValueError:
+        return None
+
+
+def parse_exposition(text: str, keep: Callable[[str], bool] | None = None) -> Exposition:
+    """Parse Prometheus text exposition; garbage lines are counted, never raised.
+
+    `keep(name)`: when given, well-formed samples of other families are skipped unparsed (a scrape
+    only needs a dozen of SGLang's hundreds of series); they still count in `sample_lines`. `keep`
+    must be pure: it is asked once per distinct name.
+    """
+    samples: list[Sample] = []
+    types: dict[str, str] = {}
+    garbage = 0
+    skipped = 0
+    long_lines = dropped = 0
+    clipped = [0]
+    max_line, max_samples = limits.MAX_EXPOSITION_LINE_CHARS, limits.MAX_SCRAPE_SAMPLES
+    unread_names: dict[str, bool] = {}  # name -> a well-formed name `keep` rejects
+    lines = text.split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    for no, raw in enumerate(lines, start=1):
+        line = raw.rstrip("\r")
+        stripped = line.strip()
+        if not stripped:
+            continue
+        if len(stripped) > max_line:
+            long_lines += 1  # bounded work per line whatever a hostile server sends
+            continue
+        if stripped.startswith("#"):
+            parts = stripped.split(None, 3)
+            if len(parts) >= 4 and parts[1] == "TYPE":
+                types[parts[2]] = parts[3].strip()
+            continue
+        if keep is not None:
+            head = stripped.split("{", 1)[0].split(None, 1)
+            if not head:
+                garbage += 1  # `{} 1`: a sample without a name
+                continue
+            name = head[0]
+            unread = unread_names.get(name)
+            if unread is None:
+                # A family's lines (histogram buckets, one per rank) share the name: decide it once.
+                unread = unread_names[name] = not keep(name) and _NAME_RE.fullmatch(name) is not None
+            if unread and ("}" in stripped or "{" not in stripped):
+                try:
+                    float(stripped.rsplit(None, 1)[-1])  # `_parse_value` inline: a well-formed value
+                except ValueError:
+                    pass
+                else:
+                    skipped += 1
+                    continue
+        m = _SAMPLE_RE.match(line)
+        if m is None:
+            garbage += 1
+            continue
+        labels = _parse_labels(m.group(2), clipped) if m.group(2) else ()
+        value = _parse_value(m.group(3))
+        if labels is None or value is None:
+            garbage += 1
+            continue
+        if len(samples) >= max_samples:
+            dropped += 1
+            continue
+        samples.append(Sample(m.group(1), labels, value, no))
+    return Exposition(tuple(samples), types, garbage, len(lines), len(samples) + skipped + dropped,
+                      long_lines, clipped[0], dropped)
+
+
+def base_name(name: str) -> str | None:
+    """`sglang:token_usage` or `sglang_token_usage` -> `token_usage`; None for other families."""
+    if name.startswith("sglang:"):
+        return name[7:]
+    if name.startswith("sglang_") and not name.startswith("sglang_tuning_"):
+        return name[7:]
+    return None
+
+
+# Gauges that map one-to-one onto observation names (log parser vocabulary).
+GAUGES: dict[str, str] = {
+    "num_queue_reqs": "num_queue_reqs",
+    "num_running_reqs": "num_running_reqs",
+    "token_usage": "token_usage",
+    "gen_throughput": "gen_throughput",
+    "num_used_tokens": "num_used_tokens",
+    "max_total_num_tokens": "max_total_num_tokens",
+    "max_running_requests": "max_running_requests",  # 0.3.x only
+    "context_len": "context_len",
+    "startup_available_gpu_memory_gb": "available_gpu_mem_gb",
+    "weight_memory_usage_gb": "weights_gb",  # 0.5.17+, set once at start-up
+    "kv_cache_memory_usage_gb": "kv_cache_gb",  # 0.5.17+: the KV pools' size (the log's `KV Cache is allocated`)
+}
+# Gauges with one series per `phase` label summed into one observation per rank: the memory the captured
+# graphs took (0.5.17+; phases prefill, decode, target_verify, draft_*), the log's capture `mem usage`.
+PHASE_SUMS: dict[str, str] = {"graph_memory_usage_gb": "graph_memory_gb"}
+# Counters (or cumulative gauges) turned into deltas: (base name, mode label or None) -> observation.
+COUNTERS: dict[tuple[str, str | None], str] = {
+    ("num_retracted_requests_total", None): "retraction",
+    ("total_retracted_reqs", None): "retraction",  # 0.4.10-0.5.2: a cumulative gauge
+    ("cuda_graph_passes_total", "decode_cuda_graph"): "decode_cuda_graph_passes",
+    ("cuda_graph_passes_total", "decode_none"): "decode_eager_passes",
+    ("realtime_tokens_total", "prefill_cache"): "prefill_cached_tokens",
+    ("realtime_tokens_total", "prefill_compute"): "prefill_new_tokens",
+    # PD prefill nodes' optimistic-prefill retries (0.5.8+): read and counted, no check judges them yet.
+    ("num_prefill_retries_total", None): "prefill_retries",
+}
+COUNTED = frozenset(COUNTERS.values())  # observations that are counter deltas (the log has them line by line)
+# Tokenizer-side counters: the prefill-token fallback before realtime_tokens_total (0.5.7).
+TOKENIZER_COUNTERS = ("cached_tokens_total", "prompt_tokens_total")
+# Known broken or misleading families (sglang-metrics.md): never read.
+IGNORED = frozenset({"is_cuda_graph", "utilization", "num_retracted_reqs", "cache_hit_rate",
+                     "max_running_requests_under_SLO"})
+_RANK_LABELS = (("dp_rank", "dp"), ("pp_rank", "pp"), ("tp_rank", "tp"), ("moe_ep_rank", "ep"))
+
+
+_WANTED = frozenset((*GAUGES, *PHASE_SUMS, *(k[0] for k in COUNTERS), *TOKENIZER_COUNTERS))
+
+
+def wanted(name: str) -> bool:
+    """Whether the interpreter reads this family (the `keep` filter for parse_exposition)."""
+    base = base_name(name)
+    return base is not None and base in _WANTED
+
+
+def rank_of(labels: Mapping[str, str]) -> Rank:
+    """The scheduler rank named by SGLang's labels (absent or non-numeric -> None)."""
+    values: dict[str, int] = {}
+    for label, key in _RANK_LABELS:
+        raw = labels.get(label, "").strip()
+        # A rank is a small number: a 4300-digit label is not one (int() would raise past Python's limit).
+        if 0 < len(raw) <= 9 and raw.lstrip("-").isdigit():
+            values[key] = int(raw)
+    return Rank.from_dict(values)
+
+
+def model_of(labels: Mapping[str, str]) -> str | None:
+    """`model_name`, or `name` in the first metrics release (0.3.x)."""
+    return labels.get("model_name") or labels.get("name") or None
+
+
+@dataclass(frozen=True, slots=True)
+class ScrapeResult:
+    """What one scrape told us."""
+
+    observations: tuple[Observation, ...]
+    model_name: str | None
+    restarted: bool  # a counter went backwards: SGLang restarted since the previous scrape
+    garbage_lines: int
+    samples: int
+
+
+@dataclass(slots=True)
+class ScrapeInterpreter:
+    """Maps successive expositions to observations; remembers counters to produce deltas."""
+
+    _last: dict[tuple[str, Rank], float] = field(default_factory=dict)
+
+    def reset(self) -> None:
+        """Forget counter baselines (e.g. after SGLang was found restarted by other means)."""
+        self._last.clear()
+
+    def interpret(self, exposition: Exposition, now: float) -> ScrapeResult:
+        """Observations at time `now` from one exposition."""
+        obs: list[Observation] = []
+        totals: dict[tuple[str, Rank], float] = {}
+        tokenizer: dict[str, float] = {}
+        tokenizer_by_source: dict[str, dict[str, float]] = {}
+        model: str | None = None
+        seen_new_retraction_counter: set[Rank] = set()
+        phase_sums: dict[tuple[str, Rank], float] = {}
+        for s in exposition.samples:
+            base = base_name(s.name)
+            if base is None or base in IGNORED:
+                continue
+            labels = s.label_map()
+            if labels.get("priority", "") != "":
+                continue  # per-priority breakdown: the total is the priority="" series
+            model = model or model_of(labels)
+            if base in GAUGES:
+                if math.isfinite(s.value):
+                    obs.append(Observation(now, GAUGES[base], s.value, rank_of(labels), "metrics"))
+                continue
+            if base in PHASE_SUMS:
+                if math.isfinite(s.value):
+                    pk = (PHASE_SUMS[base], rank_of(labels))
+                    phase_sums[pk] = phase_sums.get(pk, 0.0) + s.value
+                continue
+            key = (base, labels.get("mode"))
+            if key not in COUNTERS:
+                key = (base, None)
+            if key in COUNTERS:
+                rank = rank_of(labels)
+                if base == "num_retracted_requests_total":
+                    seen_new_retraction_counter.add(rank)
+                name = COUNTERS[key]
+                # The cumulative gauge is only a fallback for releases without the counter.
+                tag = "legacy" if base == "total_retracted_reqs" else name
+                k = (tag, rank)
+                totals[k] = totals.get(k, 0.0) + s.value
+                continue
+            if base in TOKENIZER_COUNTERS:
+                source = labels.get("cache_source")
+                if base == "cached_tokens_total" and source is not None:
+                    tokenizer_by_source.setdefault(base, {})
+                    d = tokenizer_by_source[base]
+                    d[source] = d.get(source, 0.0) + s.value
+                else:
+                    tokenizer[base] = tokenizer.get(base, 0.0) + s.value
+        obs.extend(Observation(now, name, v, rank, "metrics") for (name, rank), v in phase_sums.items())
+        for base, by_source in tokenizer_by_source.items():
+            # `total` when SGLang has no breakdown; otherwise sum the sources.
+            tokenizer[base] = tokenizer.get(base, 0.0) + by_source.get(
+                "total", sum(v for k, v in by_source.items() if k != "total"))
+        has_realtime = any(tag in ("prefill_cached_tokens", "prefill_new_tokens") for tag, _ in totals)
+        if not has_realtime and "cached_tokens_total" in tokenizer and "prompt_tokens_total" in tokenizer:
+            cached = tokenizer["cached_tokens_total"]
+            totals[("prefill_cached_tokens", Rank())] = cached
+            totals[("prefill_new_tokens", Rank())] = max(0.0, tokenizer["prompt_tokens_total"] - cached)
+        restarted = False
+        for (tag, rank), value in sorted(totals.items(), key=lambda kv: (kv[0][0], kv[0][1])):
+            if not math.isfinite(value):
+                continue
+            if tag == "legacy" and rank in seen_new_retraction_counter:
+                continue
+            name = "retraction" if tag == "legacy" else tag
+            prev = self._last.get((tag, rank))
+            self._last[(tag, rank)] = value
+            if prev is None:
+                continue  # first sight: a baseline, not something that happened now
+            delta = value - prev
+            if delta < 0:
+                restarted = True
+                delta = value  # counter reset: everything since the restart is new
+            if delta > 0:
+                obs.append(Observation(now, name, delta, rank, "metrics"))
+        return ScrapeResult(tuple(obs), model, restarted, exposition.garbage_lines,
+                            max(exposition.sample_lines, len(exposition.samples)))
