@@ -209,6 +209,8 @@ def build_plan(table: CheckTable, findings: Sequence[Finding], signals: RankSign
                     f"{lead.action} to it only if the server is not already past it")
         then = (f"watch {c.plan.watch} for {c.plan.watch_for}" if c.plan.watch else
                 "watch the check's signal for 30 min of normal traffic")
+        if isinstance(to, float) and to.is_integer() and isinstance(current, int) and not isinstance(current, bool):
+            to = int(to)  # an integer flag (batch sizes, request counts) keeps integer values
         steps.append({"step": 0, "flag": lead.flag,
                       "action": "client" if lead.flag is None else lead.action,
                       "current": current, "to": to, "checks": names, "why": why, "then": then,
