@@ -238,6 +238,7 @@ def soak(args: argparse.Namespace) -> int:
                 if now >= end:
                     break
                 time.sleep(min(0.5, max(0.0, end - now)))
+            body = urllib.request.urlopen(url, timeout=10).read()  # the state at the end, for the summary
             if trace_out:
                 snap = take_snapshot(child, trace_out)
                 snapshots += [snap] if snap else []
@@ -257,8 +258,12 @@ def soak(args: argparse.Namespace) -> int:
     slope = (half[-1][1] - half[0][1]) / max(1e-9, (half[-1][0] - half[0][0]) / 60) if len(half) > 1 else 0.0
     print(f"duration            {tb:.0f} s, {lb - la} lines ({(lb - la) / tb:.0f}/s), {args.ranks} ranks in log; "
           f"tracked ranks {tracked.group(1) if tracked else '?'}, /metrics {series} series")
+    last = [s for s in samples if s[0] >= tb - 60]
+    last_slope = ((last[-1][1] - last[0][1]) / max(1e-9, (last[-1][0] - last[0][0]) / 60)
+                  if len(last) > 1 else 0.0)
     print(f"RSS                 end {rb:.1f} MB, peak {max(rss):.1f} MB, first {rss[0]:.1f} MB; "
-          f"second half {slope:+.2f} MB/min (target < 80 MB)")
+          f"second half {slope:+.2f} MB/min, last minute {last_slope:+.2f} MB/min (target < 80 MB; "
+          f"flat only once the window is full)")
     print(f"CPU                 {100 * (cb - ca) / tb:.2f} % of one core over the run"
           + (" (tracemalloc on: CPU and RSS inflated)" if trace_out else ""))
     return 0
