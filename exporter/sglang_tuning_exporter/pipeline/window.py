@@ -145,6 +145,9 @@ class Window:
         if b and b[-1][0] == start:
             return b[-1][1]
         if not b or b[-1][0] < start:
+            if b:
+                # Sealed: its histograms become compact arrays (a writer of late data thaws it again).
+                b[-1][1].freeze()
             nb = Bucket()
             b.append((start, nb))
             return nb

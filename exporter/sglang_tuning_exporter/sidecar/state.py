@@ -91,14 +91,22 @@ class Snapshot:
 class _RankData:
     last_seen: float
     gauges: dict[str, float] = field(default_factory=dict)
-    no_graph: deque[tuple[float, float]] = field(default_factory=deque)
+    # Eager decode batch sizes per arrival tick (a poll's lines share it): {batch size: count}, so a
+    # busy window holds one small dict per tick, not one tuple per batch.
+    no_graph: deque[tuple[float, dict[float, int]]] = field(default_factory=deque)
     # The same batch sizes as value -> count, and their p90 (None: recompute), so that a snapshot
     # does not sort every eager batch of the window.
     no_graph_counts: dict[float, int] = field(default_factory=dict)
     no_graph_p90: float | None = None
 
     def add_no_graph(self, now: float, bs: float) -> None:
-        self.no_graph.append((now, bs))
+        q = self.no_graph
+        if q and q[-1][0] == now:
+            tick = q[-1][1]
+        else:
+            tick = {}
+            q.append((now, tick))
+        tick[bs] = tick.get(bs, 0) + 1
         counts = self.no_graph_counts
         counts[bs] = counts.get(bs, 0) + 1
         self.no_graph_p90 = None
@@ -332,12 +340,12 @@ class LiveState:
         if q and now - q[0][0] > self.window_s:
             counts = data.no_graph_counts
             while q and now - q[0][0] > self.window_s:
-                bs = q.popleft()[1]
-                left = counts[bs] - 1
-                if left:
-                    counts[bs] = left
-                else:
-                    del counts[bs]
+                for bs, n in q.popleft()[1].items():
+                    left = counts[bs] - n
+                    if left:
+                        counts[bs] = left
+                    else:
+                        del counts[bs]
             data.no_graph_p90 = None
 
     def count_log_lines(self, lines: int, events_by_kind: Mapping[str, int], now: float | None) -> None:
