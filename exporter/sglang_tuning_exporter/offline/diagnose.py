@@ -42,7 +42,7 @@ from sglang_tuning_exporter.sources.logreader import (
     _DEDUP_DISTANCE,
     split_ranges,
 )
-from sglang_tuning_exporter.sources.tail import InputError, InputLines, open_input
+from sglang_tuning_exporter.sources.tail import InputError
 
 HELP = "diagnose whole SGLang logs offline (plain, .gz or -) and print the tuning guide's findings"
 FORMATS = ("text", "json", "markdown", "html")
@@ -166,44 +166,38 @@ def diagnose_source(source: str, table: CheckTable, cfg: Config, profile: str, w
     return out
 
 
-def _stdin_input() -> InputLines:
+def _stdin_bytes() -> IO[bytes]:
     """stdin, gunzipped when it starts with the gzip magic (`zcat` is not needed)."""
     raw = sys.stdin.buffer
     head = raw.peek(2)[:2] if hasattr(raw, "peek") else b""
-    stream = cast(IO[bytes], gzip.GzipFile(fileobj=raw, mode="rb")) if head == b"\x1f\x8b" else raw
-    return InputLines("-", stdin=stream)
+    return cast(IO[bytes], gzip.GzipFile(fileobj=raw, mode="rb")) if head == b"\x1f\x8b" else raw
 
 
 def _run_sequential(source: str, plain: bool, d: Diagnosis, progress: Progress, *, fast: bool = True) -> None:
+    """Every input form through the one read path: blocks of bytes cut after their last newline."""
     scanner = Scanner(d.res, d.cfg.usage_good, d.window.params.queue_band, fast=fast)
-    if plain:
-        _run_plain(source, d, scanner, progress)
+    if source == "-":
+        _run_blocks(_stdin_bytes(), d, scanner, progress)
         return
-    with (_stdin_input() if source == "-" else open_input(source)) as inp:
-        done = 0
-        for batch in inp.chunks():  # the input's own blocks of lines
-            d.add_chunk(scanner.scan(batch, final=False))
-            done += sum(len(x) + 1 for x in batch)
-            progress.update(done)
-    d.add_chunk(scanner.scan([], final=True))
+    with (open(source, "rb") if plain else gzip.open(source, "rb")) as fh:
+        _run_blocks(cast(IO[bytes], fh), d, scanner, progress)
 
 
-def _run_plain(source: str, d: Diagnosis, scanner: Scanner, progress: Progress) -> None:
-    """A plain file in blocks of text cut after their last newline, as the parallel workers read it."""
+def _run_blocks(fh: IO[bytes], d: Diagnosis, scanner: Scanner, progress: Progress) -> None:
+    """Blocks of text cut after their last newline, as the parallel workers read a range."""
     carry = b""
     done = 0
-    with open(source, "rb") as fh:
-        while True:
-            data = fh.read(BLOCK_BYTES)
-            if not data:
-                break
-            buf = carry + data if carry else data
-            cut = buf.rfind(b"\n") + 1
-            carry = buf[cut:]
-            if cut:
-                d.add_chunk(scanner.scan_bytes(buf[:cut], final=False))
-            done += len(data)
-            progress.update(done)
+    while True:
+        data = fh.read(BLOCK_BYTES)
+        if not data:
+            break
+        buf = carry + data if carry else data
+        cut = buf.rfind(b"\n") + 1
+        carry = buf[cut:]
+        if cut:
+            d.add_chunk(scanner.scan_bytes(buf[:cut], final=False))
+        done += len(data)
+        progress.update(done)
     d.add_chunk(scanner.scan_bytes(carry, final=True))
 
 

@@ -91,6 +91,7 @@ class Diagnosis:
         self.server = ServerState()
         self.overrides = server_overrides
         self.step, self.res = grid(cfg.window_s, end_hint)
+        self.end_aligned = end_hint is not None and not live_grid
         if live_grid:
             self.res = cfg.window_s / LIVE_BUCKETS
         self.window: Window = window_for(table, profile, cfg, expire_s=math.inf)
@@ -166,6 +167,10 @@ class Diagnosis:
                 e = new_event(e.line + off, e.kind, e.time, e.rank, e.fields)  # dataclasses.replace, cheaper
             for o in self.conv.convert(e):
                 items.append((o.time, 0, o))
+        if self.end_aligned and self.conv.log_clock.jumps:
+            # The clock was set back: the log's last stamp is not its last log time, so the grid laid to
+            # end there would cut the last window short.
+            raise ClockSetBack(self.conv.log_clock.latest or 0.0)
         latest = self.last_t
         for (dp, pp, start), b in chunk.buckets.items():
             if latest is not None and start + self.res < latest - BACKWARD_TOLERANCE_S:

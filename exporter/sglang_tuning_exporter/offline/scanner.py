@@ -24,11 +24,10 @@ from sglang_tuning_exporter.core.timeparse import (
     plausible_seconds,
 )
 from sglang_tuning_exporter.core.versions import version_tuple
-from sglang_tuning_exporter.pipeline.observations import batch_usage, number
+from sglang_tuning_exporter.pipeline.observations import number
 from sglang_tuning_exporter.pipeline.signals import Bucket, FrozenHist, use_freezer
 from sglang_tuning_exporter.pipeline.window import EventKey, bucket_start, tp_dedup
 from sglang_tuning_exporter.sources.accel import SCAN
-from sglang_tuning_exporter.sources.logparse import parse_line
 from sglang_tuning_exporter.sources.logreader import (
     _MAX_BLOCK_LINES,
     EventReader,
@@ -107,7 +106,8 @@ def _tags(text: str) -> tuple[int | None, int | None]:
 
 
 class Scanner:
-    """Scans text into per-rank buckets (fast path) and events (everything else), chunk by chunk."""
+    """Scans bytes into per-rank buckets (Decode/Prefill lines summed by the C accelerator) and events
+    (everything else, and every line without the accelerator), chunk by chunk."""
 
     def __init__(self, resolution_s: float, usage_good: float, band: tuple[float, float] = (100.0, 2000.0), *,
                  fast: bool = True, known_oom: tuple[int, str] | None = None) -> None:
@@ -115,58 +115,14 @@ class Scanner:
         # end of one scan call is completed by the next (its lines are numbered from 1 across calls).
         self.reader = EventReader(1)
         self.reader._last_oom = known_oom  # an OOM logged just before this stream (parallel ranges)
-        self.use_fast = fast  # False: every line goes through the full parser (tests compare both)
+        self.use_fast = fast  # False: the accelerator is not used (tests compare both)
         self.res = resolution_s
         self.usage_good = usage_good
         self.band = band
-        self._minutes: dict[str, float | None] = {}
-        self._tag_cache: dict[str, tuple[float, int | None, int | None] | None] = {}
-        self._seconds: dict[str, float] = {}  # `YYYY-MM-DD HH:MM:SS` of a valid stamp -> epoch seconds
         self._last_t: float | None = None  # last dated time seen (fast lines and dated events)
-        self._rows: dict[_BucketKey, _Pending] = {}
-        self._prows: dict[_BucketKey, _Pending] = {}  # the same for fast Prefill lines
         # Decode and Prefill lines summed by the C accelerator: bucket key -> [totals, 4 histograms]
         self._cols: tuple[dict[_BucketKey, list[Any]], dict[_BucketKey, list[Any]]] = ({}, {})
         self._c_retracts: list[Event] = []  # retraction events read in C (summed in _end when possible)
-
-    def _stamp(self, line: str, p: int) -> tuple[float, int | None, int | None] | None:
-        """(time, dp, pp) of `[YYYY-MM-DD HH:MM:SS(.fff)? TAGS]` ending at `p`, or None."""
-        lb = line.rfind("[", 0, p)
-        if lb < 0 or p - lb < 20 or line[lb + 5] != "-" or line[lb + 11] != " " or line[lb + 17] != ":":
-            return None
-        minutes = self._minutes
-        minute = line[lb + 1:lb + 17]
-        base = minutes.get(minute, -1.0)
-        if base == -1.0:
-            if len(minutes) >= _CACHE_MAX:
-                minutes.clear()
-            base = minutes[minute] = plausible_seconds(minute.replace(" ", "T") + ":00")
-        sec = line[lb + 18:lb + 20]
-        if base is None or not sec.isdigit():
-            return None
-        rest = line[lb + 20:p]
-        tags = self._tag_cache.get(rest, False)
-        if tags is False:
-            if len(self._tag_cache) >= _CACHE_MAX:
-                self._tag_cache.clear()
-            m = _REST.match(rest)
-            tags = None if m is None else (float(m.group(1) or 0.0), *_tags(m.group(2)))
-            self._tag_cache[rest] = tags
-        if tags is None:
-            return None
-        frac, dp, pp = tags  # type: ignore[misc]
-        return base + int(sec) + frac, dp, pp
-
-    @staticmethod
-    def _bucket_rows(res: ChunkResult, key: _BucketKey, lines: list[str],
-                     row: re.Pattern[str]) -> tuple[Bucket, list[Any]]:
-        """The bucket of `key`, and the rows of `lines` when every line is canonical (else [])."""
-        b = res.buckets.get(key)
-        if b is None:
-            b = res.buckets[key] = Bucket()
-        text = "\n".join(lines)
-        rows = row.findall(text) if "\r" not in text and "\x1b" not in text else []
-        return b, (rows if len(rows) == len(lines) else [])
 
     def _flush_columns(self, res: ChunkResult) -> None:
         """The buckets of the lines the C accelerator summed (the same statistics as `add` per line)."""
@@ -192,43 +148,6 @@ class Scanner:
                 self._span_bounds(res, key, t["t_min"], t["t_max"])
             groups.clear()
 
-    def _flush_prefill(self, res: ChunkResult) -> None:
-        """Read the Prefill lines collected per bucket: one findall per bucket, C-level statistics."""
-        for key, (times, lines) in self._prows.items():
-            b, rows = self._bucket_rows(res, key, lines, _PREFILL_ROW)
-            if rows:
-                new_col, cached_col, u_col, r_col, q_col = zip(*rows, strict=True)
-                n = len(rows)
-                b.prefill.add_text_columns(r_col, u_col, ("",) * n, (None,) * n, q_col, self.usage_good, self.band)
-                b.prefill_new += sum(map(int, new_col))
-                b.prefill_cached += sum(map(int, cached_col))
-                b.prefill_n += n
-            else:
-                for line in lines:  # some line is not canonical: read each with the full parser
-                    self._prefill_sample(line, b)
-            self._span(res, key, times)
-        self._prows.clear()
-
-    def _prefill_sample(self, line: str, b: Bucket) -> None:
-        """One Prefill line through the full parser, turned into observations as observations.py does."""
-        e = parse_line(line, 0)
-        if e is None or e.kind != "prefill":
-            return
-        f = e.fields
-
-        def num(k: str) -> float | None:
-            v = f.get(k)
-            return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
-
-        b.prefill.add(num("num_queue_reqs"), num("num_running_reqs"), batch_usage(f), None, None, self.usage_good,
-                      self.band)
-        new, cached = num("num_new_tokens"), num("num_cached_tokens")
-        if new is not None:
-            b.prefill_new += new
-            b.prefill_n += 1
-        if cached is not None:
-            b.prefill_cached += cached
-
     @staticmethod
     def _span(res: ChunkResult, key: _BucketKey, times: list[float]) -> None:
         Scanner._span_bounds(res, key, min(times), max(times))
@@ -246,63 +165,6 @@ class Scanner:
         if res.last_t is None or hi > res.last_t:
             res.last_t = hi
 
-    def _flush_rows(self, res: ChunkResult) -> None:
-        """Read the Decode lines collected per bucket: one findall per bucket, C-level statistics."""
-        for key, (times, lines) in self._rows.items():
-            b, rows = self._bucket_rows(res, key, lines, _DECODE_ROW)
-            if rows:
-                r_col, u_col, g_col, tp_col, q_col = zip(*rows, strict=True)
-                b.decode.add_text_columns(r_col, u_col, g_col, tp_col, q_col, self.usage_good, self.band)
-                if any(g_col):
-                    _note_floor(res, "0.4.7")
-            else:
-                for line in lines:  # some line is not canonical: read each with the full parser
-                    self._decode_sample(line, b, res)
-            self._span(res, key, times)
-        self._rows.clear()
-
-    def _decode_sample(self, line: str, b: Bucket, res: ChunkResult) -> None:
-        """One Decode line through the full parser, turned into a sample as observations.py does."""
-        e = parse_line(line, 0)
-        if e is None or e.kind != "decode":
-            return
-        f = e.fields
-        usage = batch_usage(f)
-        graph = f.get("cuda_graph")
-        if isinstance(graph, bool):
-            _note_floor(res, "0.4.7")
-
-        def num(k: str) -> float | None:
-            v = f.get(k)
-            return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
-
-        b.decode.add(num("num_queue_reqs"), num("num_running_reqs"), usage,
-                     None if not isinstance(graph, bool) else float(graph), num("gen_throughput"),
-                     self.usage_good, self.band)
-
-    def _fast_key(self, line: str, p: int) -> tuple[_BucketKey, float] | None:
-        """Bucket key and time of a Decode/Prefill line whose head `] ... batch` is at `p`, or None."""
-        lb = 0 if line[0] == "[" else line.rfind("[", 0, p)
-        if lb < 0 or p - lb < 20:
-            return None
-        base = self._minutes.get(line[lb + 1:lb + 17])
-        tags = self._tag_cache.get(line[lb + 20:p])
-        sec = line[lb + 18:lb + 20]
-        if base is not None and tags is not None and line[lb + 17] == ":" and sec.isdigit():
-            t = base + int(sec) + tags[0]
-            dp, pp = tags[1], tags[2]
-        else:
-            st = self._stamp(line, p)  # fills the caches; None when not a stamp
-            if st is None:
-                return None
-            t, dp, pp = st
-        lt = self._last_t
-        if lt is None or t > lt:
-            self._last_t = t
-        elif t < lt - BACKWARD_TOLERANCE_S:
-            return None  # out of order or a clock set back: the full path's log clock decides
-        return (dp, pp, (t // self.res) * self.res), t
-
     def _begin(self) -> tuple[ChunkResult, int]:
         return ChunkResult(first_line=self.reader.next_line), self.reader.stats.unparsed
 
@@ -313,8 +175,6 @@ class Scanner:
                 res.events.append(self._timed(e, res))
         self._sum_retractions(res)
         self._flush_columns(res)
-        self._flush_rows(res)
-        self._flush_prefill(res)
         res.lines = reader.next_line - res.first_line
         res.unparsed = reader.stats.unparsed - unparsed0
         res.last_oom = reader._last_oom
@@ -380,215 +240,24 @@ class Scanner:
             res.events.append(self._timed(e, res))
 
     def scan_text(self, text: str, *, final: bool = True) -> ChunkResult:
-        """Scan text made of whole lines (the last may lack its newline) without splitting it into lines:
-        `str.find` jumps from one `] Decode batch` / `] Prefill batch` head to the next; the lines between
-        two heads are skipped in C when they are all access lines, else go through the event reader."""
-        if not self.use_fast:
-            lines = text.split("\n")
-            if lines and lines[-1] == "":
-                lines.pop()
-            return self.scan(lines, final=final)
-        res, unparsed0 = self._begin()
-        reader = self.reader
-        find, rfind, count = text.find, text.rfind, text.count
-        size = len(text)
-        # An access line holds `HTTP/1.` once; a gap whose lines hold it as often as it has lines is all
-        # access lines unless some line holds it twice, which this one search rules out for the block.
-        skip_ok = _TWO_HTTP.search(text) is None
-        skip_ok = skip_ok and find("\r") < 0  # a CR line may hide a record after its progress bar
-        rows, prows = self._rows, self._prows
-        secs, tag_cache, minutes = self._seconds, self._tag_cache, self._minutes
-        res_s = self.res
-        fast = 0
-        last_t: float | None = None
-        nd = find(_D_HEAD)
-        np_ = find(_P_HEAD)
-        pos = 0
-        skipped = 0  # lines passed over since the reader's count was last brought up to date
-        open_rec = reader._block is not None  # a multi-line record is open in the reader
-        while pos < size:
-            if nd >= 0 and (np_ < 0 or nd < np_):
-                p, pending = nd, rows
-            elif np_ >= 0:
-                p, pending = np_, prows
-            else:
-                p = -1
-            ls = size if p < 0 else (rfind("\n", pos, p) + 1 or pos)
-            if ls > pos:  # the gap [pos, ls): whole lines without a fast head
-                k = count("\n", pos, ls)
-                if ls == size and text[-1] != "\n":
-                    k += 1
-                if skip_ok and not open_rec and count("HTTP/1.", pos, ls) == k:
-                    skipped += k  # access lines only
-                else:
-                    reader._next += skipped
-                    skipped = 0
-                    if last_t is not None:
-                        self._last_t = last_t if self._last_t is None else max(self._last_t, last_t)
-                        last_t = None
-                    gap = text[pos:ls].split("\n")
-                    if gap[-1] == "":
-                        gap.pop()
-                    self._feed(gap, res)
-                    open_rec = reader._block is not None
-            if p < 0:
-                break
-            le = find("\n", p)
-            if le < 0:
-                le = size
-            pos = le + 1
-            if pending is prows and 0 <= nd < le:
-                p, pending = nd, rows  # a Decode head later on the line wins, as in `scan`
-            if nd >= 0 and nd < pos:
-                nd = find(_D_HEAD, pos)
-            if np_ >= 0 and np_ < pos:
-                np_ = find(_P_HEAD, pos)
-            line = text[ls:le]
-            if not open_rec:
-                t = -1.0
-                if text.startswith("[", ls):
-                    stamp = text[ls + 1:ls + 20]
-                    base = secs.get(stamp)
-                    if base is None and text.startswith(":", ls + 17) and stamp[17:].isdigit():
-                        m = minutes.get(stamp[:16])  # a new second of a known minute
-                        if m is not None:
-                            if len(secs) >= _CACHE_MAX:
-                                secs.clear()
-                            base = secs[stamp] = m + int(stamp[17:])
-                    tags = tag_cache.get(text[ls + 20:p])
-                    if base is not None and tags is not None:
-                        t = base + tags[0]
-                        key = (tags[1], tags[2], (t // res_s) * res_s)
-                if "HTTP/1." in line and "\r" not in line:
-                    skipped += 1  # an access line that happens to hold a head: never an event
-                    continue
-                if t < 0:
-                    kt = self._fast_key(line, p - ls)  # validates the stamp and fills the caches
-                    if kt is not None:
-                        key, t = kt
-                ref = last_t if last_t is not None else self._last_t
-                if ref is not None and t < ref - BACKWARD_TOLERANCE_S:
-                    t = -1.0  # out of order or a clock set back: the full path's log clock decides
-                if t >= 0:
-                    pend = pending.get(key)
-                    if pend is None:
-                        pend = pending[key] = ([], [])
-                    pend[0].append(t)
-                    pend[1].append(line)
-                    if last_t is None or t > last_t:
-                        last_t = t
-                    skipped += 1
-                    fast += 1
-                    continue
-            else:
-                blk = reader._block
-                if blk is not None and (blk.count >= _MAX_BLOCK_LINES or not blk.accepts(line)):
-                    # The line ends the open record: emit it now, then read the line itself again (as
-                    # when a parallel range starts with it).
-                    reader._next += skipped
-                    skipped = 0
-                    if last_t is not None:
-                        self._last_t = last_t if self._last_t is None else max(self._last_t, last_t)
-                        last_t = None
-                    for e in reader.flush():
-                        res.events.append(self._timed(e, res))
-                    open_rec = False
-                    pos = ls
-                    nd, np_ = find(_D_HEAD, ls), find(_P_HEAD, ls)
-                    continue
-            reader._next += skipped
-            skipped = 0
-            if last_t is not None:
-                self._last_t = last_t if self._last_t is None else max(self._last_t, last_t)
-                last_t = None
-            self._feed([line], res)
-            open_rec = reader._block is not None
-        reader._next += skipped
-        if last_t is not None:
-            self._last_t = last_t if self._last_t is None else max(self._last_t, last_t)
-        res.fast += fast
-        return self._end(res, unparsed0, final)
+        """Scan text made of whole lines (the last may lack its newline) through the event reader."""
+        lines = text.split("\n")
+        if lines and lines[-1] == "":
+            lines.pop()
+        return self.scan(lines, final=final)
 
     def scan(self, lines: Iterable[str], *, final: bool = True) -> ChunkResult:
-        """Scan lines one by one (stdin, gzip; `final=False` keeps a multi-line record open for the next call)."""
+        """Scan a run of lines through the event reader (the one Python read path)."""
         res, unparsed0 = self._begin()
-        self._scan_lines(lines, res)
+        self._feed(list(lines), res)
         return self._end(res, unparsed0, final)
 
-    def _scan_lines(self, lines: Iterable[str], res: ChunkResult) -> None:
-        reader = self.reader
-        columns = self._rows
-        res_s = self.res
-        stamp_of = self._stamp
-        use_fast = self.use_fast
-        fast = 0
-        last_t: float | None = None
-        minutes = self._minutes
-        tag_cache = self._tag_cache
-        idle = reader._block is None  # no multi-line record open in the reader
-        prows = self._prows
-        for line in lines:
-            if use_fast and idle:
-                if "HTTP/1." in line and "\r" not in line:
-                    # An access line (most lines of a busy server): never an event for the reader.
-                    reader._next += 1
-                    continue
-                p = line.find("] Decode batch")
-                if p >= 0:
-                    pending = columns
-                else:
-                    p = line.find("] Prefill batch")
-                    pending = prows
-                if p >= 0:
-                    lb = 0 if line[0] == "[" else line.rfind("[", 0, p)
-                    if lb >= 0 and p - lb >= 20:
-                        base = minutes.get(line[lb + 1:lb + 17])
-                        tags = tag_cache.get(line[lb + 20:p])
-                        sec = line[lb + 18:lb + 20]
-                        if base is not None and tags is not None and line[lb + 17] == ":" and sec.isdigit():
-                            t = base + int(sec) + tags[0]
-                            dp, pp = tags[1], tags[2]
-                        else:
-                            st = stamp_of(line, p)  # fills the caches; None when not a stamp
-                            if st is None:
-                                t = -1.0
-                            else:
-                                t, dp, pp = st
-                        ref = last_t if last_t is not None else self._last_t
-                        if ref is not None and t < ref - BACKWARD_TOLERANCE_S:
-                            t = -1.0  # out of order or a clock set back: the full path's log clock decides
-                        if t >= 0:
-                            key = (dp, pp, (t // res_s) * res_s)
-                            pend = pending.get(key)
-                            if pend is None:
-                                pend = pending[key] = ([], [])
-                            pend[0].append(t)
-                            pend[1].append(line)
-                            if last_t is None or t > last_t:
-                                last_t = t
-                            reader._next += 1  # the reader numbers lines itself: keep its count
-                            fast += 1
-                            continue
-            if last_t is not None:
-                self._last_t = last_t if self._last_t is None else max(self._last_t, last_t)
-                last_t = None
-            if "\x00" in line:
-                res.nul_lines += 1
-            out = reader.feed(line)
-            if out:
-                for e in out:
-                    res.events.append(self._timed(e, res))
-            idle = reader._block is None
-        if last_t is not None:
-            self._last_t = last_t if self._last_t is None else max(self._last_t, last_t)
-        res.fast += fast
-
     def scan_bytes(self, data: bytes | mmap.mmap, *, final: bool = True, start: int = 0) -> ChunkResult:
-        """scan_text of UTF-8 bytes from offset `start` (invalid bytes replaced). With the C accelerator,
-        runs of lines no multi-line record needs are read in C: access and chatter lines skipped, each
-        Decode/Prefill line's time and columns summed into its bucket group (`self._cols`); the lines it
-        hands back go through `scan`'s own per-line logic.  `data` may be a read-only mmap of the file
-        (the workers' way: no copy of the range into fresh memory)."""
+        """Scan UTF-8 bytes from offset `start` (invalid bytes replaced). With the C accelerator (the
+        optional drop-in), runs of lines no multi-line record needs are read in C: access and chatter lines
+        skipped, each Decode/Prefill line's time and columns summed into its bucket group (`self._cols`),
+        retractions returned as the reader would make them; the lines it hands back go through the event
+        reader.  `data` may be a read-only mmap of the file (the workers' way: no copy of the range)."""
         scan = SCAN
         if scan is None or not self.use_fast:
             return self.scan_text(data[start:].decode("utf-8", errors="replace"), final=final)
@@ -614,12 +283,12 @@ class Scanner:
             line, nxt = line_at(data, pos)
             blk = reader._block
             if blk is not None and (blk.count >= _MAX_BLOCK_LINES or not blk.accepts(line)):
-                # The line ends the open record: emit it now, then read the line again (as scan_text does).
+                # The line ends the open record: emit it now, then read the line again.
                 for e in reader.flush():
                     res.events.append(self._timed(e, res))
                 continue
             pos = nxt
-            self._scan_lines((line,), res)
+            self._feed([line], res)
         return self._end(res, unparsed0, final)
 
     def _timed(self, e: Event, res: ChunkResult) -> Event:
