@@ -93,6 +93,8 @@ def test_a_fixed_retraction_storm_is_improved(doc: dict[str, Any]) -> None:
     # Split at the change: no slice of either side crosses it.
     assert c["before"]["end"] <= c["at"] <= c["after"]["start"]
     assert "comparable load" in c["why"]
+    (inst,) = [i for i in doc["instances"] if i["instance"] == IMPROVED]
+    assert (inst["last_change"]["step"], inst["last_change"]["verdict"]) == (0, "improved")
 
 
 def test_a_lower_graph_ceiling_that_misses_graphs_is_worse(doc: dict[str, Any]) -> None:

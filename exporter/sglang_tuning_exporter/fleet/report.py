@@ -205,13 +205,22 @@ def build_report(client: PrometheusClient, window: fleet.Window, guide: Guide, *
     changes = judge_changes(client, window, guide, data, answers.get("changes:args", []), concurrency)
     instances = evaluate_fleet(data, guide.evaluate, guide.server_args, window.length_s, guide.parts)
     if guide.table is not None:
-        instances = [dataclasses.replace(i, parts={**i.parts, "changes": changes.get(i.instance, [])})
+        instances = [dataclasses.replace(i, parts={**i.parts, "changes": changes.get(i.instance, []),
+                                                   **last_change_part(changes.get(i.instance, []))})
                      for i in instances]
     drift = fleet.find_drift(data.values())
     return FleetReport(prometheus=client.base, start=window.start, end=window.end, queries=client.queries,
                        profile=guide.profile, workload=guide.workload, selector=window.selector,
                        instances=tuple(instances), drift=tuple(drift), checks=guide.checks, charts=charts,
                        elapsed_s=clock() - t0, lagging=tuple(fleet_changes.find_lagging(changes, data)))
+
+
+def last_change_part(changes: list[dict[str, Any]]) -> dict[str, Any]:
+    """`last_change` (the plan's step 0) for an instance whose flags changed within the range, else nothing."""
+    from sglang_tuning_exporter.guide.changes import last_change
+
+    note = last_change(changes)
+    return {"last_change": note} if note is not None else {}
 
 
 def judge_changes(client: PrometheusClient, window: fleet.Window, guide: Guide, data: Mapping[str, fleet.InstanceData],
