@@ -323,3 +323,21 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
+
+
+def write_segments(segments: list[tuple[list[InstanceSpec], float, float]], step_s: float,
+                   out_dir: Path) -> list[Path]:
+    """A history in which servers change: each segment is (specs, start, end) with samples every `step_s` in
+    [start, end); its counters start from 0 at `start` (a restart). One OpenMetrics file per segment and 2-hour
+    block (the blocks overlap in time where segments share one; Prometheus merges overlapping blocks)."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    files: list[Path] = []
+    for k, (specs, t0, t1) in enumerate(segments):
+        times = [float(t) for t in range(int(t0), int(t1), int(step_s))]
+        for block in sorted({int(t // BLOCK_S * BLOCK_S) for t in times}):
+            part = [t for t in times if block <= t < block + BLOCK_S]
+            path = out_dir / f"segment{k}-{block}.om"
+            with path.open("w", encoding="utf-8") as fh:
+                write_slice(specs, part, t0, fh)
+            files.append(path)
+    return files

@@ -549,3 +549,49 @@ def test_live_panels_have_data_from_the_demo_log(tmp_path: Path) -> None:
     finally:
         for proc in procs:
             stop_process(proc)
+
+
+# --- flag changes as annotations (issue 16) ----------------------------------------------------------
+
+
+def _annotation(doc: dict[str, Any]) -> dict[str, Any]:
+    (a,) = [a for a in doc["annotations"]["list"] if a.get("name") == "Flag changes"]
+    return a
+
+
+@pytest.mark.parametrize("path", sorted(DASHBOARDS))
+def test_flag_changes_annotation_reads_the_server_arg_series(path: str) -> None:
+    """Both dashboards mark flag changes from `sglang_tuning_server_arg`, with the datasource variable and the
+    dashboard's job/instance filters, tagged with the argument that changed."""
+    a = _annotation(DASHBOARDS[path])
+    assert a["enable"] and a["datasource"] == {"type": "prometheus", "uid": "${datasource}"}
+    assert a["expr"] == a["target"]["expr"]
+    assert metric_names(a["expr"]).metrics == {"sglang_tuning_server_arg"}
+    assert "sglang_tuning_server_arg" in exposed_names()
+    assert range_durations(a["expr"]) == ["$__rate_interval"]
+    (m,) = matchers(a["expr"])
+    assert m["job"] == ("=~", "$job") and m["instance"] == ("=~", "$instance")
+    assert "arg" in a["tagKeys"].split(",")
+
+
+@pytest.mark.skipif(shutil.which("promtool") is None, reason="promtool not installed")
+def test_flag_changes_annotation_fires_only_around_a_change(tmp_path: Path) -> None:
+    """promtool evaluates the annotation over a server restarted at minute 6 with another
+    --schedule-conservativeness: one event for that arg while the change is in the window, none for the arg
+    that kept its value, none once the change has left the window."""
+    expr = _promql_for_promtool(_annotation(DASHBOARDS["dashboards/sglang-tuning-server.json"])["expr"])
+    labels = 'instance="s1", job="sglang-tuning-exporter"'
+    series = [{"series": f'sglang_tuning_server_arg{{{labels}, arg="schedule_conservativeness"}}',
+               "values": "1x5 1.3x14"},
+              {"series": f'sglang_tuning_server_arg{{{labels}, arg="mem_fraction_static"}}', "values": "0.88x20"}]
+    (tmp_path / "none.rules.yaml").write_text("groups: []\n", encoding="utf-8")
+    cases = [{"expr": expr, "eval_time": "8m",
+              "exp_samples": [_sample(f'{labels}, arg="schedule_conservativeness"', 1)]},
+             {"expr": expr, "eval_time": "4m", "exp_samples": []},
+             {"expr": expr, "eval_time": "19m", "exp_samples": []}]
+    doc = {"rule_files": ["none.rules.yaml"], "evaluation_interval": "1m",
+           "tests": [{"interval": "1m", "input_series": series, "promql_expr_test": cases}]}
+    (tmp_path / "annotation.test.yaml").write_text(yaml.safe_dump(doc, sort_keys=False), encoding="utf-8")
+    proc = subprocess.run(["promtool", "test", "rules", "annotation.test.yaml"], capture_output=True, text=True,
+                          timeout=60, check=False, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr

@@ -24,6 +24,7 @@ WITH_EXPORTER = (
     TargetSpec("killed", "healthy", "colon"),  # its SGLang is killed by a test
     TargetSpec("restart", "retraction_storm", "colon"),  # its exporter is restarted by a test
     TargetSpec("switch", "healthy", "underscore"),  # a test switches it into a storm and back
+    TargetSpec("change", "healthy", "colon"),  # a test restarts it with other flags, then it OOMs
 )
 # SGLang alone, another model name (the native rules are for servers without the exporter, and they
 # stay silent for a model the exporter already covers):

@@ -94,6 +94,11 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
     Scenario("prefill_oom", "a prefill batch of 8192 new tokens does not fit the KV pool: SGLang's "
              "RuntimeError 'Prefill out of memory' (the stand-in keeps serving, as after a supervisor restart)",
              prefill_oom_at_tick=8, server_args=dict(_BASE_ARGS), counters=dict(_HEALTHY_COUNTERS)),
+    # The healthy server restarted with a larger --mem-fraction-static whose KV pool leaves prefill no room:
+    # SGLang's prefill OOM 4 s (8 Decode lines) after the restart (the "did the change help?" case).
+    Scenario("memory_raised_oom", "restarted with --mem-fraction-static 0.95 (was 0.85); a prefill then "
+             "runs out of memory", prefill_oom_at_tick=8,
+             server_args={**_BASE_ARGS, "mem_fraction_static": 0.95}, counters=dict(_HEALTHY_COUNTERS)),
     Scenario("cuda_graph_uncovered", "CUDA graphs captured up to bs 32 while decode runs 187 requests: "
              "every decode batch runs eagerly", decode_cuda_graph=False,
              captured_bs=(1, 2, 4, 8, 12, 16, 24, 32),
@@ -184,6 +189,7 @@ class LogWriter:
         self._now = now
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()  # a restart and the next tick never interleave
         self.ticks = 0
 
     def _append(self, messages: list[str]) -> None:
@@ -199,8 +205,17 @@ class LogWriter:
 
     def write_tick(self) -> None:
         """Append the next tick's messages."""
-        self._append(tick_messages(self.scenario, self.ticks))
-        self.ticks += 1
+        with self._lock:
+            self._append(tick_messages(self.scenario, self.ticks))
+            self.ticks += 1
+
+    def restart(self, scenario: Scenario) -> None:
+        """The server restarted (appending to the same log) as `scenario`: its startup section with the new
+        server_args, then its ticks counted from 0 again."""
+        with self._lock:
+            self.scenario = scenario
+            self.ticks = 0
+            self._append(startup_messages(scenario))
 
     def _run(self) -> None:
         self.write_startup()

@@ -189,7 +189,7 @@ class StandIn:
                     standin.start_log()
                     self._send(200, b"ok\n", "text/plain")
                     return
-                if self.path != "/_standin/scenario":
+                if self.path not in ("/_standin/scenario", "/_standin/restart"):
                     self._send(404, b"not found\n", "text/plain")
                     return
                 name = self.rfile.read(int(self.headers.get("Content-Length") or 0)).decode().strip()
@@ -197,7 +197,9 @@ class StandIn:
                     self._send(400, f"unknown scenario {name!r}\n".encode(), "text/plain")
                     return
                 standin.state.switch(SCENARIOS[name])
-                if standin.log is not None:
+                if standin.log is not None and self.path == "/_standin/restart":
+                    standin.log.restart(SCENARIOS[name])  # a new startup section: other server_args
+                elif standin.log is not None:
                     standin.log.scenario = SCENARIOS[name]
                 self._send(200, b"ok\n", "text/plain")
 

@@ -142,7 +142,7 @@ def test_scenario_pages_with_advice(running_stack: RunningStack, key: str) -> No
         assert not native, f"native alerts fired for {key} although its exporter covers it: {native}"
 
 
-@pytest.mark.parametrize("key", [t.key for t in TARGETS if t.scenario == "healthy" and t.key not in ("killed", "switch")])
+@pytest.mark.parametrize("key", [t.key for t in TARGETS if t.scenario == "healthy" and t.key not in ("killed", "switch", "change")])
 def test_healthy_pages_nobody(running_stack: RunningStack, key: str) -> None:
     """A healthy server fires no alert at all, in Prometheus or at the webhook, once paging has had time."""
     stack = running_stack.stack
@@ -250,3 +250,29 @@ def test_every_rule_evaluates(running_stack: RunningStack) -> None:
             stack.query(r["query"])  # raises PromQLError with the text
     jobs = {s["metric"]["job"] for s in stack.query("up")}
     assert {EXPORTER_JOB, SGLANG_JOB} <= jobs
+
+
+CHANGE_ALERT = "SGLangTuningChangeMadeWorse"
+
+
+def test_restart_with_other_flags_then_oom_pages_change_made_worse(running_stack: RunningStack) -> None:
+    """The stand-in restarts (a new startup section in the same log, new /server_info) with
+    --mem-fraction-static 0.85 -> 0.95 and a prefill then runs out of memory: the exporter judges the change
+    `worse` and the alert reaches the webhook with the flag and the value to go back to."""
+    stack = running_stack.stack
+    t = stack.target("change")
+    assert not webhook_alerts(running_stack, "change", CHANGE_ALERT), "paged before the change"
+    requests.post(f"http://{t.sglang_instance}/_standin/restart", data="memory_raised_oom",
+                  timeout=5).raise_for_status()
+    verdicts = f'sglang_tuning_change_verdict{{instance="{t.exporter_instance}"}} == 1'
+    assert wait_for(lambda: webhook_alerts(running_stack, "change", CHANGE_ALERT), 120), (
+        f"no {CHANGE_ALERT} after the restart; verdicts: {stack.query(verdicts)}\n{stack.describe('change')}")
+    (_, alert), *_ = webhook_alerts(running_stack, "change", CHANGE_ALERT)
+    labels, notes = alert["labels"], alert["annotations"]
+    assert labels["instance"] == t.exporter_instance
+    assert (labels["flag"], labels["from_value"], labels["to_value"]) == ("--mem-fraction-static", "0.85", "0.95")
+    assert (notes["flag"], notes["action"], notes["suggested_value"]) == ("--mem-fraction-static", "set", "0.85")
+    assert "go back to --mem-fraction-static 0.85" in notes["description"]
+    api = requests.get(f"http://{t.exporter_instance}/api/changes", timeout=5).json()
+    (change,) = [c for c in api["changes"] if c["flag"] == "--mem-fraction-static"]
+    assert change["verdict"] == "worse" and "out-of-memory" in change["why"]

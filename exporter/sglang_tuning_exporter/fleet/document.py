@@ -11,6 +11,7 @@ from typing import Any
 
 from sglang_tuning_exporter.core.model import STATUS_CODE, Finding, version_fields
 from sglang_tuning_exporter.fleet import queries as fleet
+from sglang_tuning_exporter.fleet.changes import Lagging
 
 STATUS_ORDER = ("critical", "warning", "ok", "unknown")
 
@@ -81,6 +82,8 @@ class FleetReport:
     checks: tuple[str, ...]  # check ids evaluated, table order
     charts: dict[str, dict[str, list[tuple[float, float]]]] = field(default_factory=dict)
     elapsed_s: float = 0.0
+    # servers still on another value of a flag whose change a peer of the same model judged `improved`
+    lagging: tuple[Lagging, ...] = ()
 
     def by_status(self) -> dict[str, int]:
         """Servers per status (every status present, in a fixed order)."""
@@ -109,7 +112,8 @@ class FleetReport:
                 "summary": {"instances": len(self.instances), "by_status": self.by_status(),
                             "common_findings": self.common_findings()},
                 "instances": [i.to_json_dict() for i in self.instances],
-                "drift": [d.to_json_dict() for d in self.drift]}
+                "drift": [d.to_json_dict() for d in self.drift],
+                "lagging": [g.to_json_dict() for g in self.lagging]}
 
 
 # --------------------------------------------------------------------------------------------- evaluation

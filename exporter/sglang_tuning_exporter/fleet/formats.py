@@ -128,6 +128,7 @@ def render_markdown(report: FleetReport) -> str:
         for f in inst.firing():
             out.append(f"| {f.check} | {rank_of(f)} | {f.status} | {_md(change_text(f))} | {_md(f.evidence)} |")
         out.append("")
+    out += _changes_markdown(report)
     out += _drift_markdown(report)
     out += ["", "## Every instance × check", ""]
     checks = list(report.checks)
@@ -169,6 +170,35 @@ def _listing(insts: Sequence[str]) -> str:
     shown = ", ".join(insts[:MAX_DRIFT_LIST])
     more = len(insts) - MAX_DRIFT_LIST
     return shown + (f" and {more} more" if more > 0 else "")
+
+
+def changed(report: FleetReport) -> list[tuple[str, dict[str, Any]]]:
+    """(instance, change) for every flag change within the range, in time order."""
+    rows = [(i.instance, c) for i in report.instances for c in i.parts.get("changes") or []]
+    return sorted(rows, key=lambda r: (str(r[1].get("at")), r[0], str(r[1].get("flag"))))
+
+
+def lagging_text(g: Any) -> str:
+    """`--flag 1.3 improved 10.0.0.1; still 1 on 10.0.0.2, 10.0.0.3`."""
+    behind = ", ".join(f"{i} ({fmt_value(v)})" for i, v in g.servers.items())
+    return f"{g.flag} {fmt_value(g.value)} improved {', '.join(g.improved_on)}; still on another value: {behind}"
+
+
+def _changes_markdown(report: FleetReport) -> list[str]:
+    # Only when something changed: a quiet range keeps the report as it was.
+    rows = changed(report)
+    if not rows:
+        return []
+    out = ["## Changes within the range", "", "| at | server | flag | from | to | verdict | why |",
+           "|---|---|---|---|---|---|---|"]
+    out += [f"| {_md(c['at'])} | {_code(name)} | {_code(c['flag'])} | {_md(fmt_value(c['from']))} | "
+            f"{_md(fmt_value(c['to']))} | **{_md(c['verdict'])}** | {_md(c['why'])} |" for name, c in rows]
+    out += ["", "### Servers that still lag their peers", ""]
+    if not report.lagging:
+        out.append("None: no improvement seen on one server is missing on a peer of the same model.")
+    for g in report.lagging:
+        out.append(f"- {_md(g.model_name)}: {_md(lagging_text(g))}")
+    return [*out, ""]
 
 
 def _drift_markdown(report: FleetReport) -> list[str]:
@@ -295,6 +325,19 @@ def render_html(report: FleetReport) -> str:
                         + "</ol>" if inst.parts.get("plan") else "")
                      + (f'<div class="charts">{spark}</div>' if spark else "")
                      + _table(["check", "rank", "status", "change", "evidence", "trade-off"], rows) + "</section>")
+    rows_c = changed(report)
+    if rows_c:
+        parts.append('<h2 id="changes">Changes within the range</h2>')
+        parts.append(_table(["at", "server", "flag", "from", "to", "verdict", "why"],
+                            [[_td(c["at"]), _td(name), _td(c["flag"]), _td(fmt_value(c["from"])),
+                              _td(fmt_value(c["to"])), _td(c["verdict"], "v-" + str(c["verdict"])), _td(c["why"])]
+                             for name, c in rows_c]))
+        parts.append('<h3 id="lagging">Servers that still lag their peers</h3>')
+        parts.append(_table(["model", "flag", "improved value", "improved on", "still on another value"],
+                            [[_td(g.model_name), _td(g.flag), _td(fmt_value(g.value)), _td(", ".join(g.improved_on)),
+                              _td(", ".join(f"{i} ({fmt_value(v)})" for i, v in g.servers.items()))]
+                             for g in report.lagging])
+                     if report.lagging else "<p>None: no improvement seen on one server is missing on a peer.</p>")
     parts.append('<h2 id="drift">Configuration drift</h2>')
     if report.drift:
         rows = []

@@ -24,9 +24,11 @@ from sglang_tuning_exporter.core import durations
 from sglang_tuning_exporter.core.exit_codes import EXIT_OK, EXIT_RUNTIME, EXIT_USAGE
 from sglang_tuning_exporter.core.flags import add_flag, add_guide_flags
 from sglang_tuning_exporter.core.model import Finding, Rank
+from sglang_tuning_exporter.fleet import changes as fleet_changes
 from sglang_tuning_exporter.fleet import queries as fleet
 from sglang_tuning_exporter.fleet.document import FleetReport, InstanceReport, iso, natural_key
 from sglang_tuning_exporter.fleet.promapi import PromConfig, PrometheusClient, PrometheusError, Sample, Series
+from sglang_tuning_exporter.guide.checks import CheckTable
 from sglang_tuning_exporter.pipeline.signals import SignalParams
 
 HELP = "fleet review from a Prometheus server: every instance x check, drift, mis-tuned servers and their flags"
@@ -110,6 +112,7 @@ class Guide:
     params: SignalParams
     server_args: dict[str, Any]
     parts: Parts | None = None  # coverage, indications and plan of one instance
+    table: CheckTable | None = None  # judges the changes made within the range (None: no changes section)
 
 
 def load_guide(args: argparse.Namespace) -> Guide:
@@ -159,7 +162,7 @@ def load_guide(args: argparse.Namespace) -> Guide:
 
     return Guide(evaluate=run, profile=profile, workload=workload,
                  checks=tuple(c.id for c in table.for_workload(workload)), params=params,
-                 server_args={**config.server_args, **overrides}, parts=parts)
+                 server_args={**config.server_args, **overrides}, parts=parts, table=table)
 
 
 # --------------------------------------------------------------------------------------------- driver
@@ -190,18 +193,59 @@ def build_report(client: PrometheusClient, window: fleet.Window, guide: Guide, *
     step = fleet.chart_step(window)
     jobs: list[tuple[str, Callable[[], list[Sample] | list[Series]]]] = [
         (q.key, functools.partial(client.instant, q.expr, window.end)) for q in planned]
+    if guide.table is not None:
+        jobs.append(("changes:args", functools.partial(client.range, fleet_changes.args_query(window),
+                                                       window.start, window.end, window.step_s)))
     if with_charts:
         jobs += [("chart:" + name, functools.partial(client.range, expr, window.start, window.end, step))
                  for name, expr in fleet.chart_queries(window)]
     answers = run_queries(jobs, concurrency)
-    data = fleet.collect({k: v for k, v in answers.items() if not k.startswith("chart:")})
+    data = fleet.collect({k: v for k, v in answers.items() if ":" not in k})
     charts = fleet.charts_by_instance({k[6:]: v for k, v in answers.items() if k.startswith("chart:")})
+    changes = judge_changes(client, window, guide, data, answers.get("changes:args", []), concurrency)
     instances = evaluate_fleet(data, guide.evaluate, guide.server_args, window.length_s, guide.parts)
+    if guide.table is not None:
+        instances = [dataclasses.replace(i, parts={**i.parts, "changes": changes.get(i.instance, []),
+                                                   **last_change_part(changes.get(i.instance, []))})
+                     for i in instances]
     drift = fleet.find_drift(data.values())
     return FleetReport(prometheus=client.base, start=window.start, end=window.end, queries=client.queries,
                        profile=guide.profile, workload=guide.workload, selector=window.selector,
                        instances=tuple(instances), drift=tuple(drift), checks=guide.checks, charts=charts,
-                       elapsed_s=clock() - t0)
+                       elapsed_s=clock() - t0, lagging=tuple(fleet_changes.find_lagging(changes, data)))
+
+
+def last_change_part(changes: list[dict[str, Any]]) -> dict[str, Any]:
+    """`last_change` (the plan's step 0) for an instance whose flags changed within the range, else nothing."""
+    from sglang_tuning_exporter.guide.changes import last_change
+
+    note = last_change(changes)
+    return {"last_change": note} if note is not None else {}
+
+
+def judge_changes(client: PrometheusClient, window: fleet.Window, guide: Guide, data: Mapping[str, fleet.InstanceData],
+                  arg_series: list[Series], concurrency: int) -> dict[str, list[dict[str, Any]]]:
+    """Instance -> `changes[]`: flag changes seen in the args range query, judged on slices of the range
+    (the plan again, as range queries, only for the servers that changed and only when some did)."""
+    if guide.table is None:
+        return {}
+    found = {k: v for k, v in fleet_changes.detect_changes(arg_series, guide.table).items() if k in data}
+    if not found:
+        return {}
+    sw = fleet_changes.slice_window(window, found)
+    first, last, step = fleet_changes.slice_times(window)
+    if first > last:
+        return {name: fleet_changes.judge_instance(cs, [], guide.table) for name, cs in found.items()}
+    jobs: list[tuple[str, Callable[[], list[Series]]]] = [
+        (q.key, functools.partial(client.range, q.expr, first, last, step)) for q in fleet.plan(sw, guide.params)]
+    slices = fleet_changes.fold_slices(run_queries(jobs, concurrency))
+    args = fleet_changes.args_at(arg_series)
+    out: dict[str, list[dict[str, Any]]] = {}
+    for name, cs in found.items():
+        windows = fleet_changes.summaries(data[name], slices.get(name, {}), args.get(name, {}), step,
+                                          guide.evaluate, guide.server_args)
+        out[name] = fleet_changes.judge_instance(cs, windows, guide.table, margin_s=window.step_s)
+    return out
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -310,6 +310,40 @@ def compare_sections(sections: Sequence[Section], table: CheckTable, source: str
     return out
 
 
+# What to do about the last change before the plan's next step (one flag at a time: judge, then move on).
+_THEN = {"improved": "keep it; then the plan's next step",
+         "worse": "go back to {flag} {old} before any other step",
+         "no_change": "it did not move the checks it targets: go back to {flag} {old} or keep it, then the plan",
+         "inconclusive": "leave it under comparable load until it can be judged, before changing another flag"}
+_WORST_FIRST = ("worse", "inconclusive", "no_change", "improved")
+
+
+def last_change(changes: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
+    """The plan's step 0: the latest change and whether it helped (the worst verdict when a restart changed
+    several flags at once, the others in `with`); None without changes."""
+    if not changes:
+        return None
+    at = max(str(c.get("at") or "") for c in changes)
+    latest = [c for c in changes if str(c.get("at") or "") == at]
+    c = min(latest, key=lambda x: _WORST_FIRST.index(x["verdict"]) if x["verdict"] in _WORST_FIRST else 9)
+    return {"step": 0, "at": c.get("at"), "flag": c["flag"], "from": c["from"], "to": c["to"],
+            "verdict": c["verdict"], "why": c["why"],
+            "then": _THEN.get(c["verdict"], "").format(flag=c["flag"], old=c["from"]),
+            "with": [x["flag"] for x in latest if x is not c]}
+
+
+def _value(v: Any) -> str:
+    return f"{v:g}" if isinstance(v, float) else str(v)
+
+
+def last_change_text(note: Mapping[str, Any]) -> str:
+    """`last change: --flag 1 -> 1.3 at ...: IMPROVED (why). Then: ...` (one line)."""
+    also = f" (with {', '.join(note['with'])})" if note.get("with") else ""
+    return (f"last change: {note['flag']} {_value(note['from'])} -> {_value(note['to'])}{also} at {note['at']}: "
+            f"{str(note['verdict']).upper().replace('_', ' ')} ({note['why']}). Then: {note['then']}.")
+
+
 __all__ = ["MEMORY_FLAGS", "SOURCES", "VERDICTS", "Section", "Verdict", "WindowSummary", "arg_of",
-           "checks_naming", "compare_sections", "detect", "entry", "flag_of", "judge", "tracked_flags",
+           "checks_naming", "compare_sections", "detect", "entry", "flag_of", "judge", "last_change",
+           "last_change_text", "tracked_flags",
            "watched_checks"]

@@ -18,7 +18,14 @@ from typing import Any
 
 from sglang_tuning_exporter.core.model import STATUS_CODE, ServerState
 from sglang_tuning_exporter.guide.advisor import aggregate_signals, statuses
-from sglang_tuning_exporter.guide.changes import Section, WindowSummary, compare_sections, tracked_flags
+from sglang_tuning_exporter.guide.changes import (
+    Section,
+    WindowSummary,
+    compare_sections,
+    last_change,
+    last_change_text,
+    tracked_flags,
+)
 from sglang_tuning_exporter.guide.checks import CheckTable
 from sglang_tuning_exporter.guide.config import Config
 from sglang_tuning_exporter.offline import formats as diagnose_formats
@@ -165,20 +172,47 @@ def render(results: Sequence[FileDiagnosis], fmt: str, *, table: CheckTable, col
                 found.extend(ch)
     if same_server and len(results) == 1 and len(files) == 1:
         results[0].document.setdefault("changes", found)
+    # The plan's step 0: whether the last change helped, read before the next step is proposed.
+    note = last_change(found)
+    for r in results:
+        if r.document.get("changes"):
+            r.document["last_change"] = last_change(r.document["changes"])
     text = diagnose_formats.render(results, fmt, table=table, color=color)
     if fmt == "json":
         if same_server and len(results) > 1:
             doc = json.loads(text)
             doc["changes"] = found
+            doc["last_change"] = note
             text = json.dumps(doc, indent=2) + "\n"
         return text
     if fmt == "markdown":
-        return text + markdown_section(found)
+        return markdown_last(note) + text + markdown_section(found)
     if fmt == "html":
         sec = html_section(found)
         cut = text.rfind("</body>")
-        return text[:cut] + sec + text[cut:] if cut >= 0 else text + sec
-    return text + text_section(found)
+        text = text[:cut] + sec + text[cut:] if cut >= 0 else text + sec
+        return html_last(note, text)
+    return (f"== {last_change_text(note)}\n\n" if note else "") + text + text_section(found)
+
+
+def markdown_last(note: dict[str, Any] | None) -> str:
+    """The last change's verdict as the first paragraph."""
+    if not note:
+        return ""
+    return "> **" + last_change_text(note).replace("|", "\\|") + "**\n\n"
+
+
+def html_last(note: dict[str, Any] | None, page: str) -> str:
+    """The last change's verdict right after the page's title (first in the body otherwise)."""
+    if not note:
+        return page
+    para = (f'<p id="last-change" class="verdict-{html.escape(str(note["verdict"]))}"><b>'
+            f"{html.escape(last_change_text(note))}</b></p>")
+    for mark in ("</h1>", "<body>"):
+        cut = page.find(mark)
+        if cut >= 0:
+            return page[:cut + len(mark)] + para + page[cut + len(mark):]
+    return para + page
 
 
 def _v(x: Any) -> str:

@@ -318,12 +318,30 @@ def layout(rows: Sequence[tuple[str, Sequence[Cell]]]) -> list[Json]:
     return panels
 
 
+# A restart with other flags (or a live server-info change) moves a `sglang_tuning_server_arg` series: one
+# annotation per changed argument, so a step in a panel can be read against the change that caused it.
+# `$__rate_interval` (at least four scrapes) rather than `$__interval`: a window shorter than two scrapes
+# would never see the value move.
+FLAG_CHANGES_EXPR = f"changes(sglang_tuning_server_arg{{{HOST_SEL}}}[$__rate_interval]) > 0"
+
+
+def flag_changes_annotation() -> Json:
+    """The Grafana (Prometheus) annotation marking flag changes."""
+    return {"datasource": DATASOURCE, "enable": True, "hide": False, "iconColor": "orange",
+            "name": "Flag changes", "expr": FLAG_CHANGES_EXPR, "step": "$__rate_interval",
+            "titleFormat": "--{{arg}} changed", "textFormat": "{{instance}}: server argument {{arg}} took another "
+            "value (restart with other flags); see `GET /api/changes` for the verdict",
+            "tagKeys": "instance,arg", "useValueForTime": False,
+            "target": {"expr": FLAG_CHANGES_EXPR, "refId": "flag-changes", "interval": "", "legendFormat": ""}}
+
+
 def dashboard(uid: str, title: str, description: str, panels: list[Json], templating: list[Json],
               links: list[Json]) -> Json:
     """The dashboard envelope (no numeric id: Grafana assigns it; uid is stable)."""
     return {"annotations": {"list": [{"builtIn": 1, "datasource": {"type": "grafana", "uid": "-- Grafana --"},
                                       "enable": True, "hide": True, "iconColor": "rgba(0, 211, 255, 1)",
-                                      "name": "Annotations & Alerts", "type": "dashboard"}]},
+                                      "name": "Annotations & Alerts", "type": "dashboard"},
+                                     flag_changes_annotation()]},
             "description": description, "editable": True, "fiscalYearStartMonth": 0, "graphTooltip": 1,
             "links": links, "panels": panels, "refresh": "30s", "schemaVersion": SCHEMA_VERSION,
             "tags": TAGS, "templating": {"list": templating},

@@ -21,6 +21,7 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from prometheus_client.registry import CollectorRegistry
 
 from sglang_tuning_exporter.guide import plan
+from sglang_tuning_exporter.guide.changes import last_change, last_change_text
 from sglang_tuning_exporter.sidecar.collector import TUNING_ARGS, BuildInfo, encode_text
 from sglang_tuning_exporter.sidecar.httpserver import BoundedHTTPServer, TimedRequestHandler
 from sglang_tuning_exporter.sidecar.state import SOURCES, Snapshot
@@ -122,7 +123,11 @@ class WebApp:
         if path == "/":
             return Response(200, "text/html; charset=utf-8", self.status_page().encode())
         if path == "/api/findings":
-            body = json.dumps(findings_json(self._snapshot()), indent=1, default=str)
+            doc = findings_json(self._snapshot())
+            note = last_change(self._changes())
+            if note is not None:  # additive: the plan's step 0, whether the last flag change helped
+                doc["last_change"] = note
+            body = json.dumps(doc, indent=1, default=str)
             return Response(200, "application/json", body.encode() + b"\n")
         if path == "/api/changes":
             body = json.dumps({"changes": self._changes()}, indent=1, default=str)
@@ -138,6 +143,8 @@ class WebApp:
     def status_page(self) -> str:
         """The status page HTML (autoescaped: label values from SGLang are untrusted)."""
         snap = self._snapshot()
+        changes = self._changes()
+        note = last_change(changes)
         findings = sorted(snap.findings, key=lambda f: (_STATUS_ORDER.get(f.status, 9), f.check,
                                                         sorted(f.rank.items())))
         counts = {s: sum(1 for f in findings if f.status == s) for s in ("critical", "warning", "ok", "unknown")}
@@ -174,7 +181,9 @@ class WebApp:
             truncations=int(snap.log_truncations), restarts=int(snap.restarts), ranks=ranks, signals=signals,
             args=[(k, _fmt(v)) for k, v in sorted(snap.args.items()) if k in _KEY_ARGS],
             other_args=[(k, _fmt(v)) for k, v in sorted(snap.args.items()) if k not in _KEY_ARGS],
-            build_version=self._build.version, changes=self._changes()[::-1])
+            build_version=self._build.version, changes=changes[::-1],
+            last_change=last_change_text(note) if note is not None else "",
+            last_verdict=note["verdict"] if note is not None else "")
 
 
 def make_handler(app: WebApp, web: WebConfig | None = None) -> type[BaseHTTPRequestHandler]:
