@@ -115,7 +115,7 @@ def restarts(path: str) -> bool:
 def _section(data: bytes, table: CheckTable, cfg: Config, profile: str, workload: str,
              overrides: dict[str, Any]) -> Section | None:
     d = _Recording(table, cfg, profile, workload, overrides)
-    scanner = Scanner(d.res, d.cfg.usage_good, d.window.params.queue_band)
+    scanner = Scanner(d.res, d.cfg.usage_good, d.window.params.queue_band, origin_s=d.origin)
     d.add_chunk(scanner.scan_bytes(data, final=True))
     if d.lines == 0 or d.first_t is None:
         return None

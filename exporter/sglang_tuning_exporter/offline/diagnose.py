@@ -175,7 +175,7 @@ def _stdin_bytes() -> IO[bytes]:
 
 def _run_sequential(source: str, plain: bool, d: Diagnosis, progress: Progress, *, fast: bool = True) -> None:
     """Every input form through the one read path: blocks of bytes cut after their last newline."""
-    scanner = Scanner(d.res, d.cfg.usage_good, d.window.params.queue_band, fast=fast)
+    scanner = Scanner(d.res, d.cfg.usage_good, d.window.params.queue_band, fast=fast, origin_s=d.origin)
     if source == "-":
         _run_blocks(_stdin_bytes(), d, scanner, progress)
         return
@@ -205,7 +205,7 @@ def _run_parallel(source: str, size: int, d: Diagnosis, workers: int, progress: 
     chunk = max(MIN_CHUNK_BYTES, min(CHUNK_BYTES, size // (workers * 4) or CHUNK_BYTES))
     ranges = split_ranges(source, size, chunk)
     low, high = d.window.params.queue_band
-    jobs = [(source, a, b, d.res, d.cfg.usage_good, low, high, None) for a, b in ranges]
+    jobs = [(source, a, b, d.res, d.cfg.usage_good, low, high, None, d.origin) for a, b in ranges]
     methods = multiprocessing.get_all_start_methods()
     ctx = multiprocessing.get_context("fork" if "fork" in methods else "spawn")
     last_oom: tuple[int, str] | None = None  # absolute line and message of the last OOM merged so far
@@ -218,7 +218,7 @@ def _run_parallel(source: str, size: int, d: Diagnosis, workers: int, progress: 
             if last_oom is not None and blind is not None and blind + off - last_oom[0] < _DEDUP_DISTANCE:
                 # A traceback re-raising an OOM of an earlier range: scan this range again knowing that
                 # OOM (numbered relative to the range), so it is linked to it as a sequential read does.
-                res = _scan_range((*job[:7], (last_oom[0] - off, last_oom[1])))
+                res = _scan_range((*job[:7], (last_oom[0] - off, last_oom[1]), job[8]))
             if res.last_oom is not None:
                 last_oom = (res.last_oom[0] + off, res.last_oom[1])
             d.add_chunk(res)

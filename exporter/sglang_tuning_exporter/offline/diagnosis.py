@@ -30,7 +30,7 @@ from sglang_tuning_exporter.guide.config import Config
 from sglang_tuning_exporter.offline import formats as diagnose_formats
 from sglang_tuning_exporter.offline.scanner import ChunkResult
 from sglang_tuning_exporter.pipeline.observations import EventConverter
-from sglang_tuning_exporter.pipeline.window import Window
+from sglang_tuning_exporter.pipeline.window import Window, bucket_start
 from sglang_tuning_exporter.sources.logparse import parse_line
 
 BUCKETS_PER_WINDOW = 1  # windows are evaluated back to back, so one bucket per window suffices
@@ -90,12 +90,13 @@ class Diagnosis:
         self.table, self.cfg, self.profile, self.workload = table, cfg, profile, workload
         self.server = ServerState()
         self.overrides = server_overrides
-        self.step, self.res = grid(cfg.window_s, end_hint)
+        self.step, self.res, self.origin = grid(cfg.window_s, end_hint)
         self.end_aligned = end_hint is not None and not live_grid
         if live_grid:
             self.res = cfg.window_s / LIVE_BUCKETS
         self.window: Window = window_for(table, profile, cfg, expire_s=math.inf)
         self.window.resolution_s = self.res
+        self.window.origin_s = self.origin
         self.conv = EventConverter(server=self.server)
         self.line_offset = 0
         self.next_eval: float | None = None
@@ -146,7 +147,7 @@ class Diagnosis:
 
     def _advance(self, t: float) -> None:
         if self.next_eval is None:
-            self.next_eval = (math.floor(t / self.step) + 1) * self.step
+            self.next_eval = bucket_start(t, self.step, self.origin) + self.step
             return
         while t >= self.next_eval:
             self._evaluate(self.next_eval)
@@ -154,7 +155,7 @@ class Diagnosis:
             if t - self.window.length_s > self.next_eval:
                 # Windows between here and `t` hold no data: evaluation costs what the data costs,
                 # not what the time span does (a gap, or a stamp far off its neighbours).
-                self.next_eval = (math.floor((t - self.window.length_s) / self.step) + 1) * self.step
+                self.next_eval = bucket_start(t - self.window.length_s, self.step, self.origin) + self.step
 
     def add_chunk(self, chunk: ChunkResult) -> None:
         """Merge one chunk (in file order)."""
@@ -231,14 +232,15 @@ def _iso(t: float | None) -> Any:
     return time_text(t)
 
 
-def grid(window_s: float, end: float | None) -> tuple[float, float]:
-    """(evaluation step, bucket width): one bucket per window; when the log's last time is known the
-    grid is shifted to end there, so the last window is the sidecar's (`end - window_s`, `end`] (to a
-    second), not a partial bucket divided by a whole window."""
-    if end is None or not math.isfinite(end) or end <= 2 * window_s:
-        return window_s, window_s / BUCKETS_PER_WINDOW
-    width = end / math.floor(end / (window_s - 1.0))  # a hair under a window; `end` is a multiple
-    return width, width / BUCKETS_PER_WINDOW
+def grid(window_s: float, end: float | None) -> tuple[float, float, float]:
+    """(evaluation step, bucket width, origin): one bucket per window; when the log's last time is known
+    the grid is shifted (whole seconds, so bucket arithmetic stays exact) to end just after it, so the
+    last window is the sidecar's (`end - window_s`, `end`] (to a second), not a partial bucket divided by
+    a whole window."""
+    width = window_s / BUCKETS_PER_WINDOW
+    if end is None or not math.isfinite(end):
+        return window_s, width, 0.0
+    return window_s, width, float((math.floor(end) + 1) % round(width)) if width >= 1 else 0.0
 
 
 def last_log_time(path: str, kind: str, max_bytes: int = 8 << 20) -> float | None:

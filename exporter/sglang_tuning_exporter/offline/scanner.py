@@ -110,13 +110,14 @@ class Scanner:
     (everything else, and every line without the accelerator), chunk by chunk."""
 
     def __init__(self, resolution_s: float, usage_good: float, band: tuple[float, float] = (100.0, 2000.0), *,
-                 fast: bool = True, known_oom: tuple[int, str] | None = None) -> None:
+                 fast: bool = True, known_oom: tuple[int, str] | None = None, origin_s: float = 0.0) -> None:
         # One reader for the scanner's whole stream: a traceback or OOM message that continues past the
         # end of one scan call is completed by the next (its lines are numbered from 1 across calls).
         self.reader = EventReader(1)
         self.reader._last_oom = known_oom  # an OOM logged just before this stream (parallel ranges)
         self.use_fast = fast  # False: the accelerator is not used (tests compare both)
         self.res = resolution_s
+        self.origin = origin_s
         self.usage_good = usage_good
         self.band = band
         self._last_t: float | None = None  # last dated time seen (fast lines and dated events)
@@ -218,7 +219,7 @@ class Scanner:
                     counts, known[replica] = tp_dedup(prev, t, v, tp)
                     if not counts:
                         continue
-            key = (replica[0], replica[1], bucket_start(t, self.res))
+            key = (replica[0], replica[1], bucket_start(t, self.res, self.origin))
             b = res.buckets.get(key)
             if b is None:
                 b = res.buckets[key] = Bucket()
@@ -271,7 +272,7 @@ class Scanner:
                 out: list[Event] = []
                 pos, n, nd, np_, _, last_t = scan.scan_buckets(data, pos, reader._next, out, groups[0], groups[1],
                                                                 self.res, self.usage_good, *self.band,
-                                                                self._last_t or 0.0, BACKWARD_TOLERANCE_S)
+                                                                self._last_t or 0.0, BACKWARD_TOLERANCE_S, self.origin)
                 reader._next = n
                 res.fast += nd + np_
                 for e in out:  # retractions, read in C as the reader would
@@ -328,16 +329,17 @@ def _note_floor(res: ChunkResult, version: str) -> None:
         res.version_floor = version
 
 
-_Job = tuple[str, int, int, float, float, float, float, tuple[int, str] | None]
+_Job = tuple[str, int, int, float, float, float, float, tuple[int, str] | None, float]
 
 
 def _scan_range(job: _Job) -> ChunkResult:
     """Worker: scan bytes [start, end) of a plain file (lines numbered from 1 within the range)."""
-    path, start, end, res_s, usage_good, low, high, known_oom = job
+    path, start, end, res_s, usage_good, low, high, known_oom, origin = job
     collecting = gc.isenabled()
     gc.disable()  # a range makes few cycles: cycle collections were ~3 % of a worker's time
     try:
-        return _scan_mapped(path, start, end, Scanner(res_s, usage_good, (low, high), known_oom=known_oom))
+        return _scan_mapped(path, start, end, Scanner(res_s, usage_good, (low, high), known_oom=known_oom,
+                                                         origin_s=origin))
     finally:
         if collecting:
             gc.enable()

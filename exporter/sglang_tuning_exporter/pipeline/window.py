@@ -78,9 +78,9 @@ def server_facts_for(by_dp: Sequence[Mapping[str, float]], dp: int | None) -> Ma
     return by_dp[dp] if dp is not None and 0 <= dp < len(by_dp) else by_dp[0]
 
 
-def bucket_start(t: float, resolution_s: float) -> float:
+def bucket_start(t: float, resolution_s: float, origin_s: float = 0.0) -> float:
     """The start of the window bucket holding time `t` (the window's rule, shared with diagnose)."""
-    return math.floor(t / resolution_s) * resolution_s
+    return math.floor((t - origin_s) / resolution_s) * resolution_s + origin_s
 
 
 def fold_rank(rank: Rank) -> Rank:
@@ -99,6 +99,7 @@ class Window:
         self.length_s = float(length_s)
         # 60 buckets per window (10 s for 10 min): signals() merges at most ~60 buckets per rank.
         self.resolution_s = float(resolution_s) if resolution_s is not None else self.length_s / 60.0
+        self.origin_s = 0.0  # bucket starts are origin_s + k * resolution_s (diagnose ends its grid at the log's end)
         self.max_ranks = max(1, int(max_ranks))
         self.params = params or SignalParams()
         self.expire_s = 3 * self.length_s if expire_s is None else expire_s
@@ -140,7 +141,7 @@ class Window:
         return folded
 
     def _bucket(self, st: _RankState, t: float) -> Bucket:
-        start = bucket_start(t, self.resolution_s)
+        start = bucket_start(t, self.resolution_s, self.origin_s)
         b = st.buckets
         if b and b[-1][0] == start:
             return b[-1][1]
@@ -353,7 +354,7 @@ class Window:
                 st = self._ranks.get(self._fold(o.rank))
                 if st is not None and st.pending is None and st.from_log and st.buckets:
                     start, bucket = st.buckets[-1]
-                    if start == math.floor(o.time / self.resolution_s) * self.resolution_s:
+                    if start == bucket_start(o.time, self.resolution_s, self.origin_s):
                         seen[id(o.rank)] = (o.rank, o.time, st, bucket)
 
     def set_fact(self, rank: Rank, name: str, value: float, *, tp: int | None = None,

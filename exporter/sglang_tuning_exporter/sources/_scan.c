@@ -775,6 +775,7 @@ static PyObject *new_group(void) {
 typedef struct {
     double res, usage_good, band_lo, band_hi;
     double *latest;   /* the latest stamp read so far (in/out) */
+    double origin;    /* the grid's origin: bucket starts are origin + k * res */
     double backward;  /* timeparse.BACKWARD_TOLERANCE_S */
 } Params;
 
@@ -802,7 +803,7 @@ static int line_accumulate(const char *s, const Line *L, const Params *P, PyObje
     /* Stamped far before the latest: out of order or a clock set back; Python's log clock decides. */
     if (t < *P->latest - P->backward) return STOP;
     if (t > *P->latest) *P->latest = t;
-    double start = py_floordiv(t, P->res) * P->res;
+    double start = py_floordiv(t - P->origin, P->res) * P->res + P->origin;
     int has_dp = L->has_tag[0], has_pp = L->has_tag[1];
     long long dp = L->tag[0], pp = L->tag[1];
     PyObject *group = NULL;
@@ -1005,7 +1006,7 @@ static PyObject *scan_buffer(PyObject *self, PyObject *args) {
 }
 
 /* scan_buckets(data, pos, first_line, out, decode_groups, prefill_groups, resolution, usage_good,
- *              band_lo, band_hi[, latest, backward]) -> (stop, line, decode, prefill, retract, latest or None)
+ *              band_lo, band_hi[, latest, backward, origin]) -> (stop, line, decode, prefill, retract, latest or None)
  * A Decode/Prefill line stamped more than `backward` seconds before `latest` (the latest stamp read, kept
  * across calls by the caller) is handed back.
  * As scan_buffer, but each Decode/Prefill line is added to its group
@@ -1021,9 +1022,10 @@ static PyObject *scan_buckets(PyObject *self, PyObject *args) {
     double latest = 0.0;
     P.latest = &latest;
     P.backward = 1e300;
-    if (!PyArg_ParseTuple(args, "y*nLO!O!O!dddd|dd", &buf, &pos, &n, &PyList_Type, &out, &PyDict_Type, &groups[0],
+    P.origin = 0.0;
+    if (!PyArg_ParseTuple(args, "y*nLO!O!O!dddd|ddd", &buf, &pos, &n, &PyList_Type, &out, &PyDict_Type, &groups[0],
                           &PyDict_Type, &groups[1], &P.res, &P.usage_good, &P.band_lo, &P.band_hi, &latest,
-                          &P.backward))
+                          &P.backward, &P.origin))
         return NULL;
     if (!ready() || !columns_ready || !(P.res > 0.0)) {
         if (!PyErr_Occurred())
