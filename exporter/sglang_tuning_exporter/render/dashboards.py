@@ -417,8 +417,8 @@ def signals_table(least_is_worst: Sequence[str] = ()) -> Json:
                     "properties": [{"id": "decimals", "value": 3}]}])
 
 
-# How the signals table shows each unit family: (divisor, unit appended to the row name).
-_SIGNAL_TABLE_UNITS = {"signal_bytes": ("2^30", " (GiB)"), "signal_per_second": ("1/60", " (/min)"),
+# How the signals table shows each unit family: (scaling, unit appended to the row name).
+_SIGNAL_TABLE_UNITS = {"signal_bytes": ("/ 2^30", " (GiB)"), "signal_per_second": ("* 60", " (/min)"),
                        "signal_tokens_per_second": ("", " (tok/s)")}
 
 
@@ -433,12 +433,12 @@ def worst_signal_expr(least_is_worst: Sequence[str]) -> str:
         expr = (f'max by (instance, signal) ({name}{{signal!~"{low}", {RANK_SEL}}}) or '
                 f'min by (instance, signal) ({name}{{signal=~"{low}", {RANK_SEL}}})' if low
                 else f"max by (instance, signal) ({name}{{{RANK_SEL}}})")
-        divisor, unit = _SIGNAL_TABLE_UNITS.get(short, ("", ""))
-        if divisor:
-            expr = f"({expr}) / {divisor}"
+        scaling, unit = _SIGNAL_TABLE_UNITS.get(short, ("", ""))
+        if scaling:
+            expr = f"({expr}) {scaling}"
         if unit:
             expr = f'label_replace({expr}, "signal", "$1{unit}", "signal", "(.+)")'
-        parts.append(f"({expr})")
+        parts.append(expr)  # `A or B or C`: `or` is left-associative, each family adds its own signals
     return " or ".join(parts)
 
 
