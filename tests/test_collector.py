@@ -199,7 +199,7 @@ def test_signals_are_exported_in_their_unit() -> None:
     assert value("sglang_tuning_signal_bytes", "available_gpu_mem") == 6.5 * 2**30
     assert value("sglang_tuning_signal_per_second", "retractions") == pytest.approx(0.05)
     assert value("sglang_tuning_signal_ratio", "kv_underused_ratio") == 0.4
-    assert value("sglang_tuning_signal_count", "queue_p50") == 120.0
+    assert value("sglang_tuning_signal_amount", "queue_p50") == 120.0
     assert value("sglang_tuning_signal_tokens_per_second", "gen_throughput_mean") == 900.0
     assert value("sglang_tuning_signal_flag", "metrics_enabled") == 1.0
     assert value("sglang_tuning_signal", "available_gpu_mem_gb") == 6.5  # deprecated: the old unit

@@ -53,11 +53,11 @@ CATALOG: tuple[MetricSpec, ...] = (
     _m("signal_bytes", "gauge", "A guide signal that is an amount of GPU memory, in bytes (signal label without the `_gb` of docs/signals.md); absent when unknown.", (*RANK_LABELS, "signal")),
     _m("signal_per_second", "gauge", "A guide signal that is an event rate over the exporter's window, per second (signal label without the `_per_minute` of docs/signals.md); absent when unknown.", (*RANK_LABELS, "signal")),
     _m("signal_tokens_per_second", "gauge", "A guide signal that is a token throughput over the exporter's window (gen_throughput_mean); absent when unknown.", (*RANK_LABELS, "signal")),
-    _m("signal_count", "gauge", "A guide signal that is a plain number: requests, batch size, tokens, samples or events in the window (the signal name says which); absent when unknown.", (*RANK_LABELS, "signal")),
+    _m("signal_amount", "gauge", "A guide signal that is a plain number: requests, batch size, tokens, samples or events in the window (the signal name says which); absent when unknown.", (*RANK_LABELS, "signal")),
     _m("signal_flag", "gauge", "A yes/no guide fact: 1 yes, 0 no (metrics_enabled, available_gpu_mem_from_summary); absent when unknown.", (*RANK_LABELS, "signal")),
     _m("check_level", "gauge", "Current level of a guide check: -1 unknown, 0 ok, 1 warning, 2 critical (max over series = the worst).", (*RANK_LABELS, "check")),
     # --- deprecated: kept for one release (0.x -> removed in the next); docs/sidecar.md, "Deprecated metrics"
-    _m("signal", "gauge", "DEPRECATED, removed in the next release: use sglang_tuning_signal_ratio, _bytes, _per_second, _tokens_per_second, _count or _flag. A guide signal in its docs/signals.md unit (GB, per minute, ratio, count mixed).", (*RANK_LABELS, "signal")),
+    _m("signal", "gauge", "DEPRECATED, removed in the next release: use sglang_tuning_signal_ratio, _bytes, _per_second, _tokens_per_second, _amount or _flag. A guide signal in its docs/signals.md unit (GB, per minute, ratio, count mixed).", (*RANK_LABELS, "signal")),
     _m("check_status", "gauge", "DEPRECATED, removed in the next release: use sglang_tuning_check_level. Current level of a check (-1 unknown, 0 ok, 1 warning, 2 critical); its `severity` label is the check's highest possible level, not the current one.", (*RANK_LABELS, "check", "severity")),
     _m("suggested_value", "gauge", "The value the exporter suggests for the flag of a firing check.", (*RANK_LABELS, "check", "flag")),
     _m("current_value", "gauge", "The current value of the flag a check names, when known.", (*RANK_LABELS, "check", "flag")),
@@ -127,7 +127,7 @@ RANK_GAUGES: tuple[tuple[str, str, float], ...] = (
 )
 
 SIGNAL_FAMILIES = ("signal_ratio", "signal_bytes", "signal_per_second", "signal_tokens_per_second",
-                   "signal_count", "signal_flag")
+                   "signal_amount", "signal_flag")
 _RATIO = ("queue_empty_ratio", "queue_over_band_ratio", "queue_under_band_ratio", "kv_underused_ratio",
           "token_usage_max", "token_usage_mean", "cuda_graph_miss_ratio", "running_capped_ratio",
           "prefix_cache_hit_ratio", "cuda_graph_ceiling_ratio", "mem_fraction_static_estimate")
@@ -144,7 +144,7 @@ SIGNAL_UNITS: dict[str, tuple[str, str, float]] = {
     **{n: ("signal_bytes", n.removesuffix("_gb"), GIB) for n in _GB},
     **{n: ("signal_per_second", n.removesuffix("_per_minute"), 1.0 / 60.0) for n in _PER_MINUTE},
     "gen_throughput_mean": ("signal_tokens_per_second", "gen_throughput_mean", 1.0),
-    **{n: ("signal_count", n, 1.0) for n in _COUNT},
+    **{n: ("signal_amount", n, 1.0) for n in _COUNT},
     "metrics_enabled": ("signal_flag", "metrics_enabled", 1.0),
     "available_gpu_mem_from_summary": ("signal_flag", "available_gpu_mem_from_summary", 1.0),
 }
