@@ -5,7 +5,7 @@ from pathlib import Path
 
 from setuptools import Extension, setup
 
-BUILD_FILE = Path(__file__).parent / "exporter" / "sglang_tuning_exporter" / "_build.py"
+BUILD_FILE = Path(__file__).parent / "exporter" / "sglang_tuning_exporter" / "core" / "_build.py"
 
 
 def write_revision() -> None:

@@ -238,11 +238,11 @@ def test_build_info_carries_the_revision(monkeypatch: pytest.MonkeyPatch) -> Non
 
     from sglang_tuning_exporter.sidecar import collector
 
-    fake = types.ModuleType("sglang_tuning_exporter._build")
+    fake = types.ModuleType("sglang_tuning_exporter.core._build")
     fake.REVISION = "abc1234"  # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, "sglang_tuning_exporter._build", fake)
+    monkeypatch.setitem(sys.modules, "sglang_tuning_exporter.core._build", fake)
     assert collector.current_build().revision == "abc1234"
-    monkeypatch.setitem(sys.modules, "sglang_tuning_exporter._build", None)  # import fails
+    monkeypatch.setitem(sys.modules, "sglang_tuning_exporter.core._build", None)  # import fails
     assert collector.current_build().revision == "unknown"
 
 

@@ -73,7 +73,7 @@ class BuildInfo:
 def build_revision() -> str:
     """The git revision setup.py recorded in `_build.py` at build time; "unknown" without one."""
     try:
-        module = importlib.import_module("sglang_tuning_exporter._build")
+        module = importlib.import_module("sglang_tuning_exporter.core._build")
     except ImportError:
         return "unknown"
     rev = getattr(module, "REVISION", None)
