@@ -418,27 +418,23 @@ def signals_table(least_is_worst: Sequence[str] = ()) -> Json:
 
 
 # How the signals table shows each unit family: (scaling, unit appended to the row name).
-_SIGNAL_TABLE_UNITS = {"signal_bytes": ("/ 2^30", " (GiB)"), "signal_per_second": ("* 60", " (/min)"),
-                       "signal_tokens_per_second": ("", " (tok/s)")}
+_SIGNAL_TABLE_UNITS = {"signal_bytes": ("({}) / 2^30", " (GiB)"), "signal_per_second": ("({}) * 60", " (/min)"),
+                       "signal_tokens_per_second": ("{}", " (tok/s)")}
 
 
 def worst_signal_expr(least_is_worst: Sequence[str]) -> str:
     """Each signal of a server at its worst DP replica: the least for signals a check pages on when low
     (memory headroom), the most for the rest; one family per unit, GiB and per minute as the guide says."""
-    parts = []
+    parts = []  # `A or B or C`: each family adds its own signals
     for short in SIGNAL_FAMILIES:
         name = f"sglang_tuning_{short}"
-        low = "|".join(sorted(label for sig, (fam, label, _) in SIGNAL_UNITS.items()
-                              if fam == short and sig in least_is_worst))
+        low = "|".join(sorted(lab for sig, (fam, lab, _) in SIGNAL_UNITS.items() if fam == short and sig in least_is_worst))
         expr = (f'max by (instance, signal) ({name}{{signal!~"{low}", {RANK_SEL}}}) or '
                 f'min by (instance, signal) ({name}{{signal=~"{low}", {RANK_SEL}}})' if low
                 else f"max by (instance, signal) ({name}{{{RANK_SEL}}})")
-        scaling, unit = _SIGNAL_TABLE_UNITS.get(short, ("", ""))
-        if scaling:
-            expr = f"({expr}) {scaling}"
-        if unit:
-            expr = f'label_replace({expr}, "signal", "$1{unit}", "signal", "(.+)")'
-        parts.append(expr)  # `A or B or C`: `or` is left-associative, each family adds its own signals
+        scaling, unit = _SIGNAL_TABLE_UNITS.get(short, ("{}", ""))
+        parts.append(f'label_replace({scaling.format(expr)}, "signal", "$1{unit}", "signal", "(.+)")' if unit
+                     else expr)
     return " or ".join(parts)
 
 
