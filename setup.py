@@ -1,7 +1,26 @@
-"""Only the optional C accelerator lives here; everything else is in pyproject.toml."""
+"""The optional C accelerator, and the build's git revision; everything else is in pyproject.toml."""
+
+import subprocess
+from pathlib import Path
 
 from setuptools import Extension, setup
 
+BUILD_FILE = Path(__file__).parent / "exporter" / "sglang_tuning_exporter" / "core" / "_build.py"
+
+
+def write_revision() -> None:
+    """Record `git rev-parse --short HEAD` for sglang_tuning_build_info{revision} (read by sidecar/collector)."""
+    try:
+        rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=BUILD_FILE.parent, capture_output=True,
+                             text=True, timeout=10, check=True).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        rev = ""
+    if rev or not BUILD_FILE.exists():  # an sdist has no .git: keep the revision it was made with
+        BUILD_FILE.write_text('"""Written by setup.py at build time; not in git."""\n\n'
+                              f"REVISION = {(rev or 'unknown')!r}\n")
+
+
+write_revision()
 # optional=True: without a compiler the install still succeeds and the reader runs in pure Python.
 setup(ext_modules=[Extension("sglang_tuning_exporter.sources._scan", ["exporter/sglang_tuning_exporter/sources/_scan.c"],
                              optional=True, extra_compile_args=["-O2"])])

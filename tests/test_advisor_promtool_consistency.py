@@ -1,7 +1,7 @@
 """The Python advisor and the generated alert rules agree: the same scenario, fed to `advisor.evaluate`
 as signals and to promtool as the exporter's series, gives the same set of firing checks.
 
-The series are what the collector exposes for those signals (sglang_tuning_signal, startup gauges in
+The series are what the collector exposes for those signals (sglang_tuning_signal_<unit>, startup gauges in
 bytes of GiB, OOM counters, server info/args); promtool evaluates the generated checks group and we
 read the firing set back from ALERTS.
 """
@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 import yaml
 
+from sglang_tuning_exporter.core.catalog import SIGNAL_UNITS
 from sglang_tuning_exporter.core.model import Rank, ServerState
 from sglang_tuning_exporter.guide import advisor
 from sglang_tuning_exporter.guide.checks import CheckTable, load_table
@@ -53,7 +54,9 @@ def series_for(scenario: Scenario) -> list[dict[str, str]]:
         lab = _rank_labels(rank)
         for name in WINDOWED:
             if sig.get(name) is not None:
-                out.append({"series": f'sglang_tuning_signal{{{lab},signal="{name}"}}', "values": f"{sig[name]}x{n}"})
+                family, label, scale = SIGNAL_UNITS[name]  # as the collector exports it
+                out.append({"series": f'sglang_tuning_{family}{{{lab},signal="{label}"}}',
+                            "values": f"{sig[name] * scale!r}x{n}"})
         if sig.get("available_gpu_mem_gb") is not None:
             out.append({"series": f"sglang_tuning_available_gpu_memory_bytes{{{lab}}}",
                         "values": f"{sig['available_gpu_mem_gb'] * GIB}x{n}"})

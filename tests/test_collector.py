@@ -10,10 +10,10 @@ import pytest
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from sglang_tuning_exporter.core.catalog import BY_NAME, CATALOG
+from sglang_tuning_exporter.core.catalog import BY_NAME, CATALOG, DEPRECATED, PROCESS_METRICS, SIGNAL_UNITS
 from sglang_tuning_exporter.core.events import Event
 from sglang_tuning_exporter.core.model import Finding, Observation, Rank
-from sglang_tuning_exporter.pipeline.signals import hist_quantile
+from sglang_tuning_exporter.pipeline.signals import SIGNAL_NAMES, hist_quantile
 from sglang_tuning_exporter.sidecar.collector import (
     BuildInfo,
     TuningCollector,
@@ -97,12 +97,16 @@ def test_values_come_from_the_state() -> None:
     assert got[("sglang_tuning_prefill_tokens_total", _rank0(source="cached"))] == 200.0
     assert got[("sglang_tuning_available_gpu_memory_bytes", _rank0())] == 6.84 * 2**30
     assert got[("sglang_tuning_decode_batch_size_without_graph", _rank0())] == 300.0
+    assert got[("sglang_tuning_check_level", _rank0(check="kv_underused"))] == 1.0
+    assert got[("sglang_tuning_check_level", _rank0(check="queue_empty"))] == 0.0
+    # deprecated twin: same value, plus the misleading `severity` (highest possible level) label
     assert got[("sglang_tuning_check_status", _rank0(check="kv_underused", severity="warning"))] == 1.0
     assert got[("sglang_tuning_check_status", _rank0(check="queue_empty", severity="warning"))] == 0.0
     flag = "--schedule-conservativeness"
     assert got[("sglang_tuning_suggested_value", _rank0(check="kv_underused", flag=flag))] == 0.7
     assert got[("sglang_tuning_current_value", _rank0(check="kv_underused", flag=flag))] == 1.0
-    assert got[("sglang_tuning_signal", _rank0(signal="queue_empty_ratio"))] == 0.25
+    assert got[("sglang_tuning_signal", _rank0(signal="queue_empty_ratio"))] == 0.25  # deprecated
+    assert got[("sglang_tuning_signal_ratio", _rank0(signal="queue_empty_ratio"))] == 0.25
     assert not any("unknown_one" in dict(k[1]).values() for k in got)  # unknown is absent, never NaN
     assert got[("sglang_tuning_server_arg", frozenset({("arg", "mem_fraction_static")}))] == 0.85
     assert got[("sglang_tuning_server_arg", frozenset({("arg", "disable_cuda_graph")}))] == 0.0
@@ -117,7 +121,7 @@ def test_values_come_from_the_state() -> None:
     assert got[("sglang_tuning_up", frozenset())] == 1.0
     assert got[("sglang_tuning_log_lines_total", frozenset({("kind", "other")}))] == 4.0
     assert got[("sglang_tuning_scrape_garbage_lines_total", frozenset())] == 2.0
-    build = frozenset({("python_version", "3.11"), ("version", "0.0.0-test")})
+    build = frozenset({("python_version", "3.11"), ("version", "0.0.0-test"), ("revision", "unknown")})
     assert got[("sglang_tuning_build_info", build)] == 1.0
 
 
@@ -162,13 +166,84 @@ def test_p90_nearest_rank() -> None:
 
 
 def test_disabled_sources_say_so() -> None:
-    """Logs-only: source_enabled{metrics} 0, no source_up for it, and up 0."""
+    """Logs-only: source_enabled{metrics} 0, no source_up for it, and no `up` (0 would read "SGLang down")."""
     st = LiveState(window_s=60, max_ranks=4, expire_after_s=60, enabled={"log": True})
     got = _samples(st, 0.0)
     assert got[("sglang_tuning_source_enabled", frozenset({("source", "metrics")}))] == 0.0
     assert got[("sglang_tuning_source_enabled", frozenset({("source", "log")}))] == 1.0
     assert ("sglang_tuning_source_up", frozenset({("source", "metrics")})) not in got
-    assert got[("sglang_tuning_up", frozenset())] == 0.0
+    assert ("sglang_tuning_up", frozenset()) not in got
+
+
+def test_up_is_the_metrics_source() -> None:
+    """With --sglang.url: up 1 after a good scrape, 0 after a failed one."""
+    st = _state()
+    st.record_source("metrics", ok=False, duration_s=0.1, now=1.0)
+    assert _samples(st, 1.0)[("sglang_tuning_up", frozenset())] == 0.0
+    st.record_source("metrics", ok=True, duration_s=0.1, now=2.0)
+    assert _samples(st, 2.0)[("sglang_tuning_up", frozenset())] == 1.0
+
+
+def test_signals_are_exported_in_their_unit() -> None:
+    """GB become bytes, per-minute rates per second, ratios and counts stay; every signal has a unit family."""
+    st = _state()
+    st.set_evaluation(signals={R0: {"available_gpu_mem_gb": 6.5, "retractions_per_minute": 3.0,
+                                    "kv_underused_ratio": 0.4, "queue_p50": 120.0, "gen_throughput_mean": 900.0,
+                                    "metrics_enabled": 1.0}}, findings=[], document=None, now=1.0)
+    got = _samples(st, 1.0)
+    rank = {"model_name": "", "dp_rank": "0", "pp_rank": "", "tp_rank": "0", "moe_ep_rank": ""}
+
+    def value(name: str, signal: str) -> float:
+        return got[(name, frozenset({**rank, "signal": signal}.items()))]
+
+    assert value("sglang_tuning_signal_bytes", "available_gpu_mem") == 6.5 * 2**30
+    assert value("sglang_tuning_signal_per_second", "retractions") == pytest.approx(0.05)
+    assert value("sglang_tuning_signal_ratio", "kv_underused_ratio") == 0.4
+    assert value("sglang_tuning_signal_amount", "queue_p50") == 120.0
+    assert value("sglang_tuning_signal_tokens_per_second", "gen_throughput_mean") == 900.0
+    assert value("sglang_tuning_signal_flag", "metrics_enabled") == 1.0
+    assert value("sglang_tuning_signal", "available_gpu_mem_gb") == 6.5  # deprecated: the old unit
+
+
+def test_every_signal_has_a_unit_family() -> None:
+    """A new signal in pipeline/signals.py must say its unit in catalog.SIGNAL_UNITS."""
+    assert set(SIGNAL_NAMES) == set(SIGNAL_UNITS)
+    for short, _, _ in SIGNAL_UNITS.values():
+        assert BY_NAME["sglang_tuning_" + short].labels[-1] == "signal"
+    labels = [(short, label) for short, label, _ in SIGNAL_UNITS.values()]
+    assert len(labels) == len(set(labels))  # no two signals share a series
+
+
+def test_deprecated_metrics_say_so() -> None:
+    """Each deprecated family's HELP starts with DEPRECATED and names its replacement."""
+    for old, new in DEPRECATED.items():
+        help_ = BY_NAME[old].help
+        assert help_.startswith("DEPRECATED") and new.removesuffix("<unit>") in help_, old
+
+
+def test_process_and_platform_metrics_are_exposed() -> None:
+    """The private registry carries prometheus_client's process (Linux /proc) and platform collectors."""
+    text = encode_text(make_registry(TuningCollector(lambda: _state().snapshot(0.0), BUILD)).collect()).decode()
+    names = {s.name for f in text_string_to_metric_families(text) for s in f.samples}
+    assert {"process_resident_memory_bytes", "process_cpu_seconds_total", "python_info"} <= names
+    assert set(PROCESS_METRICS) <= names
+    bare = encode_text(make_registry(TuningCollector(lambda: _state().snapshot(0.0), BUILD), process=False).collect())
+    assert b"process_" not in bare and b"python_info" not in bare
+
+
+def test_build_info_carries_the_revision(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The revision setup.py recorded in _build.py, or "unknown" when there is none."""
+    import sys
+    import types
+
+    from sglang_tuning_exporter.sidecar import collector
+
+    fake = types.ModuleType("sglang_tuning_exporter.core._build")
+    fake.REVISION = "abc1234"  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "sglang_tuning_exporter.core._build", fake)
+    assert collector.current_build().revision == "abc1234"
+    monkeypatch.setitem(sys.modules, "sglang_tuning_exporter.core._build", None)  # import fails
+    assert collector.current_build().revision == "unknown"
 
 
 def test_registering_does_not_collect() -> None:
@@ -232,14 +307,14 @@ def test_evaluation_families_are_reused_until_the_next_evaluation() -> None:
     coll.warm()
     first = {f.name: f for f in coll.collect()}
     again = {f.name: f for f in coll.collect()}
-    assert first["sglang_tuning_check_status"] is again["sglang_tuning_check_status"]
+    assert first["sglang_tuning_check_level"] is again["sglang_tuning_check_level"]
     assert first["sglang_tuning_up"] is not again["sglang_tuning_up"]  # the rest is fresh per scrape
     st.set_evaluation(signals={}, findings=[Finding("queue_empty", "critical", {}, None, "client", None, None, "", "")],
                       document=None, now=20.0)
     later = {f.name: f for f in coll.collect()}
-    rows = later["sglang_tuning_check_status"].rows  # type: ignore[attr-defined]
+    rows = later["sglang_tuning_check_level"].rows  # type: ignore[attr-defined]
     assert [r[2] for r in rows] == [2.0]
-    assert "sglang_tuning_signal" not in later
+    assert "sglang_tuning_signal" not in later and "sglang_tuning_signal_ratio" not in later
 
 
 def test_docs_metric_table_is_current() -> None:

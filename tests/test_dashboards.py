@@ -364,7 +364,11 @@ PROMTOOL_CASES: list[tuple[str, str, str, list[dict[str, Any]]]] = [
         _sample('check="retractions_frequent", dp_rank="0", flag="--schedule-conservativeness", '
                 'instance="s1", model_name="m"', 1)]),
     ("sglang-tuning-fleet", "Servers with a critical finding", "A", [_sample("", 1)]),
-    ("sglang-tuning-fleet", "Servers with a warning", "A", [_sample("", 0)]),
+    ("sglang-tuning-fleet", "Servers with a warning", "A", [_sample("", 1)]),
+    ("sglang-tuning-server", "Guide signals over the sidecar's window", "A", [
+        _sample('instance="s1", signal="available_gpu_mem (GiB)"', 4),
+        _sample('instance="s1", signal="retractions (/min)"', 3),
+        _sample('instance="s1", signal="kv_underused_ratio"', 0.5)]),
 ]
 
 
@@ -397,10 +401,20 @@ def _input_series() -> list[dict[str, str]]:
         (f'sglang:cached_tokens_total{{job="sglang", model_name="m", {s2}, cache_source="device"}}', "0+50x20"),
         (f'sglang:prompt_tokens_total{{job="sglang", model_name="m", {s2}}}', "0+100x20"),
         # s1: one critical check with a flag, one ok check whose current value must not be listed
-        (f'sglang_tuning_check_status{{{OURS}, {s1}, tp_rank="0", check="retractions_frequent", '
-         'severity="critical"}', "2+0x20"),
-        (f'sglang_tuning_check_status{{{OURS}, {s1}, tp_rank="0", check="kv_underused", severity="warning"}}',
-         "0+0x20"),
+        (f'sglang_tuning_check_level{{{OURS}, {s1}, tp_rank="0", check="retractions_frequent"}}', "2+0x20"),
+        (f'sglang_tuning_check_level{{{OURS}, {s1}, tp_rank="0", check="kv_underused"}}', "0+0x20"),
+        # s2: a check only at warning whose highest possible level is critical: the deprecated check_status
+        # said severity="critical"; the level says warning, so s2 is no "server with a critical finding".
+        (f'sglang_tuning_check_level{{{OURS}, {s2}, tp_rank="0", check="gpu_mem_headroom_low"}}', "1+0x20"),
+        (f'sglang_tuning_check_status{{{OURS}, {s2}, tp_rank="0", check="gpu_mem_headroom_low", '
+         'severity="critical"}', "1+0x20"),
+        # signals by unit: bytes shown in GiB, per second per minute, ratios as they are; the least replica
+        # for the headroom (a check pages on it when low), the most for the rest
+        (f'sglang_tuning_signal_bytes{{{OURS}, {s1}, tp_rank="0", signal="available_gpu_mem"}}', f"{6 * 1024**3}+0x20"),
+        (f'sglang_tuning_signal_bytes{{{OURS}, {s1}, tp_rank="1", signal="available_gpu_mem"}}', f"{4 * 1024**3}+0x20"),
+        (f'sglang_tuning_signal_per_second{{{OURS}, {s1}, tp_rank="0", signal="retractions"}}', "0.05+0x20"),
+        (f'sglang_tuning_signal_ratio{{{OURS}, {s1}, tp_rank="0", signal="kv_underused_ratio"}}', "0.25+0x20"),
+        (f'sglang_tuning_signal_ratio{{{OURS}, {s1}, tp_rank="1", signal="kv_underused_ratio"}}', "0.5+0x20"),
         (f'sglang_tuning_current_value{{{OURS}, {s1}, tp_rank="0", check="retractions_frequent", '
          'flag="--schedule-conservativeness"}', "1+0x20"),
         (f'sglang_tuning_current_value{{{OURS}, {s1}, tp_rank="0", check="kv_underused", '

@@ -23,7 +23,7 @@ from sglang_tuning_exporter.sources.serverinfo import HttpError
 
 FIX = Path(__file__).parent / "fixtures"
 GOLDEN = Path(__file__).parent / "golden"
-BUILD = BuildInfo("0.0.0-golden", "3.x")
+BUILD = BuildInfo("0.0.0-golden", "3.x", "0000000")
 T0 = 1_767_225_600.0  # 2026-01-01T00:00:00Z
 LOG = FIX / "logs" / "sidecar-golden.log"
 METRICS = (FIX / "metrics" / "sglang-0.5.23-metrics.txt").read_text()
@@ -88,7 +88,8 @@ def _exposition(mode: str) -> str:
     for t in (T0, T0 + 15.0, T0 + 30.0):
         sc.tick(t)
     cfg = build_config(_args("--sglang.url", "http://x:1"))
-    return make_web(cfg, sc, clock=lambda: T0 + 30.0, build=BUILD).handle("GET", "/metrics").body.decode()
+    return make_web(cfg, sc, clock=lambda: T0 + 30.0, build=BUILD,
+                    process_metrics=False).handle("GET", "/metrics").body.decode()
 
 
 @pytest.mark.parametrize("mode", ["logs", "metrics", "both"])
@@ -123,14 +124,16 @@ def test_goldens_say_which_sources_they_have() -> None:
     """Each mode's golden states its sources (enabled/up) and carries that source's data."""
     logs, metrics, both = (_parsed(m) for m in ("logs", "metrics", "both"))
     assert _value(logs, "sglang_tuning_source_enabled", source="metrics") == 0.0
-    assert _value(logs, "sglang_tuning_up") == 0.0
+    # log-only: no `up` (a 0 would read as "SGLang is down"); source_up says which source works
+    assert _value(logs, "sglang_tuning_up") is None
+    assert _value(logs, "sglang_tuning_source_up", source="log") == 1.0
     assert _value(logs, "sglang_tuning_log_lines_total", kind="decode")
     assert _value(metrics, "sglang_tuning_source_enabled", source="log") == 0.0
     assert _value(metrics, "sglang_tuning_up") == 1.0
     assert _value(metrics, "sglang_tuning_sglang_endpoint_info", endpoint="/server_info") == 1.0
     assert _value(metrics, "sglang_tuning_log_lines_total") is None
     assert _value(both, "sglang_tuning_up") == 1.0 and _value(both, "sglang_tuning_log_lines_total", kind="decode")
-    assert _value(metrics, "sglang_tuning_build_info", version=BUILD.version) == 1.0
+    assert _value(metrics, "sglang_tuning_build_info", version=BUILD.version, revision="0000000") == 1.0
     # metrics-only: the 2 retracted requests and 10 eager passes seen between scrapes
     assert _value(metrics, "sglang_tuning_retracted_requests_total") == 2.0
     assert _value(metrics, "sglang_tuning_decode_samples_total", cuda_graph="false") == 10.0

@@ -25,7 +25,7 @@ K8S = ROOT / "deploy" / "kubernetes"
 TABLE = load_table()
 GROUPS: list[dict[str, Any]] = [{"name": "sglang-tuning.example", "rules": [
     {"alert": "SGLangRetractionsFrequent",
-     "expr": 'sglang_tuning_signal{signal="retractions_per_minute"}\n  > 1',
+     "expr": 'sglang_tuning_signal_per_second{signal="retractions"} * 60\n  > 1',
      "for": "5m", "labels": {"severity": "warning", "check": "retractions_frequent"},
      "annotations": {"summary": "SGLang retracts requests frequently", "flag": "--schedule-conservativeness"}},
     {"record": "instance:sglang_tuning_retractions:rate5m",

@@ -214,3 +214,43 @@ def test_query_error_is_one_line_exit_1(prometheus: str, tmp_path: Path, capsys:
     code, _ = run_report(prometheus, tmp_path, "json", "--selector", '{instance=~"("}')
     err = capsys.readouterr().err
     assert code == 1 and "rejected the query (HTTP 400, bad_data)" in err and err.count("\n") == 1
+
+
+def test_sidecar_signals_come_back_in_their_docs_unit(tmp_path: Path) -> None:
+    """The report reads the unit families under their docs/signals.md names and units (GiB, per minute),
+    and the deprecated mixed family of a previous-release sidecar where there is nothing newer."""
+    import subprocess
+
+    import yaml
+
+    from sglang_tuning_exporter.fleet.queries import sidecar_signals_expr
+
+    if not Path(fh.PROMTOOL).exists():
+        pytest.skip("promtool not installed")
+    new = 'instance="new:9470", dp_rank="0", pp_rank="", tp_rank="0"'
+    old = 'instance="old:9470", dp_rank="0", pp_rank="", tp_rank="0"'
+    series = [
+        {"series": f'sglang_tuning_signal_bytes{{{new}, signal="available_gpu_mem"}}', "values": f"{6 * 2**30}x20"},
+        {"series": f'sglang_tuning_signal_per_second{{{new}, signal="retractions"}}', "values": "0.05x20"},
+        {"series": f'sglang_tuning_signal_ratio{{{new}, signal="kv_underused_ratio"}}', "values": "0.25x20"},
+        # the same sidecar's deprecated twin must not be read a second time
+        {"series": f'sglang_tuning_signal{{{new}, signal="kv_underused_ratio"}}', "values": "0.25x20"},
+        {"series": f'sglang_tuning_signal{{{old}, signal="retractions_per_minute"}}', "values": "2x20"},
+    ]
+
+    def sample(labels: str, value: float) -> dict[str, Any]:
+        return {"labels": "{" + labels + "}", "value": value}
+
+    expected = [sample('dp_rank="0", instance="new:9470", signal="available_gpu_mem_gb"', 6),
+                sample('dp_rank="0", instance="new:9470", signal="retractions_per_minute"', 3),
+                sample('dp_rank="0", instance="new:9470", signal="kv_underused_ratio"', 0.25),
+                sample('dp_rank="0", instance="old:9470", signal="retractions_per_minute"', 2)]
+    (tmp_path / "none.rules.yaml").write_text("groups: []\n", encoding="utf-8")
+    test = {"rule_files": ["none.rules.yaml"], "evaluation_interval": "1m", "tests": [{
+        "interval": "1m", "input_series": series, "promql_expr_test": [
+            {"expr": f"round({sidecar_signals_expr('', '10m')}, 0.001)", "eval_time": "15m",
+             "exp_samples": expected}]}]}
+    (tmp_path / "t.yaml").write_text(yaml.safe_dump(test, sort_keys=False), encoding="utf-8")
+    proc = subprocess.run([fh.PROMTOOL, "test", "rules", "t.yaml"], cwd=tmp_path, capture_output=True, text=True,
+                          timeout=60, check=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr

@@ -289,7 +289,7 @@ def test_job_selectors_follow_the_options() -> None:
     table = load_table()
     text = "".join(render_rules.generate(table, render_rules.RenderOptions(
         exporter_job="tuning", sglang_job="llm")).values())
-    assert 'sglang_tuning_signal{job="tuning",' in text and 'sglang:num_queue_reqs{job="llm",priority=""}' in text
+    assert 'sglang_tuning_signal_ratio{job="tuning",' in text and 'sglang:num_queue_reqs{job="llm",priority=""}' in text
     bare = "".join(render_rules.generate(table, render_rules.RenderOptions(exporter_job="", sglang_job="")).values())
     assert "job=" not in bare.replace("$labels.job", "")
     assert "SGLangTuningExporterAbsent" not in bare  # absent() needs a job to look for

@@ -302,6 +302,8 @@ def concrete(expr: str, builtins: Mapping[str, str]) -> str:
     "All" value `.*` (every variable of the shipped dashboards has allValue `.*`)."""
     def sub(m: re.Match[str]) -> str:
         name = m.group(1) or m.group(2) or m.group(3)
+        if name.isdigit():
+            return m.group(0)  # `$1` is label_replace's capture; Grafana leaves names no variable has
         return builtins.get(name, ".*")
     return _VAR.sub(sub, expr)
 

@@ -121,10 +121,10 @@ def exporter_text(s: Server, t: float) -> str:
     lines += ["# TYPE sglang_tuning_available_gpu_memory_bytes gauge"]
     lines += [f"sglang_tuning_available_gpu_memory_bytes{{{lab}}} {s.headroom_gb[tp % len(s.headroom_gb)] * GIB}"
               for _, tp, lab in rank_sets]
-    lines += ["# TYPE sglang_tuning_signal gauge"]
+    lines += ["# TYPE sglang_tuning_signal_per_second gauge"]
     for dp in sorted({dp for dp, _ in s.ranks()}, key=lambda d: -1 if d is None else d):
         lab = _labels(model_name=s.model, dp_rank=dp, pp_rank=None, tp_rank=None, moe_ep_rank=None)
-        lines.append(f'sglang_tuning_signal{{{lab},signal="retractions_per_minute"}} {s.rate(dp or 0)}')
+        lines.append(f'sglang_tuning_signal_per_second{{{lab},signal="retractions"}} {s.rate(dp or 0) / 60.0!r}')
     return "\n".join(lines) + "\n"
 
 

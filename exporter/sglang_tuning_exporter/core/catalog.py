@@ -48,15 +48,24 @@ CATALOG: tuple[MetricSpec, ...] = (
     _m("server_arg", "gauge", "Numeric SGLang server argument (from server_args= or server info), one series per arg.", ("arg",)),
     _m("server_info", "info", "SGLang server facts: version, model, schedule policy.", ("version", "model_name", "schedule_policy")),
     # --- the guide, evaluated by the exporter
-    _m("signal", "gauge", "A guide signal over the exporter's window (see docs/signals.md); absent when unknown.", (*RANK_LABELS, "signal")),
-    _m("check_status", "gauge", "Verdict of a guide check: -1 unknown, 0 ok, 1 warning, 2 critical.", (*RANK_LABELS, "check", "severity")),
+    # Signals by unit (SIGNAL_UNITS below says which family carries which signal, and how it is scaled).
+    _m("signal_ratio", "gauge", "A guide signal that is a ratio (shares of samples 0-1, or a quotient such as cuda_graph_ceiling_ratio) over the exporter's window (docs/signals.md); absent when unknown.", (*RANK_LABELS, "signal")),
+    _m("signal_bytes", "gauge", "A guide signal that is an amount of GPU memory, in bytes (signal label without the `_gb` of docs/signals.md); absent when unknown.", (*RANK_LABELS, "signal")),
+    _m("signal_per_second", "gauge", "A guide signal that is an event rate over the exporter's window, per second (signal label without the `_per_minute` of docs/signals.md); absent when unknown.", (*RANK_LABELS, "signal")),
+    _m("signal_tokens_per_second", "gauge", "A guide signal that is a token throughput over the exporter's window (gen_throughput_mean); absent when unknown.", (*RANK_LABELS, "signal")),
+    _m("signal_amount", "gauge", "A guide signal that is a plain number: requests, batch size, tokens, samples or events in the window (the signal name says which); absent when unknown.", (*RANK_LABELS, "signal")),
+    _m("signal_flag", "gauge", "A yes/no guide fact: 1 yes, 0 no (metrics_enabled, available_gpu_mem_from_summary); absent when unknown.", (*RANK_LABELS, "signal")),
+    _m("check_level", "gauge", "Current level of a guide check: -1 unknown, 0 ok, 1 warning, 2 critical (max over series = the worst).", (*RANK_LABELS, "check")),
+    # --- deprecated: kept for one release (0.x -> removed in the next); docs/sidecar.md, "Deprecated metrics"
+    _m("signal", "gauge", "DEPRECATED, removed in the next release: use sglang_tuning_signal_ratio, _bytes, _per_second, _tokens_per_second, _amount or _flag. A guide signal in its docs/signals.md unit (GB, per minute, ratio, count mixed).", (*RANK_LABELS, "signal")),
+    _m("check_status", "gauge", "DEPRECATED, removed in the next release: use sglang_tuning_check_level. Current level of a check (-1 unknown, 0 ok, 1 warning, 2 critical); its `severity` label is the check's highest possible level, not the current one.", (*RANK_LABELS, "check", "severity")),
     _m("suggested_value", "gauge", "The value the exporter suggests for the flag of a firing check.", (*RANK_LABELS, "check", "flag")),
     _m("current_value", "gauge", "The current value of the flag a check names, when known.", (*RANK_LABELS, "check", "flag")),
     # --- flag changes and their verdicts (changes.py; /api/changes)
     _m("change_verdict", "gauge", "Verdict on the last change of a flag, as a state set: 1 for the verdict (improved|worse|no_change|inconclusive), 0 for the others.", ("flag", "verdict")),
     _m("change_info", "info", "The last change of a flag: the value before (from_value, the one to go back to) and after (to_value), and who told (log|server_info).", ("flag", "from_value", "to_value", "source")),
     # --- self health
-    _m("up", "gauge", "1 if the last scrape of SGLang's /metrics succeeded, 0 otherwise."),
+    _m("up", "gauge", "1 if the last scrape of SGLang's /metrics succeeded, 0 if it failed; absent when the metrics source is not configured (log-only: see source_up)."),
     _m("source_up", "gauge", "1 if the source (log|metrics|server_info) worked at its last attempt.", ("source",)),
     _m("source_enabled", "gauge", "1 if the source is configured.", ("source",)),
     _m("source_failures_total", "counter", "Failed attempts to read a source, by reason (connection|timeout|http_status|too_large|invalid|internal for SGLang; not_found|permission_denied|read_error|closed|internal for the log).", ("source", "reason")),
@@ -73,7 +82,7 @@ CATALOG: tuple[MetricSpec, ...] = (
     _m("log_unread_bytes_total", "counter", "Log bytes that could not be read: written before a truncation and found in no copy, or a partial line dropped at one."),
     _m("tracked_ranks", "gauge", "Ranks currently tracked."),
     _m("ranks_expired_total", "counter", "Ranks dropped because they were not seen within the expiry time."),
-    _m("build_info", "info", "Exporter build facts.", ("version", "python_version")),
+    _m("build_info", "info", "Exporter build facts: version, the git revision it was built from (unknown outside a git checkout) and the Python running it.", ("version", "revision", "python_version")),
     # --- sidecar source details (owner: sidecar)
     _m("sglang_restarts_total", "counter", "SGLang restarts detected (a counter going backwards, a new start time or version in server info)."),
     _m("scrape_garbage_lines_total", "counter", "Lines of SGLang's /metrics that were not valid exposition format (skipped)."),
@@ -82,6 +91,15 @@ CATALOG: tuple[MetricSpec, ...] = (
     _m("sglang_endpoint_info", "info", "The server-info endpoint the running SGLang release answered (/server_info, /get_server_info or /get_server_args).", ("endpoint",)),
     _m("evaluation_timestamp_seconds", "gauge", "Unix time of the last evaluation of the guide checks."),
 )
+
+DEPRECATED: dict[str, str] = {  # deprecated family -> what replaces it (one release of overlap)
+    PREFIX + "signal": PREFIX + "signal_<unit>",
+    PREFIX + "check_status": PREFIX + "check_level",
+}
+
+# Process metrics from prometheus_client's ProcessCollector and PlatformCollector (not ours to name).
+PROCESS_METRICS = ("process_cpu_seconds_total", "process_resident_memory_bytes", "process_virtual_memory_bytes",
+                   "process_start_time_seconds", "process_open_fds", "process_max_fds", "python_info")
 
 BY_NAME: dict[str, MetricSpec] = {m.name: m for m in CATALOG}
 
@@ -107,3 +125,26 @@ RANK_GAUGES: tuple[tuple[str, str, float], ...] = (
     ("max_running_requests", "max_running_requests", 1.0),
     ("cuda_graph_max_batch_size", "cuda_graph_max_bs_captured", 1.0),
 )
+
+SIGNAL_FAMILIES = ("signal_ratio", "signal_bytes", "signal_per_second", "signal_tokens_per_second",
+                   "signal_amount", "signal_flag")
+_RATIO = ("queue_empty_ratio", "queue_over_band_ratio", "queue_under_band_ratio", "kv_underused_ratio",
+          "token_usage_max", "token_usage_mean", "cuda_graph_miss_ratio", "running_capped_ratio",
+          "prefix_cache_hit_ratio", "cuda_graph_ceiling_ratio", "mem_fraction_static_estimate")
+_GB = ("available_gpu_mem_gb", "gpu_mem_total_gb", "weights_gb", "kv_cache_gb", "cuda_graph_gb")
+_PER_MINUTE = ("retractions_per_minute", "retracted_requests_per_minute")
+_COUNT = ("queue_p50", "decode_batch_p90", "running_max", "cuda_graph_miss_batch_p90",
+          *(f"oom_{p}_count" for p in ("prefill", "decode", "startup", "unknown", "capture")),
+          "max_total_num_tokens", "max_running_requests", "cuda_graph_max_bs_captured", "chunked_prefill_size",
+          "context_len", "cuda_graph_disabled_steps",
+          "decode_samples", "queue_samples", "kv_samples", "graph_samples", "prefill_samples")
+# Signal name (docs/signals.md) -> (catalog short name of its unit family, exported `signal` label, scale).
+SIGNAL_UNITS: dict[str, tuple[str, str, float]] = {
+    **{n: ("signal_ratio", n, 1.0) for n in _RATIO},
+    **{n: ("signal_bytes", n.removesuffix("_gb"), GIB) for n in _GB},
+    **{n: ("signal_per_second", n.removesuffix("_per_minute"), 1.0 / 60.0) for n in _PER_MINUTE},
+    "gen_throughput_mean": ("signal_tokens_per_second", "gen_throughput_mean", 1.0),
+    **{n: ("signal_amount", n, 1.0) for n in _COUNT},
+    "metrics_enabled": ("signal_flag", "metrics_enabled", 1.0),
+    "available_gpu_mem_from_summary": ("signal_flag", "available_gpu_mem_from_summary", 1.0),
+}

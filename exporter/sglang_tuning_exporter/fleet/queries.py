@@ -7,7 +7,9 @@ headroom), never summed; a label that partitions events (cuda_graph, mode, sourc
 (docs/signals.md, "PromQL: the same meaning"). Each signal lists its
 sources in order of preference, joined with PromQL `or` (the left side wins per instance): the alert
 engineer's recording rules, our sidecar's raw `sglang_tuning_*` series, then SGLang's own metrics in both
-spellings (`sglang:name` and `sglang_name`), then the sidecar's windowed `sglang_tuning_signal`.
+spellings (`sglang:name` and `sglang_name`), then the sidecar's windowed `sglang_tuning_signal_<unit>` families
+(brought back to their docs/signals.md name and unit; the deprecated `sglang_tuning_signal` for sidecars of the
+previous release).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from sglang_tuning_exporter.core.catalog import SIGNAL_FAMILIES
 from sglang_tuning_exporter.core.model import Rank, ServerState
 from sglang_tuning_exporter.core.recording import recorded
 from sglang_tuning_exporter.core.versions import merge_version
@@ -261,9 +264,27 @@ def plan(w: Window, params: SignalParams | None = None) -> list[PlannedQuery]:
         PlannedQuery("oom", f"max by ({GROUP}, phase) (increase({series('sglang_tuning_oom_events_total', sel)}[{r}]))",
                      fan_out_label="phase"),
         # The sidecar's own windowed signals: used only for names no query above produced.
-        PlannedQuery("sidecar_signals", f"avg by ({GROUP}, signal) (avg_over_time("
-                                        f"{series('sglang_tuning_signal', sel)}[{r}]))", fan_out_label="signal"),
+        PlannedQuery("sidecar_signals", sidecar_signals_expr(sel, r), fan_out_label="signal"),
     ]
+
+
+# Unit families whose `signal` label and unit differ from docs/signals.md: (suffix of the name, factor back).
+_BACK_TO_DOCS = {"signal_bytes": ("_gb", f"/ {GIB:.17g}"), "signal_per_second": ("_per_minute", "* 60")}
+
+
+def sidecar_signals_expr(sel: str, r: str) -> str:
+    """The sidecar's windowed signals under their docs/signals.md names and units, per replica."""
+    parts = []
+    for short in SIGNAL_FAMILIES:
+        expr = f"avg by ({GROUP}, signal) (avg_over_time({series('sglang_tuning_' + short, sel)}[{r}]))"
+        back = _BACK_TO_DOCS.get(short)
+        if back is not None:
+            suffix, factor = back
+            expr = f'label_replace({expr} {factor}, "signal", "${{1}}{suffix}", "signal", "(.+)")'
+        parts.append(expr)
+    # Sidecars of the previous release export only the deprecated mixed-unit family.
+    parts.append(f"avg by ({GROUP}, signal) (avg_over_time({series('sglang_tuning_signal', sel)}[{r}]))")
+    return _sources(*parts)
 
 
 def identity_queries(w: Window) -> list[PlannedQuery]:

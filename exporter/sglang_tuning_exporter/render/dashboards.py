@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from sglang_tuning_exporter.core.catalog import SIGNAL_FAMILIES, SIGNAL_UNITS
 from sglang_tuning_exporter.guide.checks import Check, CheckTable
 
 SCHEMA_VERSION = 39  # Grafana 11.x; newer Grafana migrates it on load
@@ -267,8 +268,10 @@ def _query_var(name: str, label: str, query: str, *, hide: int = 0) -> Json:
             "options": [], "regex": "", "hide": hide, "skipUrlSync": False}
 
 
-# Series present on any server we can show: our check status, or SGLang's own scheduler gauge.
-_ANY_SERVER = '{__name__=~"sglang_tuning_check_status|sglang[:_]num_running_reqs", job=~"$job"'
+# Series present on any server we can show: our check level (the deprecated check_status for sidecars of
+# the previous release), or SGLang's own scheduler gauge.
+_ANY_SERVER = ('{__name__=~"sglang_tuning_check_level|sglang_tuning_check_status|sglang[:_]num_running_reqs", '
+               'job=~"$job"')
 
 
 def variables(*, per_rank_vars: bool = True) -> list[Json]:
@@ -277,7 +280,8 @@ def variables(*, per_rank_vars: bool = True) -> list[Json]:
         {"name": "datasource", "label": "Data source", "type": "datasource", "query": "prometheus",
          "current": {}, "hide": 0, "includeAll": False, "multi": False, "options": [], "refresh": 1,
          "regex": "", "skipUrlSync": False},
-        _query_var("job", "Job", 'label_values({__name__=~"sglang_tuning_up|sglang[:_]num_running_reqs"}, job)'),
+        # build_info: every sidecar has it (`up` only those with --sglang.url)
+        _query_var("job", "Job", 'label_values({__name__=~"sglang_tuning_build_info|sglang[:_]num_running_reqs"}, job)'),
         _query_var("instance", "Instance", f"label_values({_ANY_SERVER}}}, instance)"),
         _query_var("model_name", "Model",
                    f'label_values({_ANY_SERVER}, instance=~"$instance"}}, model_name)'),
@@ -370,15 +374,16 @@ _STATUS_BY = "instance, model_name, dp_rank, check"
 
 def findings_table() -> Json:
     """Active findings with the flag to change, the current and the suggested value."""
-    firing = f"(sglang_tuning_check_status{{{RANK_SEL}}} > 0)"
+    firing = f"(sglang_tuning_check_level{{{RANK_SEL}}} > 0)"
     return table_panel(
         "Active findings and flag changes",
-        "Checks of the tuning guide that fire now (sglang_tuning_check_status > 0), one row per server, DP rank "
+        "Checks of the tuning guide that fire now (sglang_tuning_check_level > 0: 1 warning, 2 critical), one "
+        "row per server, DP rank "
         "and check, with the SGLang flag the check names, its current value and the value the exporter "
         "suggests (sglang_tuning_suggested_value). Healthy: the table is empty. Apply the suggested flag change "
         "on the server and restart it; alerts/runbook.md explains each check.",
         "none",
-        [target(f"max by ({_STATUS_BY}, severity) {firing}", ref="A", instant=True),
+        [target(f"max by ({_STATUS_BY}) {firing}", ref="A", instant=True),
          target(f"max by ({_STATUS_BY}, flag) (sglang_tuning_suggested_value{{{RANK_SEL}}})", ref="B",
                 instant=True),
          target(f"max by ({_STATUS_BY}, flag) (sglang_tuning_current_value{{{RANK_SEL}}}) "
@@ -386,8 +391,8 @@ def findings_table() -> Json:
         [{"id": "merge", "options": {}},
          {"id": "organize", "options": {"excludeByName": {"Time": True},
                                         "indexByName": {"instance": 0, "model_name": 1, "dp_rank": 2, "check": 3,
-                                                        "Value #A": 4, "severity": 5, "flag": 6,
-                                                        "Value #C": 7, "Value #B": 8},
+                                                        "Value #A": 4, "flag": 5,
+                                                        "Value #C": 6, "Value #B": 7},
                                         "renameByName": {}}}],
         overrides=[rename_override("Value #A", "Status", status=True),
                    rename_override("Value #B", "Suggested"),
@@ -401,8 +406,8 @@ def signals_table(least_is_worst: Sequence[str] = ()) -> Json:
         "Guide signals over the sidecar's window",
         "The values the checks compare with their thresholds, computed by the sidecar over its window "
         "(--window, default 10 min; see docs/signals.md): ratios such as queue_empty_ratio or "
-        "kv_underused_ratio are shares of samples, retractions_per_minute a rate, available_gpu_mem_gb a "
-        "startup fact. Healthy: every value on the ok side of its check's threshold (alerts/runbook.md); a "
+        "kv_underused_ratio are shares of samples, retractions (/min) a rate, available_gpu_mem (GiB) a "
+        "startup fact (one sglang_tuning_signal_<unit> family per unit). Healthy: every value on the ok side of its check's threshold (alerts/runbook.md); a "
         "missing signal is unknown (too few samples). Each check names the flag that moves its signal.",
         "none",
         [target(worst_signal_expr(least_is_worst), ref="A", instant=True)],
@@ -412,19 +417,30 @@ def signals_table(least_is_worst: Sequence[str] = ()) -> Json:
                     "properties": [{"id": "decimals", "value": 3}]}])
 
 
+# How the signals table shows each unit family: (scaling, unit appended to the row name).
+_SIGNAL_TABLE_UNITS = {"signal_bytes": ("({}) / 2^30", " (GiB)"), "signal_per_second": ("({}) * 60", " (/min)"),
+                       "signal_tokens_per_second": ("{}", " (tok/s)")}
+
+
 def worst_signal_expr(least_is_worst: Sequence[str]) -> str:
     """Each signal of a server at its worst DP replica: the least for signals a check pages on when low
-    (memory headroom), the most for the rest."""
-    if not least_is_worst:
-        return f"max by (instance, signal) (sglang_tuning_signal{{{RANK_SEL}}})"
-    low = "|".join(least_is_worst)
-    return (f'max by (instance, signal) (sglang_tuning_signal{{signal!~"{low}", {RANK_SEL}}}) or '
-            f'min by (instance, signal) (sglang_tuning_signal{{signal=~"{low}", {RANK_SEL}}})')
+    (memory headroom), the most for the rest; one family per unit, GiB and per minute as the guide says."""
+    parts = []  # `A or B or C`: each family adds its own signals
+    for short in SIGNAL_FAMILIES:
+        name = f"sglang_tuning_{short}"
+        low = "|".join(sorted(lab for sig, (fam, lab, _) in SIGNAL_UNITS.items() if fam == short and sig in least_is_worst))
+        expr = (f'max by (instance, signal) ({name}{{signal!~"{low}", {RANK_SEL}}}) or '
+                f'min by (instance, signal) ({name}{{signal=~"{low}", {RANK_SEL}}})' if low
+                else f"max by (instance, signal) ({name}{{{RANK_SEL}}})")
+        scaling, unit = _SIGNAL_TABLE_UNITS.get(short, ("{}", ""))
+        parts.append(f'label_replace({scaling.format(expr)}, "signal", "$1{unit}", "signal", "(.+)")' if unit
+                     else expr)
+    return " or ".join(parts)
 
 
 def status_timeline(by: str, legend: str, title: str, description: str, *, firing_only: bool = False) -> Json:
     """Check status over time, one row per `by` group (only warning/critical stretches if `firing_only`)."""
-    expr = f"max by ({by}) (sglang_tuning_check_status{{{RANK_SEL}}})"
+    expr = f"max by ({by}) (sglang_tuning_check_level{{{RANK_SEL}}})"
     return state_timeline(title, description, [target(f"{expr} > 0" if firing_only else expr, legend)])
 
 
@@ -629,7 +645,7 @@ def _count_stat(title: str, description: str, expr: str, *, bad: str = "red") ->
 
 def fleet_dashboard(b: GuideBands) -> Json:
     """Fleet dashboard: every instance x check, top offenders, suggested changes."""
-    status = f"sglang_tuning_check_status{{{RANK_SEL}}}"
+    status = f"sglang_tuning_check_level{{{RANK_SEL}}}"
     worst = f"max by (instance) ({status})"
     rows: list[tuple[str, list[Cell]]] = []
     rows.append(("Fleet status", [
@@ -642,7 +658,7 @@ def fleet_dashboard(b: GuideBands) -> Json:
         Cell(stat("Servers reporting",
                   "Sidecars Prometheus scrapes. Healthy: one per SGLang server, each started with --sglang.url and "
                   "--sglang.log-file pointing at its server.", "none",
-                  [target(f"count(max by (instance) (sglang_tuning_up{{{HOST_SEL}}}))", "")],
+                  [target(f"count(max by (instance) (sglang_tuning_build_info{{{HOST_SEL}}}))", "")],
                   thresholds=steps("blue")), 6, 4),
         _count_stat("Sidecars that cannot scrape SGLang",
                     "Sidecars whose last scrape of SGLang's /metrics failed (sglang_tuning_up 0). Healthy: 0. "

@@ -450,7 +450,7 @@ def checks_group(table: CheckTable, opts: RenderOptions) -> Group:
             }, _check_comment(c, table, opts, level, th)))
     return Group("sglang-tuning.checks", "checks.rules.yaml",
                  "One alert per guide check and level, evaluated on the exporter's signals "
-                 "(sglang_tuning_signal and friends).\nThresholds, windows and flags come from checks.yaml "
+                 "(sglang_tuning_signal_ratio, _per_second, _amount and friends).\nThresholds, windows and flags come from checks.yaml "
                  f"(profile {profile_of(table, opts)}, workload {opts.workload}).", tuple(rules))
 
 

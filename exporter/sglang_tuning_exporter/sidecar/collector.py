@@ -6,6 +6,7 @@ Register it on a private `CollectorRegistry`, never on the global REGISTRY.
 
 from __future__ import annotations
 
+import importlib
 import math
 import platform
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -13,11 +14,22 @@ from dataclasses import dataclass
 from typing import Any
 
 from prometheus_client.core import Metric
+from prometheus_client.platform_collector import PlatformCollector
+from prometheus_client.process_collector import ProcessCollector
 from prometheus_client.registry import Collector, CollectorRegistry
 from prometheus_client.samples import Sample
 
 from sglang_tuning_exporter import __version__
-from sglang_tuning_exporter.core.catalog import BY_NAME, CATALOG, PREFIX, RANK_GAUGES, RANK_LABELS, MetricSpec
+from sglang_tuning_exporter.core.catalog import (
+    BY_NAME,
+    CATALOG,
+    PREFIX,
+    RANK_GAUGES,
+    RANK_LABELS,
+    SIGNAL_FAMILIES,
+    SIGNAL_UNITS,
+    MetricSpec,
+)
 from sglang_tuning_exporter.core.model import STATUS_CODE, Rank
 from sglang_tuning_exporter.guide.suggest import default_schedule_policy
 from sglang_tuning_exporter.sidecar.state import SOURCES, Snapshot
@@ -55,11 +67,22 @@ class BuildInfo:
 
     version: str
     python_version: str
+    revision: str = "unknown"
+
+
+def build_revision() -> str:
+    """The git revision setup.py recorded in `_build.py` at build time; "unknown" without one."""
+    try:
+        module = importlib.import_module("sglang_tuning_exporter.core._build")
+    except ImportError:
+        return "unknown"
+    rev = getattr(module, "REVISION", None)
+    return rev if isinstance(rev, str) and rev else "unknown"
 
 
 def current_build() -> BuildInfo:
     """This process's build facts."""
-    return BuildInfo(__version__, platform.python_version())
+    return BuildInfo(__version__, platform.python_version(), build_revision())
 
 
 def _escape(value: str) -> str:
@@ -181,7 +204,8 @@ class _RankLabels:
         return hit
 
 
-EVALUATION_FAMILIES = tuple(PREFIX + n for n in ("signal", "check_status", "suggested_value", "current_value"))
+EVALUATION_FAMILIES = tuple(PREFIX + n for n in (*SIGNAL_FAMILIES, "check_level", "signal", "check_status",
+                                                  "suggested_value", "current_value"))
 
 
 def evaluation_families(snap: Snapshot) -> tuple[Family, ...]:
@@ -193,19 +217,26 @@ def evaluation_families(snap: Snapshot) -> tuple[Family, ...]:
         if value is not None and math.isfinite(value):
             fams[PREFIX + short].add(labels, float(value), labelstr)
 
-    # The two big per-rank families append rows directly (thousands of rows at 64 ranks).
-    signal_rows = fams[PREFIX + "signal"].rows.append
+    # The big per-rank families append rows directly (thousands of rows at 64 ranks).
+    signal_rows = fams[PREFIX + "signal"].rows.append  # deprecated: every signal in its docs/signals.md unit
+    unit_rows = {short: fams[PREFIX + short].rows.append for short in SIGNAL_FAMILIES}
     for rank, values in snap.signals:
         base, text = ranks.get(rank)
         for name, value in sorted(values.items()):
             if math.isfinite(value):
                 signal_rows(((*base, name), f'{text},signal="{_escape(name)}"', float(value)))
+                unit = SIGNAL_UNITS.get(name)
+                if unit is not None:
+                    short, label, scale = unit
+                    unit_rows[short](((*base, label), f'{text},signal="{_escape(label)}"', float(value) * scale))
     status_rows = fams[PREFIX + "check_status"].rows.append
+    level_rows = fams[PREFIX + "check_level"].rows.append
     for f in snap.findings:
         base, text = ranks.get(f.rank)
         check = _escape(f.check)
-        status_rows(((*base, f.check, f.severity), f'{text},check="{check}",severity="{_escape(f.severity)}"',
-                     STATUS_CODE.get(f.status, -1.0)))
+        level = STATUS_CODE.get(f.status, -1.0)
+        level_rows(((*base, f.check), f'{text},check="{check}"', level))
+        status_rows(((*base, f.check, f.severity), f'{text},check="{check}",severity="{_escape(f.severity)}"', level))
         if f.flag:
             tail = f'{text},check="{check}",flag="{_escape(f.flag)}"'
             if f.status in ("warning", "critical"):
@@ -256,8 +287,9 @@ def build_families(snap: Snapshot, build: BuildInfo, evaluation: tuple[Family, .
     if snap.server_info_endpoint:
         add("sglang_endpoint_info", (snap.server_info_endpoint,), 1.0)
     # --- self health
-    add("up", (), 1.0 if snap.up else 0.0)
     metrics = snap.sources["metrics"]
+    if metrics.enabled:  # log-only: no `up` at all, rather than a 0 that reads as "SGLang is down"
+        add("up", (), 1.0 if snap.up else 0.0)
     for source in SOURCES:
         st = snap.sources[source]
         add("source_enabled", (source,), 1.0 if st.enabled else 0.0)
@@ -288,7 +320,7 @@ def build_families(snap: Snapshot, build: BuildInfo, evaluation: tuple[Family, .
     add("tracked_ranks", (), float(len(snap.ranks)))
     add("ranks_expired_total", (), snap.ranks_expired)
     add("evaluation_timestamp_seconds", (), snap.evaluated_at)
-    add("build_info", (build.version, build.python_version), 1.0)
+    add("build_info", (build.version, build.revision, build.python_version), 1.0)
     return [f for f in fams.values() if f.rows]
 
 
@@ -330,10 +362,19 @@ class TuningCollector(Collector):
         yield from build_families(snap, self._build, self._evaluation(snap))
 
 
-def make_registry(collector: TuningCollector) -> CollectorRegistry:
-    """A private registry holding only our collector."""
+def make_registry(collector: TuningCollector, *extra: Collector, process: bool = True) -> CollectorRegistry:
+    """A private registry: our collector and `extra` ones, then the process and platform metrics of
+    prometheus_client (`process_*`, `python_info`; ProcessCollector reads /proc, so off Linux it adds nothing).
+
+    `process=False` leaves them out where an exposition must not depend on the machine (golden files).
+    """
     registry = CollectorRegistry(auto_describe=False)
     registry.register(collector)
+    for c in extra:
+        registry.register(c)
+    if process:
+        ProcessCollector(registry=registry)
+        PlatformCollector(registry=registry)
     return registry
 
 

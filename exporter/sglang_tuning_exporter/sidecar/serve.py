@@ -237,8 +237,9 @@ class Loop:
 
 
 def make_web(cfg: ServeConfig, sidecar: Sidecar, clock: Callable[[], float],
-             build: BuildInfo | None = None) -> WebApp:
-    """The HTTP application over the sidecar's state."""
+             build: BuildInfo | None = None, *, process_metrics: bool = True) -> WebApp:
+    """The HTTP application over the sidecar's state (`process_metrics=False`: no machine-dependent
+    `process_*`/`python_info` families, for golden files)."""
     b = build or current_build()
 
     def snapshot() -> Any:
@@ -246,10 +247,9 @@ def make_web(cfg: ServeConfig, sidecar: Sidecar, clock: Callable[[], float],
 
     collector = TuningCollector(snapshot, b)
     sidecar.on_evaluated = collector.warm  # render verdicts in the loop thread, not in the scrape
-    registry = make_registry(collector)
     tracker = sidecar.changes
-    if tracker is not None:
-        registry.register(ChangeCollector(tracker))
+    changes = (ChangeCollector(tracker),) if tracker is not None else ()
+    registry = make_registry(collector, *changes, process=process_metrics)
     return WebApp(snapshot=snapshot, registry=registry, ready=lambda: sidecar.ready, build=b,
                   telemetry_path=cfg.telemetry_path, changes=tracker.changes if tracker is not None else None)
 
