@@ -31,7 +31,7 @@ def one(line: str, n: int = 7) -> tuple[str, Event | None]:
     """What the accelerator does with one line: ('skip'|'emit'|'stop', event)."""
     assert SCAN is not None
     out: list[Event] = []
-    stop, nd, np_, nr = SCAN.scan_lines([line], 0, n, out)
+    stop, _, nd, np_, nr = SCAN.scan_buffer(line.encode("utf-8", "surrogatepass") + b"\n", 0, n, out)
     if stop == 0:
         assert not out
         return "stop", None
@@ -286,6 +286,6 @@ def test_configure_rejects_bad_tables() -> None:
         SCAN.configure(Event, descriptors, ("decode", "prefill"), accel_keys, [], ("a", "b", "c"),
                        ("p", "q", "r", "s"), ("dp", "pp", "tp", "ep", "attn_cp", "moe_dp"))
     with pytest.raises(RuntimeError):
-        SCAN.scan_lines(["x"], 0, 1, [])
+        SCAN.scan_buffer(b"x\n", 0, 1, [])
     accel.configure(SCAN)
     assert holds_contract(POOL[1].replace("{r}", "0")) == "emit"

@@ -930,34 +930,6 @@ static int ready(void) {
     return 1;
 }
 
-/* scan_lines(lines, start, first_line, out) -> (stop, decode, prefill, retract)
- * Lines from index `start` (numbered from first_line) until one needs Python (index `stop`, or
- * len(lines)); events appended to `out`; decode/prefill count them. */
-static PyObject *scan_lines(PyObject *self, PyObject *args) {
-    (void)self;
-    PyObject *lines, *out;
-    Py_ssize_t start;
-    long long first;
-    if (!PyArg_ParseTuple(args, "O!nLO!", &PyList_Type, &lines, &start, &first, &PyList_Type, &out)) return NULL;
-    if (!ready()) return NULL;
-    Py_ssize_t counts[3] = {0, 0, 0}, i = start, total = PyList_GET_SIZE(lines);
-    for (; i < total; i++) {
-        PyObject *line = PyList_GET_ITEM(lines, i);
-        if (!PyUnicode_CheckExact(line)) break;
-#if PY_VERSION_HEX < 0x030C0000
-        if (PyUnicode_READY(line) < 0) return NULL;
-#endif
-        if (!PyUnicode_IS_ASCII(line)) break;
-        PyObject *e = NULL, *kind = NULL;
-        int r = scan_line((const char *)PyUnicode_DATA(line), PyUnicode_GET_LENGTH(line), first + (i - start), &e,
-                          &kind, NULL, NULL, NULL, NULL);
-        if (r == FAIL) return NULL;
-        if (r == STOP) break;
-        if (r == EMIT && emit(out, e, kind, counts) < 0) return NULL;
-    }
-    return Py_BuildValue("nnnn", i, counts[0], counts[1], counts[2]);
-}
-
 /* The loop of scan_buffer and scan_buckets over whole lines of `data` from `*pos`. */
 static int buffer_loop(const char *data, Py_ssize_t size, Py_ssize_t *pos, long long *n, PyObject *out,
                        PyObject *groups[2], const Params *P, Py_ssize_t counts[3], double *last_t) {
@@ -984,8 +956,8 @@ static int buffer_loop(const char *data, Py_ssize_t size, Py_ssize_t *pos, long 
 }
 
 /* scan_buffer(data, pos, first_line, out) -> (stop, line, decode, prefill, retract)
- * Whole lines of UTF-8 bytes from offset `pos` (the last may lack its newline): as scan_lines, with
- * `stop` the offset of the line that needs Python (or len(data)) and `line` its number. */
+ * Whole lines of UTF-8 bytes from offset `pos` (the last may lack its newline) until one needs Python:
+ * `stop` is its offset (or len(data)) and `line` its number; events appended to `out`. */
 static PyObject *scan_buffer(PyObject *self, PyObject *args) {
     (void)self;
     Py_buffer buf;
@@ -1279,8 +1251,6 @@ static PyMethodDef methods[] = {
     {"freeze_hist", freeze_hist, METH_O, "freeze_hist(hist) -> (typecode, values, cumulative counts)"},
     {"group_hists", group_hists, METH_O, "group_hists(hists) -> four (typecode, values, cumulative counts)"},
     {"configure", configure, METH_VARARGS, "Take the parser's tables (see logparse)."},
-    {"scan_lines", scan_lines, METH_VARARGS,
-     "scan_lines(lines, start, first_line, out) -> (stop, decode, prefill, retract)"},
     {"scan_buffer", scan_buffer, METH_VARARGS,
      "scan_buffer(data, pos, first_line, out) -> (stop, next_line, decode, prefill, retract)"},
     {"configure_columns", configure_columns, METH_VARARGS, "Name the columns of scan_buckets."},

@@ -45,7 +45,7 @@ def configure(mod: ModuleType) -> None:
 
 
 # What the rest of the package calls; `_scan.c`'s histograms are int32 ('i') or int64 ('q') arrays.
-_ENTRY_POINTS = ("configure", "configure_columns", "configure_retract", "scan_lines", "scan_buffer",
+_ENTRY_POINTS = ("configure", "configure_columns", "configure_retract", "scan_buffer",
                  "scan_buckets", "freeze_hist", "group_hists")
 
 

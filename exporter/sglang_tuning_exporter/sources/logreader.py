@@ -235,9 +235,14 @@ class EventReader:
         return out
 
     def _feed_into(self, lines: list[str], out: list[Event]) -> None:
-        if SCAN is not None:
-            self._feed_scanned(SCAN.scan_lines, lines, out)
-            return
+        if SCAN is not None and lines:
+            # One C entry for the reader: the lines as the bytes they were read from.
+            if lines[-1][-1:] == "\n" or lines[0][-1:] == "\n":  # lines given with their newline
+                lines = [x[:-1] if x[-1:] == "\n" else x for x in lines]
+            text = "\n".join(lines)
+            if text.count("\n") == len(lines) - 1:  # (a "line" holding a newline is read as one, below)
+                out.extend(self.feed_bytes(text.encode("utf-8", "surrogatepass") + b"\n"))
+                return
         append = out.append
         n = self._next - 1
         self._next += len(lines)
@@ -261,25 +266,6 @@ class EventReader:
                         continue
             take(line, n, out)
             open_block = self._block is not None
-
-    def _feed_scanned(self, scan_lines: Callable[[list[str], int, int, list[Any]], tuple[int, int, int, int]],
-                      lines: list[str], out: list[Event]) -> None:
-        # Runs of lines no open record needs go to C; the lines it hands back, one by one to _take.
-        first = self._next
-        total = len(lines)
-        self._next += total
-        self.classifier.stats.lines += total
-        by_kind = self.classifier.stats.by_kind
-        take = self._take
-        i = 0
-        while i < total:
-            if self._block is None:
-                i, nd, np_, nr = scan_lines(lines, i, first + i, out)
-                count_scanned(by_kind, nd, np_, nr)
-                if i >= total:
-                    break
-            take(lines[i], first + i, out)
-            i += 1
 
     def _take(self, line: str, n: int, out: list[Event]) -> None:
         block = self._block
