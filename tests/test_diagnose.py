@@ -540,3 +540,17 @@ def test_a_device_is_not_read_for_ever() -> None:
     """`diagnose /dev/zero` ends at once with an error (it used to spin for ever)."""
     code, _, err = run(["/dev/zero"])
     assert code == 1 and "a device, not a log file" in err
+
+
+def test_a_cut_off_first_line_costs_what_the_data_costs(tmp_path: Path) -> None:
+    """A first line whose date lost its first digit (`025-06-23 ...`, read as year 25) is taken at its
+    neighbour's time: a handful of windows, not three million (the old cost of an 8-line file)."""
+    line = ("Decode batch, #running-req: 200, #token: 400000, token usage: 0.95, cuda graph: True, "
+            "gen throughput (token/s): 4594.01, #queue-req: 300")
+    log = tmp_path / "cut.log"
+    log.write_text(f"025-06-23 18:55:20 TP0] {line}\n" +
+                   "".join(f"[2025-06-23 18:55:{21 + i} TP0] {line}\n" for i in range(7)), encoding="utf-8")
+    res = diagnose.diagnose_source(str(log), load_table(), Config(), "upstream-2026", "throughput", {}, jobs=1)
+    assert res.error is None, res.error
+    assert res.evaluations <= 3, res.evaluations
+    assert res.document["window"]["start"].startswith("2025-06-23"), res.document["window"]

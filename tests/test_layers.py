@@ -18,7 +18,6 @@ LARGER = {
     "sources/logparse.py": 1100,  # every line format of 45 releases in one grammar
     "render/dashboards.py": 760,  # two dashboards, panel by panel
     "render/rules.py": 740,  # four rule groups and their guards
-    "offline/scanner.py": 720,  # the fast reader diagnose still keeps beside the pipeline
     "sources/logreader.py": 720,  # multi-line records and the parallel range reader
 }
 

@@ -372,3 +372,19 @@ def test_frozen_stats_thaw_on_write_and_merge_like_dicts() -> None:
     odd.queue[2**70] = 1  # past int64: stays a dict
     odd.freeze()
     assert not odd.frozen and odd.queue == {2**70: 1}
+
+
+def test_startup_facts_outlive_rank_expiry_until_the_next_startup() -> None:
+    """A quiet stretch longer than the expiry drops a rank's traffic, not its startup facts; the next
+    startup (a `server_args` line: `server_start`) resets them (docs/signals.md, "Sticky facts")."""
+    from sglang_tuning_exporter.pipeline.signals import SERVER_START
+    from sglang_tuning_exporter.pipeline.window import Window
+
+    w = Window(600, expire_s=600)
+    r = Rank(dp=0)
+    w.add(Observation(0.0, "available_gpu_mem_gb", 13.5, r, "log"))
+    w.add(Observation(1.0, "num_queue_reqs", 5.0, r, "log"))
+    sig = w.signals(5000.0)  # long after the expiry
+    assert sig[r]["available_gpu_mem_gb"] == 13.5 and sig[r]["queue_samples"] == 0.0
+    w.add(Observation(5001.0, SERVER_START, 1.0, Rank(), "log"))
+    assert all(s.get("available_gpu_mem_gb") is None for s in w.signals(5002.0).values())

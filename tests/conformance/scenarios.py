@@ -68,7 +68,7 @@ def _writer(**kw: object) -> LogWriter:
 def healthy() -> Scenario:
     w = _writer()
     _startup(w)
-    steady(w, 30, retract_every_s=120)
+    steady(w, 33, retract_every_s=120)  # ends mid-window: the last window is not a whole bucket
     return Scenario("healthy", w.lines, {"retractions_frequent": "ok", "gpu_mem_headroom_high": "ok",
                                          "queue_empty": "ok", "kv_underused": "ok"},
                     {"retractions_per_minute": 0.5, "available_gpu_mem_gb": 6.5, "queue_empty_ratio": 0.0})
@@ -77,7 +77,7 @@ def healthy() -> Scenario:
 def storm() -> Scenario:
     w = _writer()
     _startup(w)
-    steady(w, 30, retract_every_s=10)
+    steady(w, 25, retract_every_s=10)  # ends mid-window
     return Scenario("retraction_storm", w.lines, {"retractions_frequent": "critical"},
                     {"retractions_per_minute": 6.0})
 

@@ -163,6 +163,7 @@ class Diagnosis:
         if chunk.version_floor is not None:  # as converting those lines would, before any evaluation
             self.conv.note_version_floor(chunk.version_floor)
         items: list[tuple[float, int, Any]] = []
+        self.conv.hint_time(chunk.first_t)  # lines before any stamp take the first one read
         for e in chunk.events:
             if off:
                 e = new_event(e.line + off, e.kind, e.time, e.rank, e.fields)  # dataclasses.replace, cheaper

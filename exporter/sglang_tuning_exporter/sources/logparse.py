@@ -34,6 +34,7 @@ _Result = Event | None | _Unparsed
 # ---------------------------------------------------------------------------------------------
 _TS = re.compile(r"(?:(\d{4}-\d\d-\d\d)[ T])?(\d\d:\d\d:\d\d)(?:[.,](\d{1,6}))?(?![\d:])")
 _RANK = re.compile(r"\b(ATTN_CP|MOE_DP|DP|PP|TP|EP)(\d+)\b")
+_CUT_DATE = re.compile(r"\d-\d\d-\d\d[ T]$")
 _RANK_V01 = re.compile(r"\bRank (\d+): ")
 _RANK_KEYS = {"DP": "dp", "PP": "pp", "TP": "tp", "EP": "ep", "ATTN_CP": "attn_cp", "MOE_DP": "moe_dp"}
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
@@ -52,6 +53,8 @@ def _compute_prefix(prefix: str) -> tuple[str | None, dict[str, int]]:
         time = clock if date is None else f"{date}T{clock}"
         if frac:
             time = f"{time}.{frac}"
+        if date is None and _CUT_DATE.search(prefix, 0, last.start()):
+            time = None  # a date that lost digits (`025-06-23 18:55:20`): no stamp, not a time of day
         # Rank tags follow the timestamp; text before it (docker/Ray names) is not a rank.
         rank_region = prefix[last.end():]
     rank = {_RANK_KEYS[k]: int(v) for k, v in _RANK.findall(rank_region)}
