@@ -35,6 +35,15 @@ def _set(path: tuple[str | int, ...], value: Any) -> Callable[[dict[str, Any]], 
     return apply
 
 
+def _prometheus_annotation(schema: dict[str, Any]) -> None:
+    """A Prometheus annotation (the flag-change markers) keeps its query at the top level, as Grafana's
+    Prometheus annotation editor writes it, and its target is that query ({expr, interval, refId, ...})."""
+    schema["definitions"]["AnnotationQuery"]["properties"].update({
+        "expr": {"type": "string"}, "step": {"type": "string"}, "tagKeys": {"type": "string"},
+        "textFormat": {"type": "string"}, "titleFormat": {"type": "string"}, "useValueForTime": {"type": "boolean"}})
+    schema["definitions"]["AnnotationTarget"].update({"additionalProperties": True, "required": []})
+
+
 # Where the schema rejects JSON that Grafana 11.6 itself writes and loads (README, "Deviations").
 RELAXATIONS: dict[str, Callable[[dict[str, Any]], None]] = {
     # -Infinity, the first threshold step's value, is serialised as null (the schema's own comment says so).
@@ -51,6 +60,9 @@ RELAXATIONS: dict[str, Callable[[dict[str, Any]], None]] = {
     "variable-current-empty": _set(("VariableOption", "required"), []),
     # Grafana fills the time picker's lists with its defaults when they are absent.
     "timepicker-defaults": _set(("TimePickerConfig", "required"), []),
+    # A Prometheus annotation (the flag-change markers) keeps its query at the top level, as Grafana's
+    # Prometheus annotation editor writes it: expr, step, title/text formats, tag keys.
+    "annotation-prometheus-fields": lambda schema: _prometheus_annotation(schema),
 }
 
 

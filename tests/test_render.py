@@ -75,7 +75,7 @@ def test_exporter_config_overrides_reach_the_rules(tmp_path: Path) -> None:
                    "  queue_empty: {enabled: false}\n", encoding="utf-8")
     assert run(["--rules-only", "--out", str(tmp_path), "--config", str(cfg)]) == 0
     text = (tmp_path / "alerts/checks.rules.yaml").read_text(encoding="utf-8")
-    assert 'signal="retractions_per_minute"} > 2\n' in text and "for: 2m" in text
+    assert 'signal="retractions"} * 60) > 2\n' in text and "for: 2m" in text
     assert "alert: SGLangQueueEmpty" not in text
 
 

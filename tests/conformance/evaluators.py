@@ -154,7 +154,8 @@ def live(sc: Scenario, tmp: Path, *, lines: list[str] | None = None, from_end_of
             log_input = log_input_for(follower, EventReader())
     cfg = build_config(_args(*argv))
     side = build_sidecar(cfg, timer=lambda: 0.0, http_get=_metrics_get(sc, lambda: wall[0]), log_input=log_input)
-    web = make_web(build_config(_args("--sglang.url", "http://x:1")), side, clock=lambda: wall[0], build=BUILD)
+    web = make_web(build_config(_args("--sglang.url", "http://x:1")), side, clock=lambda: wall[0], build=BUILD,
+                   process_metrics=False)
     due = arrivals(feed_lines)
     last = max([at for at, _ in due] + [START + t for t, _ in sc.metrics] + [START])
     expositions: list[tuple[float, str]] = []

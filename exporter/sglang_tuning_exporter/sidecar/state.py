@@ -87,6 +87,9 @@ class Snapshot:
         return bool(self.sources["metrics"].up)
 
 
+NO_GRAPH_SLOT_S = 10.0  # eager batch sizes are counted per 10 s (the live window's own resolution)
+
+
 @dataclass(slots=True)
 class _RankData:
     last_seen: float
@@ -101,11 +104,12 @@ class _RankData:
 
     def add_no_graph(self, now: float, bs: float) -> None:
         q = self.no_graph
-        if q and q[-1][0] == now:
+        slot = now - now % NO_GRAPH_SLOT_S
+        if q and q[-1][0] == slot:
             tick = q[-1][1]
         else:
             tick = {}
-            q.append((now, tick))
+            q.append((slot, tick))
         tick[bs] = tick.get(bs, 0) + 1
         counts = self.no_graph_counts
         counts[bs] = counts.get(bs, 0) + 1
@@ -309,7 +313,8 @@ class LiveState:
                     if cg is False:
                         bs = f.get("num_running_reqs")
                         if isinstance(bs, (int, float)):
-                            data.add_no_graph(now, float(bs))
+                            # Batch sizes are whole numbers: int keys share small-int objects.
+                            data.add_no_graph(now, int(bs) if math.isfinite(bs) and bs == int(bs) else float(bs))
                     decoded[id(data)] = data
                 elif kind == "prefill":
                     for field_name, k in _PREFILL_KEYS:
