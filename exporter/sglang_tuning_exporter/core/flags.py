@@ -54,8 +54,8 @@ def add_guide_flags(parser: argparse.ArgumentParser) -> None:
     add_flag(parser, "--guide-profile", default=None, metavar="NAME",
              help=f"which tuning-guide version's thresholds to apply: {', '.join(GUIDE_PROFILES)}; "
                   f"default the newest, {GUIDE_PROFILES[0]}")
-    add_flag(parser, "--workload", default="throughput", choices=WORKLOADS,
-             help="the guide's workload recipe the checks follow")
+    add_flag(parser, "--workload", default=None, choices=WORKLOADS,
+             help="the guide's workload recipe the checks follow (default: the --config file's, else throughput)")
     add_flag(parser, "--config", default=None, metavar="FILE",
              help="YAML file overriding thresholds, windows and options")
     add_flag(parser, "--server-arg", action="append", default=[], metavar="KEY=VALUE",

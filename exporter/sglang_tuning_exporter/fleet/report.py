@@ -117,7 +117,7 @@ class Guide:
 
 def load_guide(args: argparse.Namespace) -> Guide:
     """Load the checks table and config named by the guide flags; raises UsageError with every problem."""
-    from sglang_tuning_exporter.guide import checks
+    from sglang_tuning_exporter.guide import checks, settings
     from sglang_tuning_exporter.guide import config as config_mod
 
     # Imported by name: the advisor is built in parallel and may be missing from a partial checkout.
@@ -134,7 +134,7 @@ def load_guide(args: argparse.Namespace) -> Guide:
         config = config_mod.load_config(args.config, table)
     except config_mod.ConfigError as exc:
         raise UsageError(str(exc)) from None
-    profile = args.guide_profile or config.guide_profile or table.default_profile()
+    profile, workload = settings.resolve(table, config, profile=args.guide_profile, workload=args.workload)
     overrides, problems = config_mod.parse_server_arg_overrides(list(args.server_arg or []))
     if profile not in table.profiles:
         problems = [f"unknown --guide-profile {profile!r} (known: {', '.join(table.profiles)})", *problems]
@@ -143,7 +143,6 @@ def load_guide(args: argparse.Namespace) -> Guide:
     band = config.queue_bands.get(profile, table.profiles[profile].queue_band)
     params = SignalParams(queue_band=band, usage_good=config.usage_good, capped_fraction=config.capped_fraction,
                           min_samples=config.min_samples)
-    workload = args.workload
 
     def run(signals: Mapping[Any, dict[str, float | None]], d: fleet.InstanceData, window_s: float) -> list[Finding]:
         # The evidence names the reviewed range, not the sidecar's 10-minute window.

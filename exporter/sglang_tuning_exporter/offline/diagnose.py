@@ -28,6 +28,7 @@ from typing import IO, Any, cast
 from sglang_tuning_exporter.core.exit_codes import EXIT_FINDINGS, EXIT_OK, EXIT_RUNTIME, EXIT_USAGE
 from sglang_tuning_exporter.core.flags import add_flag, add_guide_flags
 from sglang_tuning_exporter.core.model import STATUS_CODE
+from sglang_tuning_exporter.guide import settings
 from sglang_tuning_exporter.guide.checks import CheckTable, TableError, load_table
 from sglang_tuning_exporter.guide.config import Config, ConfigError, load_config, parse_server_arg_overrides
 from sglang_tuning_exporter.offline import changes as diagnose_changes
@@ -270,10 +271,9 @@ def _setup(args: argparse.Namespace) -> tuple[CheckTable, Config, str, str, dict
         cfg = load_config(args.config, table)
     except ConfigError as exc:
         problems.extend(exc.problems)
-    profile = args.guide_profile or cfg.guide_profile or table.default_profile()
+    profile, workload = settings.resolve(table, cfg, profile=args.guide_profile, workload=args.workload)
     if profile not in table.profiles:
         problems.append(f"--guide-profile: unknown profile {profile!r} (known: {', '.join(table.profiles)})")
-    workload = args.workload if args.workload != "throughput" or not cfg.workload else cfg.workload
     overrides, arg_problems = parse_server_arg_overrides(list(args.server_arg or []))
     problems.extend(arg_problems)
     if args.jobs is not None and args.jobs < 1:

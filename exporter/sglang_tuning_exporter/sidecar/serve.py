@@ -19,6 +19,7 @@ from typing import Any
 from sglang_tuning_exporter.core.events import Event
 from sglang_tuning_exporter.core.exit_codes import EXIT_OK, EXIT_RUNTIME, EXIT_USAGE
 from sglang_tuning_exporter.core.model import Finding, Observation, Rank, Sample, ServerState
+from sglang_tuning_exporter.guide import settings
 from sglang_tuning_exporter.guide.advisor import evaluate as evaluate_checks
 from sglang_tuning_exporter.guide.advisor import findings_document, window_for
 from sglang_tuning_exporter.guide.config import Config
@@ -113,9 +114,7 @@ def build_advisor(cfg: ServeConfig) -> Advisor:
     if config.expire_s is None:
         changes["expire_s"] = cfg.ranks_expire_after_s
     config = dataclasses.replace(config, **changes)
-    profile = config.guide_profile if (config.guide_profile and not cfg.guide_profile) else (
-        cfg.guide_profile or table.default_profile())
-    workload = config.workload or cfg.workload
+    profile, workload = settings.resolve(table, config, profile=cfg.guide_profile, workload=cfg.workload)
     window = window_for(table, profile, config)
     window_s = float(config.window_s)
 

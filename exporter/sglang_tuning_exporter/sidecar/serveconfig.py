@@ -48,7 +48,7 @@ class ServeConfig:
     log_level: str
     log_format: str
     guide_profile: str | None
-    workload: str
+    workload: str | None  # None: the --config file's, else throughput (guide/settings.py)
     config_file: Path | None
     server_args: Mapping[str, Any]  # --server-arg overrides, typed as diagnose and report type them
     table: CheckTable  # the checks table (loaded once by build_config)
