@@ -388,3 +388,18 @@ def test_startup_facts_outlive_rank_expiry_until_the_next_startup() -> None:
     assert sig[r]["available_gpu_mem_gb"] == 13.5 and sig[r]["queue_samples"] == 0.0
     w.add(Observation(5001.0, SERVER_START, 1.0, Rank(), "log"))
     assert all(s.get("available_gpu_mem_gb") is None for s in w.signals(5002.0).values())
+
+
+def test_server_update_is_the_one_rule_for_sidecar_and_diagnose() -> None:
+    """Args of a startup (the latest start names the model), a version, and SGLang's resolved
+    `mem_fraction_static` from `Not enough memory` only where the args left it at None."""
+    from sglang_tuning_exporter.pipeline.observations import apply_to_server, server_update
+
+    s = ServerState()
+    apply_to_server(Event(1, "server_args", None, {}, {"model_path": "a", "mem_fraction_static": None}), s)
+    apply_to_server(Event(9, "server_args", None, {}, {"model_path": "b", "mem_fraction_static": None}), s)
+    assert s.model_name == "b"
+    oom = Event(10, "oom", None, {}, {"mem_fraction_static": 0.88})
+    assert server_update(oom, s.args) == {"args": {"mem_fraction_static": 0.88}}
+    assert server_update(oom, {"mem_fraction_static": 0.8}) is None
+    assert server_update(Event(11, "version", None, {}, {"version": "0.5.23"}), {}) == {"version": "0.5.23"}

@@ -60,24 +60,35 @@ def number(v: Any) -> float | None:
     return None
 
 
-def apply_to_server(event: Event, server: ServerState) -> bool:
-    """Update `server` from a server_args or version event; True when something changed."""
-    if event.kind == "server_args":
-        args = {k: v for k, v in event.fields.items()}
-        server.args.update(args)
-        model = args.get("served_model_name") or args.get("model_path")
-        if isinstance(model, str) and model and server.model_name is None:
-            server.model_name = model
-        return True
-    if event.kind == "oom" and isinstance(event.fields.get("mem_fraction_static"), float) \
-            and server.args.get("mem_fraction_static") is None:
+def server_update(event: Event, args: Mapping[str, Any]) -> dict[str, Any] | None:
+    """What an event says of the server (the one rule for the sidecar and diagnose): `args` to merge, a
+    `version`, a `model_name` (the latest startup's), or None when it says nothing. `args` is what is
+    known so far (a resolved default only fills a flag the server args left at None)."""
+    kind = event.kind
+    if kind == "server_args":
+        new = dict(event.fields)
+        model = new.get("served_model_name") or new.get("model_path")
+        return {"args": new, "model_name": model if isinstance(model, str) and model else None}
+    if kind == "oom" and isinstance(event.fields.get("mem_fraction_static"), float) \
+            and args.get("mem_fraction_static") is None:
         # `--mem-fraction-static` defaults to None; SGLang's `Not enough memory` states the resolved value.
-        server.args["mem_fraction_static"] = event.fields["mem_fraction_static"]
-        return True
-    if event.kind == "version" and isinstance(event.fields.get("version"), str):
-        server.version = event.fields["version"]
-        return True
-    return False
+        return {"args": {"mem_fraction_static": event.fields["mem_fraction_static"]}}
+    if kind == "version" and isinstance(event.fields.get("version"), str):
+        return {"version": event.fields["version"]}
+    return None
+
+
+def apply_to_server(event: Event, server: ServerState) -> bool:
+    """Update `server` from an event (server_update's rule); True when something changed."""
+    upd = server_update(event, server.args)
+    if upd is None:
+        return False
+    server.args.update(upd.get("args") or {})
+    if upd.get("model_name"):
+        server.model_name = upd["model_name"]
+    if upd.get("version"):
+        server.version = upd["version"]
+    return True
 
 
 class EventConverter:

@@ -18,6 +18,7 @@ from sglang_tuning_exporter.core.events import Event
 from sglang_tuning_exporter.core.model import Finding, Observation, Rank, Sample, ServerState
 from sglang_tuning_exporter.core.timeparse import plausible_seconds
 from sglang_tuning_exporter.core.versions import merge_version
+from sglang_tuning_exporter.pipeline.observations import server_update
 from sglang_tuning_exporter.sidecar.change_tracker import ChangeTracker
 from sglang_tuning_exporter.sidecar.state import LiveState
 from sglang_tuning_exporter.sources.scrape import COUNTED, ScrapeInterpreter, parse_exposition, wanted
@@ -104,14 +105,6 @@ class MetricsInput:
     interval: float
     get: HttpGet
     server_info_interval: float = 300.0
-
-
-def _sgl_arg_model(args: Mapping[str, Any]) -> str | None:
-    for key in ("served_model_name", "model_path"):
-        v = args.get(key)
-        if isinstance(v, str) and v:
-            return v
-    return None
 
 
 def _rank_normaliser(args: Mapping[str, Any]) -> Callable[[Rank], Rank]:
@@ -299,26 +292,30 @@ class Sidecar:
 
     def _apply_config_events(self, events: Iterable[Event]) -> None:
         for e in events:
-            if e.kind == "server_args":
+            upd = server_update(e, self.state.server_state().args)  # diagnose's rule too
+            if upd is None:
+                continue
+            if "args" in upd:
                 args: dict[str, Any] = {}
                 cut = 0
-                for k, v in e.fields.items():
+                for k, v in upd["args"].items():
                     if isinstance(v, (dict, list)):
-                        continue
+                        continue  # nested values are no gauge or label
                     if isinstance(v, str):
                         v, was_cut = limits.clip_text(v)  # label values and page text: bounded
                         cut += was_cut
                     args[k] = v
                 self.state.count_truncations("log", "string", cut)
-                self.state.set_server(args=args, model_name=_sgl_arg_model(args))
-                if self.changes is not None:  # a new startup section of the followed log
+                model = upd.get("model_name")
+                self.state.set_server(args=args, model_name=limits.clip_text(model)[0] if model else None)
+                if e.kind == "server_args" and self.changes is not None:  # a new startup section
                     t = plausible_seconds(e.time)
                     self.changes.note_args({**args, **self.server_overrides}, "log",
                                            t if t is not None else self._log_now(self._wall))
                 if self.server_overrides:
                     self.state.set_server(args=self.server_overrides)
-            elif e.kind == "version" and isinstance(e.fields.get("version"), str):
-                self.state.set_server(version=e.fields["version"])
+            if upd.get("version"):
+                self.state.set_server(version=upd["version"])
 
     # --- SGLang HTTP --------------------------------------------------------------------------
     def _scrape(self, now: float) -> None:
