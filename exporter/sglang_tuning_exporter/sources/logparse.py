@@ -469,7 +469,7 @@ def fast_batch(line: str, n: int) -> Event | None:
     if m is None:
         return None
     kind, layout, fields_of = lb.builders[m.lastindex]  # type: ignore[index]
-    if layout.text_values and kind is ev.PREFILL and "Decode batch" in line:
+    if layout.text_values and kind == ev.PREFILL and "Decode batch" in line:
         return None  # free text holding another head: the general parser reads the first head
     g = m.groups()
     try:

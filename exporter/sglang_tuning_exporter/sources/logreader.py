@@ -310,7 +310,7 @@ class EventReader:
         if partial:
             st.partial += 1
         kind = e.kind
-        if kind is ev.DECODE or kind is ev.PREFILL:
+        if kind == ev.DECODE or kind == ev.PREFILL:
             st.by_kind[kind] += 1
             out.append(e)
             return
