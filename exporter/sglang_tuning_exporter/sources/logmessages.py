@@ -1,0 +1,395 @@
+"""The parser's handlers of SGLang's messages other than batch lines: retractions, OOMs, errors,
+startup memory and capacity, CUDA-graph capture, server args, versions (each `(line, n) -> result`).
+Pure."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from sglang_tuning_exporter.core import events as ev
+from sglang_tuning_exporter.core.events import Event
+from sglang_tuning_exporter.sources.logline import (
+    _PARTIAL,
+    _RETRACT_KEYS,
+    UNPARSED,
+    _event,
+    _pairs,
+    _Result,
+    auto_value,
+    normalise_key,
+)
+from sglang_tuning_exporter.sources.serverargs import parse_server_args
+
+# SGLang's own retraction line after its prefix (0.4-0.5.x); _RETRACT_HEAD reads it and older spellings.
+RETRACT_HEAD_STD = "KV cache pool is full. Retract requests. "
+_RETRACT_HEAD = re.compile(
+    r"(?i)(decode out of memory happened[.,]?|kv cache pool is full\. retract requests\.|testing retraction\.) ?")
+_RATIO = re.compile(r"#new_token_ratio: ([0-9.]+) -> ([0-9.]+)")
+
+
+def _retract(s: str, n: int) -> _Result:
+    m = _RETRACT_HEAD.search(s)
+    if m is not None:
+        p, body_at = m.start(), m.end()
+    else:
+        p = body_at = s.find("#retracted_reqs")
+        if p < 0:
+            return None
+    fields: dict[str, Any] = {}
+    r = _RATIO.search(s, body_at)
+    body = s[body_at:r.start() if r else len(s)].rstrip().rstrip(",")
+    bad = _pairs(body, ", ", _RETRACT_KEYS, fields)
+    if r is not None:
+        fields["new_token_ratio_before"] = float(r.group(1))
+        fields["new_token_ratio_after"] = float(r.group(2))
+    if "num_retracted_reqs" not in fields:
+        return UNPARSED
+    if m is not None and m.group(1).lower().startswith("testing"):
+        fields["testing"] = True
+    if bad:
+        fields[_PARTIAL] = bad
+    return _event(n, ev.RETRACT, s[:p], fields)
+
+
+# --- OOM ---------------------------------------------------------------------------------------
+_OOM = re.compile(
+    r"(?P<pd>(?i:prefill|decode)) out of memory(?! happened)"
+    r"|(?P<generic>Out of memory\. (?:Try to lower|Please set))"
+    r"|(?P<reqslots>alloc_req_slots runs out of memory)"
+    r"|(?P<cuda>CUDA out of memory|OutOfMemoryError|CUDA error: out of memory)"
+    r"|(?P<capture>Capture (?:cuda |CUDA )?graph failed)"
+    r"|(?P<startup>Not enough memory\. Please try to increase --mem-fraction-static"
+    r"|leave no GPU memory for the KV cache)"
+    r"|(?P<abort>due to OOM|Out of memory even after retracting)")
+# Bounded and anchored to a token start: an unbounded `\w*...Error` search is quadratic on long words.
+_EXC_HEAD = re.compile(r"(?<![\w.])((?:[A-Za-z_]\w{0,60}\.){0,8}[A-Z]\w{0,60}?(?:Error|Exception)): ")
+_TRY_ALLOC = re.compile(r"Try to allocate (\d+) tokens")
+_AVAIL_TOKENS = re.compile(r"Ava(?:li|il)able tokens: (\d+)")
+_TRIED = re.compile(r"Tried to allocate ([0-9.]+) ([KMGT]i?B)")
+# `Not enough memory. ... Current value: mem_fraction_static=0.3` (late 2026): the value SGLang resolved.
+_MFS_VALUE = re.compile(r"Current value: mem_fraction_static=([0-9.]+)")
+# torch's allocator message ("capacty" in torch 2.0-2.1): the GPU's size and what was free at the failure,
+# the headroom fact of an OOM before the first batch.
+_CAPACITY = re.compile(r"GPU (\d+) has a total capac(?:i)?ty of ([0-9.]+) ([KMGT]i?B) of which ([0-9.]+) ([KMGT]i?B)"
+                       r" is free")
+_UNIT_GB = {"KiB": 1 / 1024**2, "KB": 1e-6, "MiB": 1 / 1024, "MB": 1e-3, "GiB": 1.0, "GB": 1.0, "TiB": 1024.0,
+            "TB": 1000.0}
+
+
+def oom_phase_from_text(text: str) -> str:
+    """Phase named by an OOM message itself: prefill, decode, startup, or unknown."""
+    m = _OOM.search(text)
+    if m is None:
+        return "unknown"
+    if m.group("pd"):
+        return m.group("pd").lower()
+    if m.group("capture") or m.group("startup"):
+        return "startup"
+    if m.group("abort"):
+        return "decode"
+    return "unknown"
+
+
+def oom_detail_fields(text: str, fields: dict[str, Any]) -> None:
+    """Numbers an OOM message carries (tokens asked/available, CUDA bytes asked)."""
+    m = _TRY_ALLOC.search(text)
+    if m:
+        fields["tokens_requested"] = int(m.group(1))
+    m = _AVAIL_TOKENS.search(text)
+    if m:
+        fields["tokens_available"] = int(m.group(1))
+    m = _TRIED.search(text)
+    if m:
+        fields["tried_to_allocate_gb"] = round(float(m.group(1)) * _UNIT_GB.get(m.group(2), 1.0), 4)
+    m = _MFS_VALUE.search(text)
+    if m:
+        fields["mem_fraction_static"] = float(m.group(1))  # the effective value (its default is None)
+    m = _CAPACITY.search(text)
+    if m:
+        fields["gpu"] = int(m.group(1))
+        fields["gpu_total_gb"] = round(float(m.group(2)) * _UNIT_GB.get(m.group(3), 1.0), 4)
+        fields["gpu_free_gb"] = round(float(m.group(4)) * _UNIT_GB.get(m.group(5), 1.0), 4)
+
+
+def _oom(s: str, n: int) -> _Result:
+    m = _OOM.search(s)
+    if m is None:
+        return _retract(s, n) if "out of memory happened" in s.lower() else None
+    p = m.start()
+    exception = None
+    # `RuntimeError: Prefill out of memory...` / `torch.OutOfMemoryError: CUDA out of memory...`
+    for x in _EXC_HEAD.finditer(s, max(0, p - 300), m.end() + 2):
+        if x.start() <= p:
+            exception, p, msg_at = x.group(1), x.start(), x.end()
+    message = s[msg_at if exception else p:].strip()
+    fields: dict[str, Any] = {"phase": oom_phase_from_text(message), "message": message}
+    if exception:
+        fields["exception"] = exception
+    if m.group("reqslots"):
+        fields["pool"] = "req_to_token"
+    elif m.group("startup"):
+        fields["reason"] = "mem_fraction_static_too_small"
+    elif m.group("capture"):
+        fields["reason"] = "cuda_graph_capture"
+    oom_detail_fields(s, fields)
+    return _event(n, ev.OOM, s[:p], fields)
+
+
+# --- errors ------------------------------------------------------------------------------------
+_ERROR_HEAD = re.compile(
+    r"(?P<head>\b\w+ hit an exception|Exception in \w+|Traceback \(most recent call last\)"
+    r"|Received sigquit from a child process)")
+
+
+def _error(s: str, n: int) -> _Result:
+    m = _ERROR_HEAD.search(s)
+    if m is None:
+        return None
+    head = m.group("head")
+    rest = s[m.end():].lstrip(":. ").strip()
+    fields: dict[str, Any] = {"error": head if not head.startswith("Traceback") else "Traceback"}
+    if rest:
+        fields["message"] = rest
+    return _event(n, ev.ERROR, s[:m.start()], fields)
+
+
+# --- startup memory / capacity -----------------------------------------------------------------
+_SPLIT_STARTUP = re.compile(r"[.,] +")
+_BS = re.compile(r"\bbs=?\s*\[([0-9,\s]*)\]?")
+_NUM_LIST = re.compile(r"\b(\w+)=\[([0-9,\s]*)\]")
+_UNIT = re.compile(r"^(-?[0-9.]+)\s*(GB|MB|GiB|MiB|s)\.?$")
+_STARTUP_ALIASES = {
+    "Time elapsed": "elapsed", "#tokens": "kv_tokens", "max_total_num_token": "max_total_num_tokens",
+    "max_prefill_num_token": "max_prefill_tokens",
+}
+
+
+def _startup_pairs(body: str, fields: dict[str, Any]) -> None:
+    for piece in _SPLIT_STARTUP.split(body.strip().rstrip(".")):
+        eq = piece.find("=")
+        colon = piece.find(": ")
+        if eq < 0 and colon < 0:
+            continue
+        if colon >= 0 and (eq < 0 or colon < eq):
+            k, v = piece[:colon], piece[colon + 2:]
+        else:
+            k, v = piece[:eq], piece[eq + 1:]
+        raw = k.strip()
+        key = _STARTUP_ALIASES.get(raw) or normalise_key(raw)
+        if not key or len(raw.split()) > 4:
+            continue  # prose, not a field
+        v = v.strip()
+        u = _UNIT.match(v)
+        if u:
+            unit = u.group(2).lower().replace("ib", "b")
+            fields[f"{key}_{unit}"] = float(u.group(1))
+        else:
+            fields[key] = auto_value(v)
+
+
+def _batch_sizes(s: str, fields: dict[str, Any]) -> str:
+    m = _BS.search(s)
+    if m is not None:
+        sizes = [int(x) for x in re.findall(r"\d+", m.group(1))]
+        if sizes:
+            fields["batch_sizes"] = sizes
+        s = s[:m.start()] + s[m.end():]
+    # Other number lists (the prefill graph's `num_tokens=[64, 128, ...]`, 0.5.14+): kept as lists.
+    for k, body in _NUM_LIST.findall(s):
+        fields[normalise_key(k)] = [int(x) for x in re.findall(r"\d+", body)]
+    return _NUM_LIST.sub("", s) if "[" in s else s
+
+
+_CAPTURE = re.compile(r"Capture (?P<what>[\w ]{0,80}?)graph (?P<stage>begin|end|bs)\b[.,]? ?")
+_LOAD = re.compile(r"Load weight (begin|end)\. ?")
+_COMMIT = re.compile(r"in ([0-9.]+) s \(capture overlap window ([0-9.]+) s, startup overlap total ([0-9.]+) s\)")
+_KV = re.compile(r"(?:(?<![\w-])(?P<label>[\w-]{1,40}) )?KV Cache (?P<stage>is allocated|VA upper bound)\. ?")
+_POST_KV = re.compile(r"Post-capture KV sizing: (?:(?P<alloc>KV cache allocated)\. ?)?")
+_DSV4 = re.compile(r"DSv4 (memory calculation|pool sizes): ")
+_INIT_DIST = re.compile(r"Init torch distributed (begin|ends?)\.? ?")
+_SUMMARY = re.compile(r"max_total_num_tokens?=")
+_REDUCED = re.compile(r"max_running_requests was reduced from (?:requested )?(\d+) to (\d+)")
+_TIMINGS = re.compile(r"Engine startup timings \(s\): ")
+
+
+def _startup(kind_stage: str, s: str, n: int, p: int, body: str) -> _Result:
+    fields: dict[str, Any] = {"stage": kind_stage}
+    _startup_pairs(body, fields)
+    return _event(n, ev.STARTUP_MEMORY, s[:p], fields)
+
+
+def _load_weight(s: str, n: int) -> _Result:
+    m = _LOAD.search(s)
+    if m is None:
+        return None
+    body = s[m.end():]
+    if m.group(1) == "end" and body.startswith("Committed"):
+        c = _COMMIT.search(body)
+        if c is None:
+            return UNPARSED
+        fields: dict[str, Any] = {"stage": "load_weight_commit", "elapsed_s": float(c.group(1)),
+                                  "capture_overlap_window_s": float(c.group(2)),
+                                  "startup_overlap_total_s": float(c.group(3))}
+        return _event(n, ev.STARTUP_MEMORY, s[:m.start()], fields)
+    e = _startup(f"load_weight_{m.group(1)}", s, n, m.start(), body)
+    if isinstance(e, Event) and "avail_mem_gb" not in e.fields:
+        return UNPARSED
+    return e
+
+
+def _kv_cache(s: str, n: int) -> _Result:
+    m = _POST_KV.search(s)
+    if m is not None:
+        stage = "post_capture_kv_allocated" if m.group("alloc") else "post_capture_kv_sizing"
+        return _startup(stage, s, n, m.start(), s[m.end():])
+    m = _KV.search(s)
+    if m is None:
+        return None
+    stage = "kv_cache_allocated" if m.group("stage") == "is allocated" else "kv_cache_va_upper_bound"
+    label = m.group("label")
+    p = m.start() if label and label not in ("The",) else m.start("stage") - len("KV Cache ")
+    e = _startup(stage, s, n, p, s[m.end():])
+    if isinstance(e, Event):
+        if label and p == m.start():
+            e.fields["pool"] = label
+        if not any(k.endswith("_gb") for k in e.fields):
+            return UNPARSED
+    return e
+
+
+def _memory_pool_end(s: str, n: int) -> _Result:
+    p = s.find("Memory pool end.")
+    if p < 0:
+        return None
+    e = _startup("memory_pool_end", s, n, p, s[p + len("Memory pool end."):])
+    if isinstance(e, Event) and "avail_mem_gb" not in e.fields:
+        return UNPARSED
+    return e
+
+
+def _capture(s: str, n: int) -> _Result:
+    m = _CAPTURE.search(s)
+    if m is None:
+        return None
+    what = m.group("what").strip()
+    prefill = "prefill" in what.lower() or "piecewise" in what.lower()
+    stage = ("prefill_graph_" if prefill else "cuda_graph_") + m.group("stage")
+    fields: dict[str, Any] = {"stage": stage}
+    if what and what.lower() != "cuda":
+        fields["graph"] = what
+    body = s[m.end():]
+    if m.group("stage") == "bs":
+        body = "bs=" + body  # older releases: `Capture cuda graph bs [1, 2, 4, ...]`
+    body = _batch_sizes(body, fields)
+    _startup_pairs(body, fields)
+    if m.group("stage") == "bs" and "batch_sizes" not in fields:
+        return UNPARSED
+    return _event(n, ev.STARTUP_MEMORY, s[:m.start()], fields)
+
+
+# `CUDA graph disabled for {n} consecutive decode steps. This may cause significant throughput
+# degradation. Check if batch size is within CUDA graph capture range.` (managers/cuda_graph_warner.py)
+_GRAPH_WARN = re.compile(r"CUDA graph disabled for (\d+) consecutive decode steps")
+# `Disable prefill CUDA graph because <reason>` (model runner, 0.5.14+; INFO or WARNING)
+_PREFILL_OFF = re.compile(r"Disable prefill CUDA graph because ?")
+
+
+def _graph_warner(s: str, n: int) -> _Result:
+    m = _GRAPH_WARN.search(s)
+    if m is None:
+        return None
+    return _event(n, ev.CUDA_GRAPH_DISABLED, s[:m.start()], {"consecutive_steps": int(m.group(1))})
+
+
+def _prefill_graph_off(s: str, n: int) -> _Result:
+    m = _PREFILL_OFF.search(s)
+    if m is None:
+        return None
+    return _event(n, ev.STARTUP_MEMORY, s[:m.start()],
+                  {"stage": "prefill_graph_disabled", "reason": s[m.end():].strip().rstrip(".")})
+
+
+def _summary(s: str, n: int) -> _Result:
+    m = _REDUCED.search(s)
+    if m is not None:
+        return _event(n, ev.MAX_RUNNING_REDUCED, s[:m.start()],
+                      {"requested": int(m.group(1)), "reduced_to": int(m.group(2))})
+    m = _SUMMARY.search(s)
+    if m is None:
+        return None
+    p = m.start()
+    prefix = s[:p]
+    fields: dict[str, Any] = {"stage": "summary"}
+    _startup_pairs(s[p:].rstrip().rstrip(","), fields)
+    if not isinstance(fields.get("max_total_num_tokens"), int):
+        return UNPARSED
+    return _event(n, ev.STARTUP_MEMORY, prefix, fields)
+
+
+def _dsv4(s: str, n: int) -> _Result:
+    m = _DSV4.search(s)
+    if m is None:
+        return None
+    stage = "dsv4_" + m.group(1).replace(" ", "_")
+    return _startup(stage, s, n, m.start(), s[m.end():])
+
+
+def _init_dist(s: str, n: int) -> _Result:
+    m = _INIT_DIST.search(s)
+    if m is None:
+        return None
+    stage = "init_torch_distributed_" + ("begin" if m.group(1) == "begin" else "end")
+    return _startup(stage, s, n, m.start(), s[m.end():])
+
+
+_TIMING_PAIR = re.compile(r"\b(\w+)=(\{[^}]*\}|[0-9.]+)")
+
+
+def _timings(s: str, n: int) -> _Result:
+    m = _TIMINGS.search(s)
+    if m is None:
+        return None
+    fields: dict[str, Any] = {}
+    for key, value in _TIMING_PAIR.findall(s, m.end()):
+        if value.startswith("{"):
+            fields[f"{key}_s"] = {k: float(v) for k, v in _TIMING_PAIR.findall(value)}
+        else:
+            fields[f"{key}_s"] = float(value)
+    if not fields:
+        return UNPARSED
+    return _event(n, ev.STARTUP_TIMINGS, s[:m.start()], fields)
+
+
+def _server_args(s: str, n: int) -> _Result:
+    p = s.find("server_args")
+    if p < 0:
+        return None
+    after = s[p + len("server_args"):p + len("server_args") + 3]
+    if not (after.startswith("=") or after.startswith(": ")):
+        return None
+    try:
+        args = parse_server_args(s[p:])
+    except (RecursionError, MemoryError):
+        args = None
+    if not args:
+        return UNPARSED
+    return _event(n, ev.SERVER_ARGS, s[:p], args)
+
+
+_VERSION = re.compile(
+    r"(?i)\bsglang(?:==| version:? ?v?|_version[=:] ?v?|:v| v)(\d+\.\d+(?:\.\d+)?(?:\.?post\d+|rc\d+|\.dev\d+)?)\b")
+
+
+def _version(s: str, n: int) -> _Result:
+    m = _VERSION.search(s)
+    if m is None:
+        return None
+    return _event(n, ev.VERSION, s[:m.start()], {"version": m.group(1)})
+
+
+def _ready(s: str, n: int) -> _Result:
+    p = s.find("The server is fired up and ready to roll")
+    if p < 0:
+        return None
+    return _event(n, ev.SERVER_READY, s[:p], {})
