@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
 import re
 import socket
 import subprocess
+import time
+from pathlib import Path
 from typing import IO
+
+import requests
 
 LOOPBACK = "127.0.0.1"
 
@@ -36,3 +41,18 @@ def announced_port(stream: IO[str], *, lines: int = 50, suffix: str = "") -> int
         if found:
             return int(found.group(1))
     return None
+
+
+def wait_ready(proc: subprocess.Popen[bytes], url: str, log_file: Path, *, name: str, timeout_s: float = 60.0) -> None:
+    """Poll `url` until it answers 200 (a real server coming up); raise with the tail of its log when the
+    process exits or the deadline passes."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        if proc.poll() is not None:
+            raise RuntimeError(f"{name} exited with {proc.returncode}: {log_file.read_text(errors='replace')[-800:]}")
+        with contextlib.suppress(requests.RequestException):
+            if requests.get(url, timeout=1).status_code == 200:
+                return
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{name} did not become ready in time")
+        time.sleep(0.1)  # waiting for a real process to come up (integration harness, not a unit test)

@@ -23,7 +23,6 @@ import re
 import shutil
 import subprocess
 import tempfile
-import time
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,7 +34,7 @@ import yaml
 from prometheus_client.openmetrics.parser import text_string_to_metric_families as openmetrics_families
 from prometheus_client.parser import text_string_to_metric_families as text_families
 
-from netutil import free_port, stop_process
+from netutil import free_port, stop_process, wait_ready
 from sglang_tuning_exporter.fleet import report
 from sglang_tuning_exporter.guide.checks import load_table
 from sglang_tuning_exporter.render import rules as render_rules
@@ -217,17 +216,7 @@ def running_prometheus(data_dir: Path, *, lookback: str = "5m", ready_timeout_s:
          f"--query.lookback-delta={lookback}", "--log.level=warn"],
         stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     try:
-        deadline = time.monotonic() + ready_timeout_s
-        while True:
-            if proc.poll() is not None:
-                raise RuntimeError(f"prometheus exited with {proc.returncode}: "
-                                   f"{(cfg_dir / 'prometheus.log').read_text(errors='replace')[-800:]}")
-            with contextlib.suppress(requests.RequestException):
-                if requests.get(url + "/-/ready", timeout=1).status_code == 200:
-                    break
-            if time.monotonic() > deadline:
-                raise RuntimeError("prometheus did not become ready in time")
-            time.sleep(0.1)  # waiting for a real process to come up (integration harness, not a unit test)
+        wait_ready(proc, url + "/-/ready", cfg_dir / "prometheus.log", name="prometheus", timeout_s=ready_timeout_s)
         yield url
     finally:
         stop_process(proc, 20.0)

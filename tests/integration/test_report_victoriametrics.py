@@ -15,7 +15,6 @@ import json
 import shutil
 import subprocess
 import tempfile
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -24,7 +23,7 @@ import pytest
 import requests
 
 import fleet_history as fh
-from netutil import free_port
+from netutil import free_port, stop_process, wait_ready
 from sglang_tuning_exporter.fleet import report
 
 pytestmark = pytest.mark.integration
@@ -56,25 +55,10 @@ def running_victoria_metrics(data_dir: Path) -> Iterator[str]:
          "-loggerLevel=ERROR"],
         stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            if proc.poll() is not None:
-                raise RuntimeError(f"victoria-metrics exited with {proc.returncode}: "
-                                   f"{(log_dir / 'vm.log').read_text(errors='replace')[-800:]}")
-            with contextlib.suppress(requests.RequestException):
-                if requests.get(url + "/health", timeout=1).status_code == 200:
-                    break
-            if time.monotonic() > deadline:
-                raise RuntimeError("victoria-metrics did not become ready in time")
-            time.sleep(0.1)  # waiting for a real process (integration harness, not a unit test)
+        wait_ready(proc, url + "/health", log_dir / "vm.log", name="victoria-metrics")
         yield url
     finally:
-        proc.terminate()
-        try:
-            proc.wait(20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(10)
+        stop_process(proc, 20.0)
         log.close()
         shutil.rmtree(log_dir, ignore_errors=True)
 
