@@ -1,6 +1,6 @@
-"""The fast reader of `diagnose`: scans text into per-rank time buckets (dated Decode/Prefill lines,
-summed in C when the accelerator is built) and events (everything else), chunk by chunk; one range of a
-plain file per worker."""
+"""`diagnose`'s reader: the event reader over blocks of bytes, with the C accelerator's drop-in summing
+dated Decode/Prefill lines into per-rank time buckets; chunk by chunk, one range of a plain file per
+worker."""
 
 from __future__ import annotations
 
@@ -10,7 +10,6 @@ import heapq
 import math
 import mmap
 import operator
-import re
 import struct
 import time
 from collections.abc import Iterable
@@ -34,34 +33,9 @@ from sglang_tuning_exporter.sources.logreader import (
     line_at,
 )
 
-# --- fast path ---------------------------------------------------------------------------------
-# `[2025-01-12 10:11:12(.123)? DP0 TP0] Decode batch...` and `... Prefill batch...` are the commonest
-# SGLang lines of a busy log (access lines are commoner, and are skipped).  The scan keeps such lines
-# per (rank, time bucket) after reading only the stamp; at the end of the chunk one `findall` per
-# bucket reads the canonical bodies (0.3-0.5.x; the patterns start with a literal, so the engine
-# finds them with a fast scan).  A bucket with any other shape is read line by line with the full
-# parser.  Every other line goes through the multi-line event reader.  A test proves both paths give
-# the same signals and findings on the corpus and on every scenario log.
-# Decode fields between usage and graph that the signals do not use: speculative decoding, PD queues.
-_DECODE_EXTRA = (r"(?:accept len: \d+\.\d+, (?:accept rate: \d+\.\d+, )?)?"
-                 r"(?:pre-allocated usage: \d+\.\d+, #prealloc-req: \d+, #transfer-req: \d+, "
-                 r"(?:#host-receive-req: \d+, )?#retracted-req: \d+, )?")
-_DECODE_TAIL = (r"#running-req: (\d+), #token: \d+, token usage: (\d+\.\d+), " + _DECODE_EXTRA
-                + r"(?:cuda graph: (True|False), )?gen throughput \(token/s\): (\d+\.\d+), #queue-req: (\d+)")
-_DECODE_ROW = re.compile(r"\] Decode batch(?: \[\d+\])?[.,] " + _DECODE_TAIL)
-
-_PREFILL_ROW = re.compile(
-    r"\] Prefill batch(?: \[\d+\])?[.,] #new-seq: \d+, #new-token: (\d+), #cached-token: (\d+), "
-    r"token usage: (\d+\.\d+), #running-req: (\d+), #queue-req: (\d+)")
-_REST = re.compile(r"(\.\d+)?((?: [A-Z_]+\d+)*) ?$")
-_TAG = re.compile(r" ([A-Z_]+?)(\d+)")
-_CACHE_MAX = 4096
 if SCAN is not None:
     use_freezer(SCAN.freeze_hist)  # the frozen histograms diagnose's workers send, built in C
-_D_HEAD, _P_HEAD = "] Decode batch", "] Prefill batch"
-_TWO_HTTP = re.compile(r"HTTP/1\.[^\n]*HTTP/1\.")  # a line holding `HTTP/1.` twice (see scan_text)
 _ACC = struct.Struct(f"{len(SCAN.ACC_FIELDS)}d") if SCAN is not None else None
-_Pending = tuple[list[float], list[str]]  # times and lines of the fast Decode (or Prefill) lines of a bucket
 _BucketKey = tuple[int | None, int | None, float]
 
 
@@ -93,16 +67,6 @@ def _iso_of(t: float) -> str:
     frac = t - whole
     text = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(whole))
     return text + (f"{frac:.3f}"[1:] if frac > 0 else "")
-
-
-def _tags(text: str) -> tuple[int | None, int | None]:
-    dp = pp = None
-    for name, num in _TAG.findall(text):
-        if name == "DP":
-            dp = int(num)
-        elif name == "PP":
-            pp = int(num)
-    return dp, pp
 
 
 class Scanner:
