@@ -1,11 +1,10 @@
 """`diagnose FILE...|-`: read whole SGLang logs offline and print the guide's findings.
 
-Pipeline: lines -> (fast path for dated Decode/Prefill lines | the multi-line event reader) ->
-per-rank time buckets + events -> signals window -> advisor, evaluated on consecutive windows
-of the log's own time; each (check, rank) reports its worst window.  Plain files are scanned as
-blocks of text (`Scanner.scan_text`: `str.find` jumps between batch heads, runs of access lines are
-skipped in C); large ones are cut before `[<digit>` record heads (logreader.split_ranges, never inside
-a traceback) and scanned in a process pool, merged in order; memory stays flat in log size.
+The sidecar's pipeline run over a file on the log's own clock: blocks of bytes -> the event reader
+(with the C accelerator's drop-in summing Decode/Prefill lines into buckets) -> observations -> the
+signals window -> the advisor, evaluated window by window (each (check, rank) reports its worst window;
+the JSON's signals are the last one's).  Large plain files are cut before `[<digit>` record heads
+(logreader.split_ranges, never inside a traceback), scanned in a process pool and merged in order.
 """
 
 from __future__ import annotations

@@ -114,10 +114,6 @@ class Scanner:
             groups.clear()
 
     @staticmethod
-    def _span(res: ChunkResult, key: _BucketKey, times: list[float]) -> None:
-        Scanner._span_bounds(res, key, min(times), max(times))
-
-    @staticmethod
     def _span_bounds(res: ChunkResult, key: _BucketKey, lo: float, hi: float) -> None:
         span = res.rank_span.get(key[:2])
         if span is None:

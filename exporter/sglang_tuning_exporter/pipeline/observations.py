@@ -9,7 +9,6 @@ line; `EventConverter.synthetic_time` says so).
 from __future__ import annotations
 
 import functools
-import re
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
@@ -18,10 +17,10 @@ from sglang_tuning_exporter.core.model import Observation, Rank, Sample, ServerS
 from sglang_tuning_exporter.core.timeparse import LogClock
 from sglang_tuning_exporter.core.versions import merge_version
 from sglang_tuning_exporter.pipeline.signals import SERVER_START
+from sglang_tuning_exporter.sources.logmessages import POOL_TOO_SMALL
 from sglang_tuning_exporter.sources.logparse import POOL_USAGES
 
 SECONDS_PER_LINE = 1.0  # the stand-in clock of a log without timestamps
-_NOT_ENOUGH = re.compile(r"not enough memory|leave no gpu memory for the kv cache", re.I)
 # Stages after the KV pool is allocated: their `avail mem` is the headroom when the summary lacks it.
 _AFTER_POOL_STAGES = ("memory_pool_end", "cuda_graph_begin", "cuda_graph_end", "cuda_graph_bs",
                       "prefill_graph_begin", "prefill_graph_end")
@@ -58,6 +57,22 @@ def number(v: Any) -> float | None:
         except ValueError:
             return None
     return None
+
+
+def oom_phase(fields: Mapping[str, Any]) -> str:
+    """The phase an OOM event counts under (the one rule for the window and the sidecar's counter):
+    at startup, SGLang's own "pool does not fit after the weights" (`reason` mem_fraction_static_too_small,
+    set by the reader: raise the fraction) is `startup`; any other allocation that failed before the first
+    batch (CUDA-graph capture, workspace, pool preallocation) is `capture` (lower it)."""
+    phase = fields.get("phase")
+    if phase == "startup":
+        reason = fields.get("reason")
+        if reason is None:  # an event not from the reader: the message tells
+            too_small = POOL_TOO_SMALL.search(str(fields.get("message") or "")) is not None
+        else:
+            too_small = reason == "mem_fraction_static_too_small"
+        return "startup" if too_small else "capture"
+    return phase if phase in ("prefill", "decode") else "unknown"
 
 
 def server_update(event: Event, args: Mapping[str, Any]) -> dict[str, Any] | None:
@@ -205,7 +220,7 @@ class EventConverter:
             add("retraction", f.get("num_retracted_reqs", 1))
         elif kind == "oom":
             phase = str(f.get("phase") or "unknown")
-            out.extend(self._oom(t, rank, phase, str(f.get("reason") or "") + " " + str(f.get("message") or "")))
+            out.extend(self._oom(t, rank, f))
             if phase == "startup":
                 # torch's `GPU N has a total capacity of X of which Y is free`: the headroom left at the
                 # failure (a failed start prints no summary) and the GPU's size.
@@ -213,8 +228,9 @@ class EventConverter:
                 add("gpu_mem_total_gb", f.get("gpu_total_gb"))
         elif kind == "error":
             msg = str(f.get("message") or "")
-            if _NOT_ENOUGH.search(msg):
-                out.extend(self._oom(t, rank, "startup", msg))
+            if POOL_TOO_SMALL.search(msg):  # the oom rule's own text, not any "not enough memory"
+                # SGLang's `RuntimeError: Not enough memory ...`: the pool does not fit after the weights.
+                out.extend(self._oom(t, rank, {"phase": "startup", "reason": "mem_fraction_static_too_small"}))
         elif kind == "startup_memory":
             self._startup(f, rank, add)
         elif kind == "cuda_graph_capture":
@@ -247,17 +263,8 @@ class EventConverter:
         add(prefix + "token_usage", batch_usage(f))
 
     @staticmethod
-    def _oom(t: float, rank: Rank, phase: str, message: str) -> list[Observation]:
-        if phase == "startup" and not _NOT_ENOUGH.search(message) \
-                and "mem_fraction_static_too_small" not in message:
-            # Not SGLang's "pool does not fit" error: an allocation failed in the headroom before the
-            # first batch (CUDA-graph capture, workspace, pool preallocation): the fraction must go down.
-            name = "oom_capture"
-        elif phase in ("prefill", "decode", "startup"):
-            name = f"oom_{phase}"
-        else:
-            name = "oom_unknown"
-        return [Observation(t, name, 1.0, rank, "log")]
+    def _oom(t: float, rank: Rank, fields: Mapping[str, Any]) -> list[Observation]:
+        return [Observation(t, "oom_" + oom_phase(fields), 1.0, rank, "log")]
 
     def _startup(self, f: dict[str, Any], rank: Rank, add: Callable[[str, Any], None]) -> None:
         stage = str(f.get("stage") or "")

@@ -20,7 +20,6 @@ from sglang_tuning_exporter.guide.checks import CheckTable
 
 MAX_WINDOWS = 288  # two days of 10-minute windows
 MAX_CHANGES = 64
-VERDICT_CODE = {"inconclusive": -1, "no_change": 0, "improved": 1, "worse": 2}
 
 
 class ChangeTracker:
@@ -136,4 +135,4 @@ class ChangeCollector(Collector):
         yield from change_families(self.tracker)
 
 
-__all__ = ["VERDICT_CODE", "ChangeCollector", "ChangeTracker", "change_families"]
+__all__ = ["ChangeCollector", "ChangeTracker", "change_families"]

@@ -16,6 +16,7 @@ from typing import Any
 from sglang_tuning_exporter.core.catalog import RANK_GAUGES
 from sglang_tuning_exporter.core.events import Event
 from sglang_tuning_exporter.core.model import Finding, Observation, Rank, Sample, ServerState
+from sglang_tuning_exporter.pipeline.observations import oom_phase
 from sglang_tuning_exporter.pipeline.signals import FACT_NAMES, hist_quantile
 from sglang_tuning_exporter.pipeline.window import server_facts_for
 from sglang_tuning_exporter.sources.scrape import COUNTED
@@ -332,10 +333,7 @@ class LiveState:
                     self._count(rank, "retracted_requests", "", float(n) if isinstance(n, (int, float)) else 0)
                     hit[2] = counters.get(rank)
                 elif kind == "oom":
-                    phase = f.get("phase") if f.get("phase") in ("prefill", "decode", "startup") else "unknown"
-                    if phase == "startup" and f.get("reason") != "mem_fraction_static_too_small":
-                        phase = "capture"  # failed in the headroom before the first batch: lower, not raise
-                    self._count(rank, "oom_events", str(phase), 1)
+                    self._count(rank, "oom_events", oom_phase(f), 1)  # the window's rule
                     hit[2] = counters.get(rank)
             for data in decoded.values():
                 self._prune_no_graph(data, now)

@@ -22,6 +22,8 @@ from sglang_tuning_exporter.sources.logline import (
 from sglang_tuning_exporter.sources.serverargs import parse_server_args
 
 # SGLang's own retraction line after its prefix (0.4-0.5.x); _RETRACT_HEAD reads it and older spellings.
+# SGLang's own start-up sizing failure: the pool does not fit after the weights (raise the fraction).
+POOL_TOO_SMALL = re.compile(r"Not enough memory\. Please try to increase|leave no GPU memory for the KV cache")
 RETRACT_HEAD_STD = "KV cache pool is full. Retract requests. "
 _RETRACT_HEAD = re.compile(
     r"(?i)(decode out of memory happened[.,]?|kv cache pool is full\. retract requests\.|testing retraction\.) ?")

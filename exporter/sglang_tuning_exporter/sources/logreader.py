@@ -26,6 +26,7 @@ from typing import IO, Any, Generic, TypeVar
 from sglang_tuning_exporter.core import events as ev
 from sglang_tuning_exporter.core.events import Event, new_event
 from sglang_tuning_exporter.sources.accel import SCAN
+from sglang_tuning_exporter.sources.logmessages import POOL_TOO_SMALL
 from sglang_tuning_exporter.sources.logparse import (
     GLUE_GATE,
     LineClassifier,
@@ -67,8 +68,6 @@ _STARTUP_FRAMES = ("capture", "init_cuda_graphs", "load_model", "init_memory_poo
                    "init_piecewise_cuda_graphs", "init_attention_backend", "init_cublas")
 # SGLang's own sizing failure: the pool does not fit after the weights (raise the fraction). Any other
 # out-of-memory at start-up failed in the headroom the fraction leaves (lower it).
-_POOL_TOO_SMALL = re.compile(r"Not enough memory\. Please try to increase --mem-fraction-static"
-                             r"|leave no GPU memory for the KV cache")
 
 
 def phase_from_frames(frames: list[tuple[str, str]]) -> str | None:
@@ -341,7 +340,7 @@ class EventReader:
         headroom: CUDA-graph capture, workspace, pool preallocation: lower)."""
         if fields.get("phase") != "startup":
             return
-        if _POOL_TOO_SMALL.search(str(fields.get("message", ""))):
+        if POOL_TOO_SMALL.search(str(fields.get("message", ""))):
             fields["reason"] = "mem_fraction_static_too_small"
         elif fields.get("reason") in (None, "mem_fraction_static_too_small"):
             fields["reason"] = "init_headroom"
