@@ -403,3 +403,16 @@ def test_server_update_is_the_one_rule_for_sidecar_and_diagnose() -> None:
     assert server_update(oom, s.args) == {"args": {"mem_fraction_static": 0.88}}
     assert server_update(oom, {"mem_fraction_static": 0.8}) is None
     assert server_update(Event(11, "version", None, {}, {"version": "0.5.23"}), {}) == {"version": "0.5.23"}
+
+
+def test_graph_memory_is_the_target_decode_capture_only() -> None:
+    """`cuda_graph_gb` (the plan's budget for a larger capture) comes from the target decode graphs, the
+    ones the captured batch sizes describe; a draft graph captured after them does not overwrite it."""
+    from sglang_tuning_exporter.sources.logreader import read_events
+
+    lines = ["[2026-01-01 10:00:00 TP0] Capture target decode CUDA graph end. elapsed=14.80 s, mem usage=1.20 GB, "
+             "avail mem=5.00 GB.",
+             "[2026-01-01 10:00:01 TP0] Capture draft extend CUDA graph end. elapsed=1.00 s, mem usage=0.10 GB, "
+             "avail mem=4.90 GB."]
+    got = [o.value for o in events_to_observations(read_events(lines)) if o.name == "cuda_graph_gb"]
+    assert got == [1.2]

@@ -19,11 +19,11 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from sglang_tuning_exporter.core.model import STATUS_CODE, Finding, Rank
+from sglang_tuning_exporter.core.model import Finding, Rank
 from sglang_tuning_exporter.fleet import queries as fleet
 from sglang_tuning_exporter.fleet.promapi import Sample, Series
 from sglang_tuning_exporter.guide.advisor import aggregate_signals
-from sglang_tuning_exporter.guide.changes import WindowSummary, arg_of, detect, entry, judge
+from sglang_tuning_exporter.guide.changes import WindowSummary, arg_of, detect, entry, judge, worst_statuses
 from sglang_tuning_exporter.guide.checks import CheckTable
 
 SOURCE = "prometheus"
@@ -65,7 +65,7 @@ def detect_changes(series: Iterable[Series], table: CheckTable) -> dict[str, lis
         for t, v in s.points:
             if math.isnan(v) or math.isinf(v):
                 continue
-            if prev is not None:
+            if prev is not None and v != prev:
                 for flag, old, new in detect({arg: _number(prev)}, {arg: _number(v)}, table):
                     out.setdefault(name, []).append(ArgChange(name, t, flag, old, new))
             prev = v
@@ -128,12 +128,7 @@ def _value_at(points: Sequence[tuple[float, float | int]], t: float) -> float | 
 
 
 def _worst(findings: Iterable[Finding]) -> dict[str, str]:
-    worst: dict[str, str] = {}
-    for f in findings:
-        cur = worst.get(f.check)
-        if cur is None or cur == "unknown" or (f.status != "unknown" and STATUS_CODE[f.status] > STATUS_CODE[cur]):
-            worst[f.check] = f.status
-    return worst
+    return worst_statuses((f.check, f.status) for f in findings)
 
 
 def summaries(data: fleet.InstanceData, slices: Mapping[float, dict[Rank, dict[str, float | None]]],

@@ -10,7 +10,6 @@ import argparse
 import dataclasses
 import datetime as dt
 import functools
-import importlib
 import re
 import sys
 import time
@@ -117,14 +116,8 @@ class Guide:
 
 def load_guide(args: argparse.Namespace) -> Guide:
     """Load the checks table and config named by the guide flags; raises UsageError with every problem."""
-    from sglang_tuning_exporter.guide import checks, settings
+    from sglang_tuning_exporter.guide import advisor, checks, settings
     from sglang_tuning_exporter.guide import config as config_mod
-
-    # Imported by name: the advisor is built in parallel and may be missing from a partial checkout.
-    try:
-        advisor = importlib.import_module("sglang_tuning_exporter.guide.advisor")
-    except ModuleNotFoundError:
-        raise UsageError("the advisor (sglang_tuning_exporter.guide.advisor) is not installed") from None
 
     try:
         table = checks.load_table()
@@ -140,9 +133,7 @@ def load_guide(args: argparse.Namespace) -> Guide:
         problems = [f"unknown --guide-profile {profile!r} (known: {', '.join(table.profiles)})", *problems]
     if problems:
         raise UsageError("\n".join(problems))
-    band = config.queue_bands.get(profile, table.profiles[profile].queue_band)
-    params = SignalParams(queue_band=band, usage_good=config.usage_good, capped_fraction=config.capped_fraction,
-                          min_samples=config.min_samples)
+    params = advisor.signal_params(table, profile, config)
 
     def run(signals: Mapping[Any, dict[str, float | None]], d: fleet.InstanceData, window_s: float) -> list[Finding]:
         # The evidence names the reviewed range, not the sidecar's 10-minute window.

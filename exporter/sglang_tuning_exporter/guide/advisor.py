@@ -10,6 +10,7 @@ from typing import Any
 from sglang_tuning_exporter.core.model import STATUS_CODE, Finding, Rank, ServerState, version_fields
 from sglang_tuning_exporter.guide.checks import Check, CheckTable
 from sglang_tuning_exporter.guide.config import Config
+from sglang_tuning_exporter.guide.settings import resolve
 from sglang_tuning_exporter.guide.suggest import default_schedule_policy, flag_name, suggest
 from sglang_tuning_exporter.pipeline.signals import FACT_NAMES, FEW, SAMPLE_COUNT_OF, SignalParams
 from sglang_tuning_exporter.pipeline.window import Window
@@ -47,15 +48,20 @@ def compare(value: float, op: str, threshold: float) -> bool:
     return math.isclose(value, threshold)
 
 
+def signal_params(table: CheckTable, profile: str, cfg: Config) -> SignalParams:
+    """What shapes the signals themselves: the profile's queue band (or the config's) and the config's
+    thresholds (the sidecar's window and the fleet report alike)."""
+    band = cfg.queue_bands.get(profile, table.profiles[profile].queue_band)
+    return SignalParams(queue_band=band, usage_good=cfg.usage_good, capped_fraction=cfg.capped_fraction,
+                        min_samples=cfg.min_samples)
+
+
 def window_for(table: CheckTable, profile: str | None = None, config: Config | None = None,
                *, expire_s: float | None = None) -> Window:
     """A signal Window shaped by the profile's queue band and the config (what the sidecar should use)."""
     cfg = config or Config()
-    name = profile or cfg.guide_profile or table.default_profile()
-    band = cfg.queue_bands.get(name, table.profiles[name].queue_band)
-    params = SignalParams(queue_band=band, usage_good=cfg.usage_good, capped_fraction=cfg.capped_fraction,
-                          min_samples=cfg.min_samples)
-    return Window(cfg.window_s, cfg.max_ranks, params=params,
+    name, _ = resolve(table, cfg, profile=profile, workload=None)
+    return Window(cfg.window_s, cfg.max_ranks, params=signal_params(table, name, cfg),
                   expire_s=expire_s if expire_s is not None else cfg.expire_s)
 
 
@@ -112,8 +118,7 @@ def evaluate(table: CheckTable, signals: RankSignals, server: ServerState, *, pr
              workload: str | None = None, config: Config | None = None) -> list[Finding]:
     """Every check of the workload, once per rank: ok / warning / critical / unknown."""
     cfg = config or Config()
-    prof = profile or cfg.guide_profile or table.default_profile()
-    wl = workload or cfg.workload or "throughput"
+    prof, wl = resolve(table, cfg, profile=profile, workload=workload)
     band = cfg.queue_bands.get(prof, table.profiles[prof].queue_band)
     checks = [c for c in table.for_workload(wl) if cfg.override(c.id).enabled]
     extra = server_signals(server)
@@ -164,8 +169,7 @@ def statuses(table: CheckTable, signals: RankSignals, server: ServerState, *, pr
     """Check id -> status per rank, like `evaluate` (suppression included) but without findings' text:
     cheap enough to run on every window of a long log."""
     cfg = config or Config()
-    prof = profile or cfg.guide_profile or table.default_profile()
-    wl = workload or cfg.workload or "throughput"
+    prof, wl = resolve(table, cfg, profile=profile, workload=workload)
     checks = [c for c in table.for_workload(wl) if cfg.override(c.id).enabled]
     plans = []
     for c in checks:

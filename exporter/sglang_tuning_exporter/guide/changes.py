@@ -158,6 +158,15 @@ def _worst(statuses: Iterable[str]) -> str:
     return max(judged, key=lambda s: STATUS_CODE[s])
 
 
+def worst_statuses(pairs: Iterable[tuple[str, str]]) -> dict[str, str]:
+    """Check -> its worst status over (check, status) pairs of one window's ranks; a judged status beats
+    unknown (a window summary's statuses, in every product)."""
+    seen: dict[str, list[str]] = {}
+    for check, status in pairs:
+        seen.setdefault(check, []).append(status)
+    return {check: _worst(statuses) for check, statuses in seen.items()}
+
+
 def _side(windows: Sequence[WindowSummary], watched: Sequence[str], table: CheckTable) -> Side:
     by_id = table.by_id()
     sig: dict[str, float | None] = {}

@@ -22,6 +22,7 @@ from typing import Any
 from sglang_tuning_exporter.core.model import STATUS_CODE, Finding, Rank, ServerState
 from sglang_tuning_exporter.guide.checks import Check, CheckTable
 from sglang_tuning_exporter.guide.config import Config
+from sglang_tuning_exporter.guide.settings import resolve
 from sglang_tuning_exporter.guide.suggest import ARG_KEYS
 from sglang_tuning_exporter.pipeline.signals import FEW, SAMPLE_COUNT_OF
 
@@ -107,8 +108,7 @@ def indications(table: CheckTable, findings: Sequence[Finding], signals: RankSig
                 config: Config | None = None) -> list[dict[str, Any]]:
     """`indications` of interfaces.md, per check and rank, in the findings' order."""
     cfg = config or Config()
-    prof = profile or cfg.guide_profile or table.default_profile()
-    wl = workload or cfg.workload or "throughput"
+    prof, wl = resolve(table, cfg, profile=profile, workload=workload)
     band = cfg.queue_bands.get(prof, table.profiles[prof].queue_band)
     checks = table.by_id()
     by_rank = {tuple(sorted(r.as_dict().items())): s for r, s in signals.items()}

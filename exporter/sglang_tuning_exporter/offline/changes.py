@@ -16,8 +16,7 @@ import mmap
 from collections.abc import Sequence
 from typing import Any
 
-from sglang_tuning_exporter.core.model import STATUS_CODE, ServerState
-from sglang_tuning_exporter.guide.advisor import aggregate_signals, statuses
+from sglang_tuning_exporter.guide.advisor import aggregate_signals
 from sglang_tuning_exporter.guide.changes import (
     Section,
     WindowSummary,
@@ -25,6 +24,7 @@ from sglang_tuning_exporter.guide.changes import (
     last_change,
     last_change_text,
     tracked_flags,
+    worst_statuses,
 )
 from sglang_tuning_exporter.guide.checks import CheckTable
 from sglang_tuning_exporter.guide.config import Config
@@ -45,16 +45,8 @@ class _Recording(Diagnosis):
     def _evaluate(self, now: float, *, final: bool = False) -> None:
         super()._evaluate(now, final=final)
         sig = self.last_signals
-        server = self.server
-        if self.overrides:
-            server = ServerState(server.version, {**server.args, **self.overrides}, server.model_name)
-        worst: dict[str, str] = {}
-        for st in statuses(self.table, sig, server, profile=self.profile, workload=self.workload,
-                           config=self.cfg).values():
-            for cid, s in st.items():
-                cur = worst.get(cid)
-                if cur is None or cur == "unknown" or (s != "unknown" and STATUS_CODE[s] > STATUS_CODE[cur]):
-                    worst[cid] = s
+        # The statuses the evaluation just computed (not a second evaluation).
+        worst = worst_statuses((cid, s) for st in self.last_statuses.values() for cid, s in st.items())
         start = now - self.window.length_s
         if self.first_t is not None:
             start = max(start, self.first_t)

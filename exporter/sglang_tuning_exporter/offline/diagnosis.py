@@ -104,7 +104,8 @@ class Diagnosis:
         self.last_t: float | None = None
         self.worst: dict[tuple[str, tuple[Any, ...]], tuple[Finding, float, float]] = {}
         self.last_signals: dict[Rank, dict[str, float | None]] = {}
-        self.final_statuses: dict[Rank, dict[str, str]] = {}  # at the log's end: what the sidecar shows
+        self.final_statuses: dict[Rank, dict[str, str]] = {}
+        self.last_statuses: dict[Rank, dict[str, str]] = {}  # the latest evaluation's  # at the log's end: what the sidecar shows
         self.evaluations = 0
         self.lines = self.events = self.fast = self.unparsed = self.nul = 0
         self.series = {k: Series(k) for k, _ in diagnose_formats.CHARTS}  # the charts drawn, no more
@@ -126,6 +127,7 @@ class Diagnosis:
         kw: dict[str, Any] = {"profile": self.profile, "workload": self.workload, "config": self.cfg}
         # Full findings (with text) only for ranks where some check got worse, and at the end.
         quick = statuses(self.table, sig, server, **kw)
+        self.last_statuses = quick
         if final:
             self.final_statuses = quick
         for rank, st in quick.items():

@@ -268,6 +268,8 @@ class EventConverter:
 
     def _startup(self, f: dict[str, Any], rank: Rank, add: Callable[[str, Any], None]) -> None:
         stage = str(f.get("stage") or "")
+        graph = str(f.get("graph") or "").lower()
+        decode_graph = stage.startswith("cuda_graph_") and "draft" not in graph and "verify" not in graph
         avail = number(f.get("avail_mem_gb"))
         if stage == "load_weight_begin" and avail is not None:
             self._weight_begin[rank] = avail
@@ -287,15 +289,15 @@ class EventConverter:
             add("kv_cache_gb", kv)
         elif stage in _AFTER_POOL_STAGES and avail is not None:
             add("avail_mem_after_pool_gb", avail)
-            if stage == "cuda_graph_end":  # the graphs' own memory: the plan's budget for a larger capture
+            if stage == "cuda_graph_end" and decode_graph:
+                # The target decode graphs' own memory (the one the captured batch sizes describe): the
+                # plan's budget for a larger capture. Draft/verify graphs are other captures.
                 add("cuda_graph_gb", number(f.get("mem_usage_gb")))
         elif stage == "summary":
             add("available_gpu_mem_gb", f.get("available_gpu_mem_gb"))
             for key in ("max_total_num_tokens", "max_running_requests", "chunked_prefill_size", "context_len"):
                 add(key, f.get(key))
         sizes = f.get("batch_sizes")
-        graph = str(f.get("graph") or "").lower()
-        decode_graph = stage.startswith("cuda_graph_") and "draft" not in graph and "verify" not in graph
         if decode_graph and isinstance(sizes, list) and sizes:
             add("cuda_graph_max_bs_captured", max(s for s in sizes if isinstance(s, (int, float))))
 

@@ -13,9 +13,9 @@ from typing import Any
 from prometheus_client.registry import Collector
 
 from sglang_tuning_exporter.core.catalog import CATALOG, PREFIX
-from sglang_tuning_exporter.core.model import STATUS_CODE, Finding, Rank
+from sglang_tuning_exporter.core.model import Finding, Rank
 from sglang_tuning_exporter.guide.advisor import aggregate_signals
-from sglang_tuning_exporter.guide.changes import VERDICTS, WindowSummary, detect, entry, judge
+from sglang_tuning_exporter.guide.changes import VERDICTS, WindowSummary, detect, entry, judge, worst_statuses
 from sglang_tuning_exporter.guide.checks import CheckTable
 
 MAX_WINDOWS = 288  # two days of 10-minute windows
@@ -57,11 +57,7 @@ class ChangeTracker:
     def observe(self, now: float, signals: Mapping[Rank, Mapping[str, float | None]],
                 findings: Iterable[Finding]) -> None:
         """One evaluation; kept as a window summary once per window length."""
-        worst: dict[str, str] = {}
-        for f in findings:
-            cur = worst.get(f.check)
-            if cur is None or cur == "unknown" or (f.status != "unknown" and STATUS_CODE[f.status] > STATUS_CODE[cur]):
-                worst[f.check] = f.status
+        worst = worst_statuses((f.check, f.status) for f in findings)
         summary = WindowSummary(now - self.window_s, now, aggregate_signals(signals), worst)
         with self._lock:
             self._version += 1
