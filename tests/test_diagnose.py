@@ -20,6 +20,7 @@ from sglang_tuning_exporter.guide.checks import load_table
 from sglang_tuning_exporter.guide.config import Config
 from sglang_tuning_exporter.offline import diagnose
 from sglang_tuning_exporter.offline.diagnose import Progress, diagnose_source
+from sglang_tuning_exporter.sources import accel
 from sglang_tuning_exporter.sources.logreader import split_ranges
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "diagnose"
@@ -444,6 +445,8 @@ BLOCK_LOGS = _block_logs()
 def test_block_scan_agrees_with_the_full_parser(text: str) -> None:
     """The accelerator's bucket sums (scan_bytes) equal the event reader line by line, whole and cut into
     blocks anywhere at line ends (records left open across blocks)."""
+    if accel.SCAN is None:
+        pytest.skip("without the C accelerator both sides are the event reader: nothing to compare")
     full = {**_scan_doc(text, fast=False), "events": None}  # the accelerator sums lines it would emit
     assert {**_scan_doc(text, fast=True), "events": None} == full
     assert {**_scan_doc(text, fast=True, via_bytes=True), "events": None} == full
@@ -456,6 +459,8 @@ def test_block_scan_agrees_with_the_full_parser(text: str) -> None:
 
 def test_block_scan_on_the_corpus(shared_dir: Path) -> None:
     """The accelerator's bucket sums equal the event reader on every real log of the shared corpus."""
+    if accel.SCAN is None:
+        pytest.skip("without the C accelerator both sides are the event reader: nothing to compare")
     logs = sorted((shared_dir / "corpus" / "logs").glob("*.log"))
     assert logs
     for log in logs:

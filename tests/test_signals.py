@@ -178,19 +178,6 @@ def test_running_capped_ratio() -> None:
     assert w.signals(20.0)[Rank()]["running_capped_ratio"] == pytest.approx(0.6)
 
 
-def test_column_aggregation_equals_per_sample() -> None:
-    """The C-level column path of the fast scanner gives the same statistics as per-sample adds."""
-    rows = [("120", "0.95", "True", "100.0", "0"), ("300", "0.50", "False", "90.0", "40"),
-            ("310", None, None, None, "2500"), ("80", "0.85", "True", "50.5", "12")]
-    a, b = SampleStats(), SampleStats()
-    for r, u, g, tp, q in rows:
-        a.add(float(q), float(r), None if u is None else float(u), None if g is None else float(g == "True"),
-              None if tp is None else float(tp), 0.9, (100.0, 2000.0))
-    cols = list(zip(*rows, strict=True))
-    b.add_text_columns(cols[0], cols[1], cols[2], cols[3], cols[4], 0.9, (100.0, 2000.0))
-    assert {k: getattr(a, k) for k in SampleStats.__slots__} == {k: getattr(b, k) for k in SampleStats.__slots__}
-
-
 def test_bucket_merge_is_additive() -> None:
     """Merging buckets adds counts and histograms."""
     x, y = Bucket(), Bucket()

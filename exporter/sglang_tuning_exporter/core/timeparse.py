@@ -104,7 +104,6 @@ class LogClock:
         self._behind: list[float] = []
         self._day_offset = 0.0
         self._last_raw: float | None = None
-        self.dated: bool | None = None  # whether the stamps carry a date (None: none seen)
 
     def take(self, stamp: str | None) -> float | None:
         """The log time of a line stamped `stamp`; None when it has none worth using."""
@@ -118,16 +117,12 @@ class LogClock:
             if not EARLIEST_PLAUSIBLE <= raw < LATEST_PLAUSIBLE:
                 self.implausible += 1
                 return None
-            if self.dated is None:
-                self.dated = True
         else:
             # Time-only stamps: a jump back of more than 12 h is the next day.
             if self._last_raw is not None and raw < self._last_raw - _DAY / 2:
                 self._day_offset += _DAY
             self._last_raw = raw
             raw += self._day_offset
-            if self.dated is None:
-                self.dated = False
         t = raw + self._offset
         latest = self.latest
         if latest is not None and t < latest - BACKWARD_TOLERANCE_S:

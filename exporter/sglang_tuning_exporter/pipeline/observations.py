@@ -147,11 +147,6 @@ class EventConverter:
         return t
 
     @property
-    def time_has_date(self) -> bool | None:
-        """Whether the log's stamps carry a date (None: no stamp seen)."""
-        return self.log_clock.dated
-
-    @property
     def implausible_times(self) -> int:
         """Stamps taken at a neighbour's time (docs/signals.md, "Clocks")."""
         return self.log_clock.implausible

@@ -8,8 +8,7 @@ import bisect
 import itertools
 import math
 import operator
-from collections import Counter
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import TypeVar
 
 
@@ -206,59 +205,6 @@ class SampleStats:
         if throughput is not None:
             self.tp_n += 1
             self.tp_sum += throughput
-
-    def add_text_columns(self, running: Sequence[str], usage: Sequence[str | None], graph: Sequence[str | None],
-                         throughput: Sequence[str | None], queue: Sequence[str], usage_good: float,
-                         band: tuple[float, float]) -> None:
-        """add_columns of text fields as the diagnose regexes capture them (graph 'True'/'False', and
-        None or "" when absent)."""
-        self.add_columns(list(map(int, running)), [None if u is None else float(u) for u in usage],
-                         [None if not g else g == "True" for g in graph],
-                         [float(x) if x else None for x in throughput], list(map(int, queue)), usage_good, band)
-
-    def add_columns(self, running: Sequence[int], usage: Sequence[float | None], graph: Sequence[bool | None],
-                    throughput: Sequence[float | None], queue: Sequence[int], usage_good: float,
-                    band: tuple[float, float]) -> None:
-        """Add many Decode samples at once (aligned columns; running and queue always present, None =
-        the line did not have that field): the same result as `add` per sample, with C-level builtins."""
-        if self.frozen:
-            self.thaw()
-        n = len(queue)
-        if n == 0:
-            return
-        qs, rs = queue, running
-        self.queue_n += n
-        counts = Counter(qs)
-        self.queue_zero += counts.get(0, 0)
-        self.queue_over += sum(c for q, c in counts.items() if q > band[1])
-        self.queue_under += sum(c for q, c in counts.items() if q < band[0])
-        _merge_counts(self.queue, counts)
-        self.running_n += n
-        _merge_counts(self.running, Counter(rs))
-        if None in usage:
-            rows = [(q, r, u) for q, r, u in zip(qs, rs, usage, strict=True) if u is not None]
-            qk, rk, us = [q for q, _, _ in rows], [r for _, r, _ in rows], [u for _, _, u in rows]
-        else:
-            qk, rk, us = qs, rs, usage  # type: ignore[assignment]
-        if us:
-            self.kv_n += len(us)
-            self.capped_base += len(us)
-            self.usage_sum += sum(us)
-            self.usage_max = max(self.usage_max, max(us))
-            low = map(operator.lt, us, itertools.repeat(usage_good))
-            waiting = map(operator.gt, qk, itertools.repeat(0))
-            under = list(itertools.compress(rk, map(operator.and_, low, waiting)))
-            self.kv_under += len(under)
-            _merge_counts(self.capped_cand, Counter(under))
-        ng = n - graph.count(None)
-        if ng:
-            self.graph_n += ng
-            misses = list(itertools.compress(rs, map(operator.is_, graph, itertools.repeat(False))))
-            self.graph_miss += len(misses)
-            _merge_counts(self.missed, Counter(misses))
-        tps = [x for x in throughput if x is not None]
-        self.tp_n += len(tps)
-        self.tp_sum += sum(tps)
 
     def add_totals(self, totals: Mapping[str, float], queue: Mapping[int, int], running: Mapping[int, int],
                    missed: Mapping[int, int], capped: Mapping[int, int]) -> None:

@@ -371,11 +371,6 @@ class Window:
         else:
             st.facts[name] = value
 
-    def add_all(self, observations: Iterable[Observation]) -> None:
-        """Add many observations."""
-        for o in observations:
-            self.add(o)
-
     def add_bucket(self, rank: Rank, start: float, bucket: Bucket, *, from_log: bool = True,
                    first: float | None = None, last: float | None = None) -> None:
         """Merge a pre-aggregated bucket (built elsewhere, e.g. in a worker) for `rank`."""
@@ -493,6 +488,3 @@ class Window:
             total.merge(b)
             ws.members.append(b)
         return total
-
-
-# Too few samples to judge, but worth showing (the advisor's "indications"): these keys carry the
