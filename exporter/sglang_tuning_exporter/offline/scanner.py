@@ -19,6 +19,8 @@ from typing import Any, cast
 from sglang_tuning_exporter.core.events import RETRACT, Event
 from sglang_tuning_exporter.core.timeparse import (
     BACKWARD_TOLERANCE_S,
+    EARLIEST_PLAUSIBLE,
+    LATEST_PLAUSIBLE,
     event_seconds,
     plausible_seconds,
 )
@@ -232,7 +234,8 @@ class Scanner:
                 out: list[Event] = []
                 pos, n, nd, np_, _, last_t = scan.scan_buckets(data, pos, reader._next, out, groups[0], groups[1],
                                                                 self.res, self.usage_good, *self.band,
-                                                                self._last_t or 0.0, BACKWARD_TOLERANCE_S, self.origin)
+                                                                self._last_t or 0.0, BACKWARD_TOLERANCE_S, self.origin,
+                                                                EARLIEST_PLAUSIBLE, LATEST_PLAUSIBLE)
                 reader._next = n
                 res.fast += nd + np_
                 for e in out:  # retractions, read in C as the reader would

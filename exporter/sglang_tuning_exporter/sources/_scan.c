@@ -532,13 +532,19 @@ static double py_floordiv(double vx, double wx) {
     return fl;
 }
 
+typedef struct {
+    double res, usage_good, band_lo, band_hi;
+    double *latest;   /* the latest stamp read so far (in/out) */
+    double origin;    /* the grid's origin: bucket starts are origin + k * res */
+    double earliest, until;  /* timeparse's plausible stamps: [earliest, until) (passed in, no table here) */
+    double backward;  /* timeparse.BACKWARD_TOLERANCE_S */
+} Params;
+
 /* [YYYY-MM-DD HH:MM:SS(.f)] as epoch seconds, as timeparse.event_seconds and the diagnose scanner read
  * it (calendar.timegm: the month must exist, day/hour/minute are plain arithmetic); 0 when no date. */
-static int stamp_seconds(const char *s, const Line *L, double *out) {
+static int stamp_seconds(const char *s, const Line *L, const Params *P, double *out) {
     long long y = num2(s + 1) * 100 + num2(s + 3), mo = num2(s + 6);
-    /* timeparse.plausible_seconds: a year outside 2015-2099 is a cut-off or garbled stamp; Python
-     * times that line by its neighbours. */
-    if (y < 2015 || y >= 2100 || mo < 1 || mo > 12) return 0;
+    if (y < 1 || mo < 1 || mo > 12) return 0;
     long long secs = (days_from_civil(y, mo, 1) + num2(s + 9) - 1) * 86400 + num2(s + 12) * 3600
                      + num2(s + 15) * 60;
     double t = (double)secs + (double)num2(s + 18);
@@ -547,6 +553,8 @@ static int stamp_seconds(const char *s, const Line *L, double *out) {
         for (Py_ssize_t i = 21; i < L->clock_end; i++) frac = frac * 10 + (s[i] - '0');
         t += (double)frac / exact_pow10[L->clock_end - 21];
     }
+    /* timeparse.plausible_seconds: a cut-off or garbled stamp; Python times the line by its neighbours. */
+    if (t < P->earliest || t >= P->until) return 0;
     *out = t;
     return 1;
 }
@@ -772,12 +780,6 @@ static PyObject *new_group(void) {
     return g;
 }
 
-typedef struct {
-    double res, usage_good, band_lo, band_hi;
-    double *latest;   /* the latest stamp read so far (in/out) */
-    double origin;    /* the grid's origin: bucket starts are origin + k * res */
-    double backward;  /* timeparse.BACKWARD_TOLERANCE_S */
-} Params;
 
 /* Add the line to its group; STOP when running or queue is missing or the stamp is no calendar date
  * (Python reads that line), FAIL on an exception. */
@@ -799,7 +801,7 @@ static int line_accumulate(const char *s, const Line *L, const Params *P, PyObje
     const Num *run = vals[ki == 0 ? D_RUN : P_RUN], *queue = vals[ki == 0 ? D_QUEUE : P_QUEUE];
     if (run == NULL || queue == NULL) return STOP;
     double t;
-    if (!stamp_seconds(s, L, &t)) return STOP;
+    if (!stamp_seconds(s, L, P, &t)) return STOP;
     /* Stamped far before the latest: out of order or a clock set back; Python's log clock decides. */
     if (t < *P->latest - P->backward) return STOP;
     if (t > *P->latest) *P->latest = t;
@@ -905,7 +907,7 @@ static int scan_line(const char *s, Py_ssize_t len, long long n, PyObject **out,
     if (r != EMIT) return r;
     *kind = L.kind;
     if (groups != NULL && L.kind != kind_retract) return line_accumulate(s, &L, P, groups, hint, t_out);
-    if (groups != NULL && !stamp_seconds(s, &L, t_out)) return STOP; /* an event diagnose cannot time */
+    if (groups != NULL && !stamp_seconds(s, &L, P, t_out)) return STOP; /* an event diagnose cannot time */
     if ((*out = line_event(s, &L, n)) == NULL) return FAIL;
     return EMIT;
 }
@@ -978,7 +980,8 @@ static PyObject *scan_buffer(PyObject *self, PyObject *args) {
 }
 
 /* scan_buckets(data, pos, first_line, out, decode_groups, prefill_groups, resolution, usage_good,
- *              band_lo, band_hi[, latest, backward, origin]) -> (stop, line, decode, prefill, retract, latest or None)
+ *              band_lo, band_hi[, latest, backward, origin, earliest, until])
+ *   -> (stop, line, decode, prefill, retract, latest or None)
  * A Decode/Prefill line stamped more than `backward` seconds before `latest` (the latest stamp read, kept
  * across calls by the caller) is handed back.
  * As scan_buffer, but each Decode/Prefill line is added to its group
@@ -995,9 +998,11 @@ static PyObject *scan_buckets(PyObject *self, PyObject *args) {
     P.latest = &latest;
     P.backward = 1e300;
     P.origin = 0.0;
-    if (!PyArg_ParseTuple(args, "y*nLO!O!O!dddd|ddd", &buf, &pos, &n, &PyList_Type, &out, &PyDict_Type, &groups[0],
-                          &PyDict_Type, &groups[1], &P.res, &P.usage_good, &P.band_lo, &P.band_hi, &latest,
-                          &P.backward, &P.origin))
+    P.earliest = -1e300;
+    P.until = 1e300;
+    if (!PyArg_ParseTuple(args, "y*nLO!O!O!dddd|ddddd", &buf, &pos, &n, &PyList_Type, &out, &PyDict_Type,
+                          &groups[0], &PyDict_Type, &groups[1], &P.res, &P.usage_good, &P.band_lo, &P.band_hi,
+                          &latest, &P.backward, &P.origin, &P.earliest, &P.until))
         return NULL;
     if (!ready() || !columns_ready || !(P.res > 0.0)) {
         if (!PyErr_Occurred())
