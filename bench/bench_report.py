@@ -1,6 +1,6 @@
 """Benchmark of `report` against a real Prometheus: N servers x D days of synthetic history.
 
-For each fleet size: write OpenMetrics history (tests/fleet_history.py), build TSDB blocks with promtool,
+For each fleet size: write OpenMetrics history (tests/helpers/fleet_history.py), build TSDB blocks with promtool,
 start Prometheus on loopback, run the report (json and html) and print its wall time and query count.
 The query count must be the same for every fleet size. Run on demand:
 

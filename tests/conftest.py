@@ -6,9 +6,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
-FIXTURES = Path(__file__).resolve().parent / "fixtures"
-SHARED = ROOT.parent / "shared"
+from helpers.paths import SHARED
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

@@ -5,11 +5,12 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
-RECORDED = Path(__file__).resolve().parent.parent / "examples" / "recorded.log"
+from helpers.paths import ROOT
+
+RECORDED = ROOT / "examples" / "recorded.log"
 
 
 @pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full (Linux)")

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+from helpers.paths import ROOT, TESTS
+
 PKG = ROOT / "exporter" / "sglang_tuning_exporter"
 MAX_LINES = 600
 # Over the limit today, each with its reason; the list may only shrink.
@@ -51,3 +52,24 @@ def test_modules_stay_small() -> None:
         if n > LARGER.get(rel, MAX_LINES):
             over[rel] = n
     assert not over, over
+
+
+# Test folders that are not a package folder: cross-cutting suites, shared helpers, deploy artefacts.
+TEST_ONLY = {"conformance", "deploy", "fixtures", "golden", "helpers", "integration"}
+
+
+def test_tests_mirror_the_folders() -> None:
+    """Each package folder has its tests in the folder of the same name; at the top only the tests of
+    the entry point and of the package's shape; shared helpers in tests/helpers, imported from there
+    (a test module never imports another)."""
+    folders = {p.name for p in PKG.iterdir() if p.is_dir() and (p / "__init__.py").exists()}
+    test_folders = {p.name for p in TESTS.iterdir() if p.is_dir() and not p.name.startswith((".", "_"))}
+    assert folders <= test_folders, folders - test_folders
+    assert test_folders - folders <= TEST_ONLY, test_folders - folders - TEST_ONLY
+    assert sorted(p.name for p in TESTS.glob("*.py")) == ["conftest.py", "test_cli.py", "test_layers.py"]
+    for folder in folders:
+        assert any((TESTS / folder).glob("test_*.py")), f"tests/{folder} holds no test"
+    importers = [p.relative_to(TESTS).as_posix() for p in TESTS.rglob("*.py")
+                 if any(line.startswith(("from test_", "import test_")) or line.lstrip().startswith("from test_")
+                        for line in p.read_text(encoding="utf-8").splitlines())]
+    assert not importers, importers

@@ -34,12 +34,12 @@ import yaml
 from prometheus_client.openmetrics.parser import text_string_to_metric_families as openmetrics_families
 from prometheus_client.parser import text_string_to_metric_families as text_families
 
-from netutil import free_port, stop_process, wait_ready
+from helpers.netutil import free_port, stop_process, wait_ready
+from helpers.paths import ROOT
 from sglang_tuning_exporter.fleet import report
 from sglang_tuning_exporter.guide.checks import load_table
 from sglang_tuning_exporter.render import rules as render_rules
 
-ROOT = Path(__file__).resolve().parents[2]
 DASHBOARDS = ROOT / "dashboards"
 PROMETHEUS = shutil.which("prometheus") or "/usr/bin/prometheus"
 PROMTOOL = shutil.which("promtool") or "/usr/bin/promtool"

@@ -8,7 +8,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from scenario_logs import LogWriter
+from helpers.scenario_logs import LogWriter
 
 START = 1_767_261_600.0  # 2026-01-01 10:00:00 UTC
 

@@ -19,10 +19,11 @@ from pathlib import Path
 
 import requests
 
-from netutil import free_port as free_port  # re-exported: the one definition is tests/netutil.py
+from helpers.netutil import (
+    free_port as free_port,  # re-exported: the one definition is tests/helpers/netutil.py
+)
+from helpers.paths import TESTS
 
-ROOT = Path(__file__).resolve().parents[2]
-TESTS = ROOT / "tests"
 LOOPBACK = "127.0.0.1"
 
 _RUNNING: list[ManagedProcess] = []

@@ -20,9 +20,9 @@ from typing import Any
 import requests
 import yaml
 
+from helpers.paths import ROOT
 from integration.harness import (
     LOOPBACK,
-    ROOT,
     ManagedProcess,
     ProcessError,
     free_port,

@@ -24,9 +24,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+from helpers.paths import FIXTURES
 from integration.scenario_log import DATA, MODEL, SCENARIOS, LogWriter, Scenario
 
-FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 METRICS_FILE = FIXTURES / "metrics" / "sglang-0.5.23-metrics.txt"
 SERVER_INFO_FILE = DATA / "sglang-0.5.23-server_info.json"
 SPELLINGS = ("colon", "underscore")

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from integration.harness import ROOT
+from helpers.paths import ROOT
 from integration.scenario_log import SCENARIOS, startup_messages, tick_messages, with_prefix
 from integration.stack import AM_EXAMPLE, Timing, alertmanager_config, render_rules
 from integration.standin_sglang import METRICS_FILE, MetricsState, Selector, spell

@@ -1,5 +1,5 @@
 """The fleet report against a REAL VictoriaMetrics (Debian's /usr/bin/victoria-metrics), beside the Prometheus
-run of tests/test_report_prometheus.py: the same synthetic fleet history, imported through VictoriaMetrics'
+run of tests/fleet/test_report_prometheus.py: the same synthetic fleet history, imported through VictoriaMetrics'
 Prometheus-text import API, queried through its Prometheus-compatible query API.
 
 What differs from Prometheus and matters to the report (docs/report.md, "Other backends"): VictoriaMetrics'
@@ -22,8 +22,8 @@ from typing import Any
 import pytest
 import requests
 
-import fleet_history as fh
-from netutil import free_port, stop_process, wait_ready
+from helpers import fleet_history as fh
+from helpers.netutil import free_port, stop_process, wait_ready
 from sglang_tuning_exporter.fleet import report
 
 pytestmark = pytest.mark.integration

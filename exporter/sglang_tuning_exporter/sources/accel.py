@@ -2,7 +2,7 @@
 
 `SCAN` is the configured module, or None when it was not built (no compiler at install time) or
 `SGLANG_TUNING_PURE_PYTHON=1` turns it off; the reader then runs the pure-Python path, which
-tests/test_scan_accel.py holds it to: the same events, line numbers and statistics.
+tests/sources/test_scan_accel.py holds it to: the same events, line numbers and statistics.
 """
 
 from __future__ import annotations

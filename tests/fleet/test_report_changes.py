@@ -1,0 +1,158 @@
+"""Issue 16, the fleet side: flag changes within the reviewed range, their verdicts, and the servers that still
+lag a peer's improvement, from a REAL Prometheus whose history holds restarts with other flags.
+
+The history (promtool blocks from OpenMetrics, like test_report_prometheus.py): 8 hours ending at
+fleet_history.HISTORY_END, samples every 30 s, servers restarted with other flags 4 hours before the end
+(counters start again from 0 there, as after a real restart).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from helpers import fleet_history as fh
+from helpers.runners import report_main
+from sglang_tuning_exporter.fleet import changes as fleet_changes
+from sglang_tuning_exporter.fleet.document import iso
+from sglang_tuning_exporter.fleet.promapi import Series
+from sglang_tuning_exporter.guide.checks import load_table
+
+pytestmark = pytest.mark.integration
+
+END = fh.HISTORY_END
+LENGTH_S = 8 * 3600.0
+CHANGE_AT = END - 4 * 3600.0
+LATE_AT = END - 300.0  # a change too late to judge: no full slice after it
+A = fh.BASE_ARGS
+IMPROVED, STORM, WORSE, LATE, HEALTHY = (f"10.9.5.{i}:9470" for i in range(1, 6))
+
+
+def _history() -> list[tuple[list[fh.InstanceSpec], float, float]]:
+    start, stop = END - LENGTH_S, END + 30
+    storm = {"usage": 0.99, "retractions_per_min": 6.0}
+    steady = [fh.InstanceSpec(STORM, "retraction_storm", args=A, **storm),  # type: ignore[arg-type]
+              fh.InstanceSpec(HEALTHY, args=A)]
+    before = [fh.InstanceSpec(IMPROVED, "retraction_storm", args=A, **storm),  # type: ignore[arg-type]
+              fh.InstanceSpec(WORSE, model_name=fh.MODEL_B, args={**A, "max_running_requests": 512.0})]
+    after = [fh.InstanceSpec(IMPROVED, args={**A, "schedule_conservativeness": 1.3}),
+             fh.InstanceSpec(WORSE, model_name=fh.MODEL_B, graph_miss_ratio=0.35, batch_without_graph=300.0,
+                             args={**A, "max_running_requests": 512.0, "cuda_graph_max_bs": 160.0})]
+    late = fh.InstanceSpec(LATE, model_name=fh.MODEL_B, args=A)
+    late_after = fh.InstanceSpec(LATE, model_name=fh.MODEL_B, args={**A, "mem_fraction_static": 0.9})
+    return [(steady, start, stop), (before, start, CHANGE_AT), (after, CHANGE_AT, stop),
+            ([late], start, LATE_AT), ([late_after], LATE_AT, stop)]
+
+
+@pytest.fixture(scope="module")
+def prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A real Prometheus serving the history with the restarts; yields its URL."""
+    if not (Path(fh.PROMETHEUS).exists() and Path(fh.PROMTOOL).exists()):
+        pytest.skip("prometheus/promtool not installed (Debian packages prometheus)")
+    root = tmp_path_factory.mktemp("changes")
+    files = fh.write_segments(_history(), 30, root / "om")
+    fh.build_blocks(files, root / "data")
+    shutil.rmtree(root / "om")
+    with fh.running_prometheus(root / "data") as url:
+        yield url
+
+
+def run_report(url: str, tmp: Path, fmt: str, *extra: str) -> tuple[int, str]:
+    out = tmp / f"report.{fmt}"
+    code = report_main(["--prometheus.url", url, "--range", "8h", "--end", str(END), "--format", fmt,
+                        "--output", str(out), *extra])
+    return code, out.read_text(encoding="utf-8") if out.exists() else ""
+
+
+@pytest.fixture(scope="module")
+def doc(prometheus: str, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    code, text = run_report(prometheus, tmp_path_factory.mktemp("out"), "json")
+    assert code == 0
+    out: dict[str, Any] = json.loads(text)
+    return out
+
+
+def changes(doc: dict[str, Any], instance: str) -> list[dict[str, Any]]:
+    (inst,) = [i for i in doc["instances"] if i["instance"] == instance]
+    found: list[dict[str, Any]] = inst["changes"]
+    return found
+
+
+def test_a_fixed_retraction_storm_is_improved(doc: dict[str, Any]) -> None:
+    (c,) = changes(doc, IMPROVED)
+    assert (c["flag"], c["from"], c["to"], c["source"], c["verdict"]) == (
+        "--schedule-conservativeness", 1, 1.3, "prometheus", "improved")
+    assert c["at"] == iso(CHANGE_AT)
+    assert c["checks"]["retractions_frequent"] == {"before": "critical", "after": "ok"}
+    assert c["before"]["signals"]["retractions_per_minute"] > 4 > 0.5 > c["after"]["signals"]["retractions_per_minute"]
+    # Split at the change: no slice of either side crosses it.
+    assert c["before"]["end"] <= c["at"] <= c["after"]["start"]
+    assert "comparable load" in c["why"]
+    (inst,) = [i for i in doc["instances"] if i["instance"] == IMPROVED]
+    assert (inst["last_change"]["step"], inst["last_change"]["verdict"]) == (0, "improved")
+
+
+def test_a_lower_graph_ceiling_that_misses_graphs_is_worse(doc: dict[str, Any]) -> None:
+    (c,) = changes(doc, WORSE)
+    assert (c["flag"], c["from"], c["to"], c["verdict"]) == ("--cuda-graph-max-bs", 256, 160, "worse")
+    assert c["checks"]["cuda_graph_uncovered"]["before"] == "ok"
+    assert c["checks"]["cuda_graph_uncovered"]["after"] in ("warning", "critical")
+    assert "go back to --cuda-graph-max-bs 256" in c["why"]
+
+
+def test_a_change_without_data_after_it_is_inconclusive(doc: dict[str, Any]) -> None:
+    (c,) = changes(doc, LATE)
+    assert (c["flag"], c["from"], c["to"], c["verdict"]) == ("--mem-fraction-static", 0.88, 0.9, "inconclusive")
+    assert "after the change" in c["why"]
+
+
+def test_servers_that_did_not_change_have_no_changes(doc: dict[str, Any]) -> None:
+    assert changes(doc, STORM) == [] and changes(doc, HEALTHY) == []
+
+
+def test_peers_of_the_improved_server_lag(doc: dict[str, Any]) -> None:
+    assert doc["lagging"] == [{"model_name": fh.MODEL_A, "flag": "--schedule-conservativeness", "value": 1.3,
+                               "improved_on": [IMPROVED], "servers": {STORM: 1, HEALTHY: 1}}]
+
+
+def test_markdown_and_html_have_the_sections(prometheus: str, tmp_path: Path) -> None:
+    code, md = run_report(prometheus, tmp_path, "markdown")
+    assert code == 0
+    section = md.split("## Changes within the range", 1)[1].split("## Configuration drift", 1)[0]
+    assert f"`{IMPROVED}` | `--schedule-conservativeness` | 1 | 1.3 | **improved**" in section
+    assert "**worse**" in section and "**inconclusive**" in section
+    lag = section.split("### Servers that still lag their peers", 1)[1]
+    assert STORM in lag and HEALTHY in lag and WORSE not in lag
+    code, page = run_report(prometheus, tmp_path, "html")
+    assert code == 0
+    assert 'id="changes"' in page and 'id="lagging"' in page and "improved" in page
+
+
+def test_no_change_in_range_costs_one_query(prometheus: str, doc: dict[str, Any], tmp_path: Path) -> None:
+    """Without a change the slices are not queried: one range query more than the instant plan; with changes
+    the plan runs once more whatever the number of changed servers."""
+    code, text = run_report(prometheus, tmp_path, "json", "--selector", f'{{instance=~"{STORM}|{HEALTHY}"}}')
+    assert code == 0
+    quiet = json.loads(text)
+    assert quiet["lagging"] == [] and all(i["changes"] == [] for i in quiet["instances"])
+    assert doc["queries"] > quiet["queries"]
+    code, text = run_report(prometheus, tmp_path, "json", "--selector", f'{{instance="{IMPROVED}"}}')
+    assert json.loads(text)["queries"] == doc["queries"]
+
+
+def test_detect_changes_bridges_gaps_and_skips_untracked_args() -> None:
+    table = load_table()
+    s = [Series({"instance": "x", "arg": "schedule_conservativeness"}, ((0.0, 1.0), (60.0, 1.0), (600.0, 1.3))),
+         Series({"instance": "x", "arg": "port"}, ((0.0, 1.0), (60.0, 2.0))),
+         Series({"instance": "y", "arg": "mem_fraction_static"}, ((0.0, 0.8), (60.0, 0.8)))]
+    assert fleet_changes.detect_changes(s, table) == {
+        "x": [fleet_changes.ArgChange("x", 600.0, "--schedule-conservativeness", 1, 1.3)]}
+
+
+def test_instance_matcher_escapes_regex_and_string() -> None:
+    assert fleet_changes.instance_matcher(["10.0.0.1:9470"]) == 'instance=~"10\\\\.0\\\\.0\\\\.1:9470"'

@@ -1,0 +1,276 @@
+"""Every check fires on a log written in real SGLang line formats, with the exact flag, direction and a
+suggested value in a stated range; a healthy log fires nothing; fast and full parsing agree."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from helpers.check_logs import (
+    ALL_LOGS,
+    ceiling_low,
+    cuda_graph_uncovered,
+    cuda_graph_uncovered_v04,
+    decode_oom,
+    dp_one_bad_rank,
+    fcfs_with_reuse,
+    headroom_high,
+    headroom_low,
+    headroom_zero_without_summary,
+    healthy,
+    kv_underused,
+    latency_large_batch,
+    lpm_no_reuse,
+    metrics_disabled,
+    oom_unknown,
+    pd_decode_busy,
+    prefill_oom,
+    prefill_oom_v02,
+    queue_empty,
+    queue_over_older_band,
+    queue_overloaded,
+    retractions_new_wording,
+    retractions_old_wording,
+    running_capped,
+    startup_capture_oom,
+    startup_too_small,
+)
+from helpers.scenario_logs import LogWriter
+from sglang_tuning_exporter.core.model import Finding
+from sglang_tuning_exporter.guide.checks import load_table
+from sglang_tuning_exporter.guide.config import Config
+from sglang_tuning_exporter.offline.diagnose import Diagnosis, Scanner, diagnose_source
+from sglang_tuning_exporter.sources.accel import SCAN
+
+TABLE = load_table()
+FIRING = ("warning", "critical")
+
+
+def run_log(tmp_path: Path, text: str, *, workload: str = "throughput", profile: str = "docs-2025",
+            overrides: dict[str, Any] | None = None) -> list[Finding]:
+    """Diagnose `text` as a file; the findings."""
+    log = tmp_path / "server.log"
+    log.write_text(text, encoding="utf-8")
+    res = diagnose_source(str(log), TABLE, Config(), profile, workload, overrides or {}, jobs=1)
+    assert res.error is None, res.error
+    return res.findings
+
+
+def by_check(findings: list[Finding], check: str, rank: dict[str, int] | None = None) -> Finding:
+    """The finding of `check` (on `rank` when given)."""
+    hits = [f for f in findings if f.check == check and (rank is None or f.rank == rank)]
+    assert len(hits) == 1, f"{check}: {hits}"
+    return hits[0]
+
+
+def firing(findings: list[Finding]) -> set[str]:
+    """Ids of the checks that fire."""
+    return {f.check for f in findings if f.status in FIRING}
+
+
+@dataclass(frozen=True)
+class Expect:
+    """What a scenario must produce for its check."""
+
+    check: str
+    status: tuple[str, ...]
+    flag: str | None
+    action: str
+    low: float | None = None  # suggested value range (numbers)
+    high: float | None = None
+    value: Any = None  # exact suggested value (non-numbers)
+    workload: str = "throughput"
+    rank: dict[str, int] | None = None
+
+
+SCENARIOS: dict[str, tuple[Callable[[], str], Expect]] = {
+    "queue_empty": (queue_empty, Expect("queue_empty", FIRING, None, "increase the request submission rate "
+                                        "(more concurrent clients or a larger client-side batch)")),
+    "queue_overloaded": (queue_overloaded, Expect("queue_overloaded", ("critical",), None,
+                                                  "reduce the request submission rate (or add replicas behind the router)")),
+    "kv_underused": (kv_underused, Expect("kv_underused", FIRING, "--schedule-conservativeness", "decrease", 0.3, 0.3)),
+    "retractions_old": (retractions_old_wording, Expect("retractions_frequent", ("warning",),
+                                                         "--schedule-conservativeness", "increase", 1.3, 1.3)),
+    "retractions_new": (retractions_new_wording, Expect("retractions_frequent", ("critical",),
+                                                         "--schedule-conservativeness", "increase", 1.3, 1.3)),
+    "retractions_latency": (retractions_old_wording, Expect("retractions_frequent", ("warning",),
+                                                             "--schedule-conservativeness", "increase", 1.2, 1.2,
+                                                             workload="latency")),
+    "headroom_high": (headroom_high, Expect("gpu_mem_headroom_high", ("warning",), "--mem-fraction-static",
+                                            "increase", 0.88, 0.90)),
+    "headroom_low": (headroom_low, Expect("gpu_mem_headroom_low", ("warning",), "--mem-fraction-static", "decrease",
+                                          0.83, 0.85)),
+    "headroom_zero": (headroom_zero_without_summary, Expect("gpu_mem_headroom_low", ("critical",),
+                                                             "--mem-fraction-static", "decrease", 0.83, 0.85)),
+    "startup_too_small": (startup_too_small, Expect("startup_mem_fraction_too_small", ("critical",),
+                                                    "--mem-fraction-static", "increase", 0.85, 0.86)),
+    "startup_headroom_oom": (startup_capture_oom, Expect("startup_headroom_oom", ("critical",), "--mem-fraction-static",
+                                                         "decrease", 0.85, 0.85)),
+    "prefill_oom": (prefill_oom, Expect("prefill_oom", ("critical",), "--chunked-prefill-size", "decrease", 4096, 4096)),
+    "prefill_oom_v02": (prefill_oom_v02, Expect("prefill_oom", ("critical",), "--max-prefill-tokens", "decrease",
+                                                4096, 4096)),
+    "decode_oom": (decode_oom, Expect("decode_oom", ("critical",), "--max-running-requests", "decrease", 400, 456,
+                                      rank={"dp": 1})),
+    "oom_unknown": (oom_unknown, Expect("oom_unknown_phase", ("critical",), "--max-running-requests", "decrease",
+                                        256, 304)),
+    "cuda_graph_uncovered": (cuda_graph_uncovered, Expect("cuda_graph_uncovered", ("critical",),
+                                                          "--cuda-graph-max-bs-decode", "increase", 280, 304)),
+    "cuda_graph_uncovered_v04": (cuda_graph_uncovered_v04, Expect("cuda_graph_uncovered", ("critical",),
+                                                                  "--cuda-graph-max-bs", "increase", 200, 232)),
+    "ceiling_low": (ceiling_low, Expect("cuda_graph_ceiling_low", ("warning",), "--cuda-graph-max-bs-decode",
+                                        "increase", 256, 256)),
+    "running_capped": (running_capped, Expect("running_capped", ("warning",), "--max-running-requests", "increase",
+                                              224, 256)),
+    "latency_batch": (latency_large_batch, Expect("latency_batch_too_large", ("warning",), "--max-running-requests",
+                                                  "decrease", 128, 128, workload="latency")),
+    "lpm_no_reuse": (lpm_no_reuse, Expect("schedule_policy_lpm_no_reuse", ("warning",), "--schedule-policy", "set",
+                                          value="fcfs")),
+    "fcfs_with_reuse": (fcfs_with_reuse, Expect("schedule_policy_fcfs_with_reuse", ("warning",), "--schedule-policy",
+                                                "set", value="lpm")),
+    "metrics_disabled": (metrics_disabled, Expect("metrics_disabled", ("warning",), "--enable-metrics", "set",
+                                                  value=True)),
+    "dp_one_bad_rank": (dp_one_bad_rank, Expect("retractions_frequent", ("critical",), "--schedule-conservativeness",
+                                                "increase", 1.3, 1.3, rank={"dp": 2})),
+}
+
+
+@pytest.mark.parametrize("name", sorted(SCENARIOS))
+def test_scenario_fires_with_flag_direction_and_value(name: str, tmp_path: Path) -> None:
+    """The scenario's check fires with the exact flag, direction and a suggested value in range."""
+    make, e = SCENARIOS[name]
+    findings = run_log(tmp_path, make(), workload=e.workload)
+    f = by_check(findings, e.check, e.rank)
+    assert f.status in e.status, f
+    assert f.flag == e.flag
+    assert f.action == e.action
+    if e.low is not None:
+        assert isinstance(f.suggested, (int, float)), f
+        assert e.low <= f.suggested <= (e.high if e.high is not None else e.low), f
+    if e.value is not None:
+        assert f.suggested == e.value
+    assert f.evidence and f.guide and f.tradeoff
+
+
+def test_every_check_has_a_scenario() -> None:
+    """No check of the table is left without a firing scenario."""
+    covered = {e.check for _, e in SCENARIOS.values()}
+    assert covered == {c.id for c in TABLE.checks}
+
+
+def test_healthy_log_fires_nothing(tmp_path: Path) -> None:
+    """A server inside every band: no warning, no critical, and the startup checks are known."""
+    findings = run_log(tmp_path, healthy())
+    assert firing(findings) == set()
+    assert by_check(findings, "gpu_mem_headroom_low").status == "ok"
+    assert by_check(findings, "cuda_graph_ceiling_low").status == "ok"
+    assert by_check(findings, "retractions_frequent").status == "ok"
+
+
+def test_dp_attention_only_the_bad_rank_fires(tmp_path: Path) -> None:
+    """One bad DP rank among good ones: the others stay ok."""
+    findings = run_log(tmp_path, dp_one_bad_rank())
+    statuses = {f.rank.get("dp"): f.status for f in findings if f.check == "retractions_frequent"}
+    assert statuses == {0: "ok", 1: "ok", 2: "critical", 3: "ok"}
+
+
+def test_queue_empty_is_suppressed_while_decode_misses_the_graph(tmp_path: Path) -> None:
+    """An empty queue with eager decode is the graph ceiling's fault, not the client's."""
+    findings = run_log(tmp_path, cuda_graph_uncovered_v04())
+    q = by_check(findings, "queue_empty")
+    assert q.status == "ok" and "cuda_graph_uncovered" in q.summary
+
+
+def test_queue_empty_only_for_throughput(tmp_path: Path) -> None:
+    """A queue of 0 is fine under the latency recipe: the check is not evaluated."""
+    findings = run_log(tmp_path, queue_empty(), workload="latency")
+    assert not [f for f in findings if f.check == "queue_empty"]
+
+
+def test_profile_bands_differ(tmp_path: Path) -> None:
+    """A queue of 700: fine for the newest guide (100-2000), overloaded for older-md (50-500)."""
+    text = queue_over_older_band()
+    assert by_check(run_log(tmp_path, text), "queue_overloaded").status == "ok"
+    assert by_check(run_log(tmp_path, text, profile="older-md"), "queue_overloaded").status == "critical"
+
+
+def test_fallback_headroom_is_named_in_evidence(tmp_path: Path) -> None:
+    """Without the summary's available_gpu_mem the capture's `avail mem` is used and said so."""
+    f = by_check(run_log(tmp_path, headroom_zero_without_summary()), "gpu_mem_headroom_low")
+    assert "0.07" in f.evidence
+
+
+def test_startup_failure_says_raise_not_lower(tmp_path: Path) -> None:
+    """`Not enough memory` is the opposite of a runtime OOM: the advice raises the fraction."""
+    findings = run_log(tmp_path, startup_too_small())
+    f = by_check(findings, "startup_mem_fraction_too_small")
+    assert f.action == "increase" and f.current == 0.70
+    assert "RAISE" in f.evidence
+
+
+@pytest.mark.parametrize("profile", ["upstream-2026", "docs-2025"])
+def test_oom_before_the_first_batch_lowers_the_fraction(tmp_path: Path, profile: str) -> None:
+    """The real incident: a CUDA-graph capture OOM at 0.93 was read as `Not enough memory` and the advice
+    raised the fraction to 0.95. It is a headroom failure: lower it, sized by torch's free-memory fact
+    (0.93 + (0.40 - 6.5) / 78.5 = 0.852 -> 0.85); the raise check stays quiet."""
+    findings = run_log(tmp_path, startup_capture_oom(), profile=profile)
+    f = by_check(findings, "startup_headroom_oom")
+    assert f.status == "critical" and f.flag == "--mem-fraction-static" and f.action == "decrease"
+    assert f.current == 0.93 and f.suggested == 0.85
+    assert "LOWER" in f.evidence and "0.4 GB" in f.evidence
+    assert by_check(findings, "startup_mem_fraction_too_small").status == "ok"
+
+
+def test_default_mem_fraction_none_is_never_printed(tmp_path: Path) -> None:
+    """--mem-fraction-static defaults to None: the current value is the estimate from the start-up lines,
+    and no finding prints `None`."""
+    findings = run_log(tmp_path, startup_capture_oom(None), profile="upstream-2026")
+    f = by_check(findings, "startup_headroom_oom")
+    assert f.current == pytest.approx(0.909) and f.suggested == 0.83  # 1 - (63.2 - 56) / 79.19 (torch capacity)
+    assert not any("None" in x.evidence or "None" in x.summary for x in findings)
+
+
+def test_not_enough_memory_states_the_resolved_default(tmp_path: Path) -> None:
+    """With the default `--mem-fraction-static` (None) the late-2026 message's `Current value:` is the
+    current value of the raise advice."""
+    w = LogWriter("0.5.23").server_args(mem_fraction_static=None)
+    w.add("Load weight begin. avail mem=80.00 GB")
+    w.add("Load weight end. elapsed=61.20 s, type=LlamaForCausalLM, avail mem=20.00 GB, mem usage=60.00 GB.")
+    f = by_check(run_log(tmp_path, w.not_enough_memory(current=0.7).text(), profile="upstream-2026"),
+                 "startup_mem_fraction_too_small")
+    assert f.action == "increase" and f.current == 0.7 and f.suggested == 0.85
+    assert "None" not in f.evidence
+
+
+def test_server_arg_override_changes_current_value(tmp_path: Path) -> None:
+    """--server-arg KEY=VALUE replaces what the log says."""
+    findings = run_log(tmp_path, kv_underused(), overrides={"schedule_conservativeness": 0.2})
+    f = by_check(findings, "kv_underused")
+    assert f.current == 0.2 and f.suggested == 0.1
+
+
+@pytest.mark.parametrize("make", ALL_LOGS, ids=lambda f: f.__name__)
+def test_fast_path_agrees_with_the_full_parser(make: Callable[[], str]) -> None:
+    """The fast path and the full parser give the same signals and findings on every scenario log."""
+    lines = make().split("\n")[:-1]
+    docs = []
+    for fast in (True, False):
+        d = Diagnosis(TABLE, Config(), "docs-2025", "throughput", {})
+        d.add_chunk(Scanner(d.res, 0.9, (100.0, 2000.0), fast=fast).scan_bytes(("\n".join(lines) + "\n").encode()))
+        docs.append(d.finish("x").document)
+    fast_doc, full_doc = docs
+    assert fast_doc["signals"] == full_doc["signals"]
+    assert [(f["check"], f["status"], f["suggested"]) for f in fast_doc["findings"]] == \
+        [(f["check"], f["status"], f["suggested"]) for f in full_doc["findings"]]
+
+
+def test_fast_path_takes_pd_and_speculative_decode_lines() -> None:
+    """PD and speculative Decode lines and Prefill lines are summed by the accelerator, access lines skipped."""
+    if SCAN is None:
+        pytest.skip("the C accelerator is not built (or SGLANG_TUNING_PURE_PYTHON is set): no fast path")
+    lines = pd_decode_busy().split("\n")[:-1]
+    res = Scanner(600.0, 0.9, (100.0, 2000.0)).scan_bytes(("\n".join(lines) + "\n").encode())
+    assert res.fast == 900 + 2 * 225 and res.lines == len(lines) and res.events == []

@@ -1,0 +1,513 @@
+"""The pure line parser: every format of sglang-logs.md and the corpus, prefixes, keys, statistics."""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from helpers.paths import FIXTURES
+from sglang_tuning_exporter.core.timeparse import event_seconds, has_date
+from sglang_tuning_exporter.sources.logparse import (
+    LineClassifier,
+    auto_value,
+    capture_event,
+    normalise_key,
+    parse_line,
+)
+
+# (line, kind, time, rank, fields that must be present with these values)
+CASES: list[tuple[str, str, str | None, dict[str, int], dict[str, Any]]] = [
+    # Decode, every head and separator
+    ("#running-req: 187, #token: 392174, token usage: 0.93, #queue-req: 412", "decode", None, {},
+     {"num_running_reqs": 187, "num_used_tokens": 392174, "token_usage": 0.93, "num_queue_reqs": 412}),
+    ("[gpu_id=0] Decode batch. #running-req: 187, #token: 392174, token usage: 0.93, "
+     "gen throughput (token/s): 5321.00, #queue-req: 412", "decode", None, {},
+     {"gen_throughput": 5321.0, "num_queue_reqs": 412}),
+    ("[04:40:55 TP0] Decode batch. #running-req: 2, #token: 4078, token usage: 0.00, "
+     "gen throughput (token/s): 447.31, #queue-req: 0", "decode", "04:40:55", {"tp": 0},
+     {"num_running_reqs": 2, "token_usage": 0.0}),
+    ("[2025-04-01 10:00:00 TP0] Decode batch. #running-req: 187, #token: 392174, token usage: 0.93, "
+     "gen throughput (token/s): 5321.00, largest-len: 0, #queue-req: 412, ", "decode", "2025-04-01T10:00:00",
+     {"tp": 0}, {"largest_len": 0, "num_queue_reqs": 412}),
+    ("[2025-10-01 10:00:00] Decode batch [123457], #running-req: 187, #token: 392174, token usage: 0.93, "
+     "cuda graph: True, gen throughput (token/s): 5321.00, #queue-req: 412, ", "decode", "2025-10-01T10:00:00",
+     {}, {"forward_iter": 123457, "cuda_graph": True, "num_queue_reqs": 412}),
+    ("[2026-10-30 01:04:05.123 DP1 TP0] Decode batch, #running-req: 187, #full token: 120331, "
+     "full token usage: 0.57, #swa token: 392174, swa token usage: 0.93, cuda graph: False, "
+     "gen throughput (token/s): 5321.00, #queue-req: 412", "decode", "2026-10-30T01:04:05.123",
+     {"dp": 1, "tp": 0}, {"num_full_tokens": 120331, "swa_token_usage": 0.93, "token_usage": 0.93,
+                          "cuda_graph": False}),
+    ("[2026-10-30 01:04:05] Decode batch, #running-req: 187, #full token: 392174, full token usage: 0.93, "
+     "mamba num: 190, mamba usage: 0.74, cuda graph: True, gen throughput (token/s): 5321.00, #queue-req: 412",
+     "decode", "2026-10-30T01:04:05", {}, {"mamba_num": 190, "mamba_usage": 0.74, "token_usage": 0.93}),
+    ("[2026-10-30 01:04:05 TP0] Decode batch, #running-req: 5, #gpu token: 20800, gpu token usage: 0.29, "
+     "#cpu token: 100, cpu token usage: 0.01, cuda graph: True, gen throughput (token/s): 1.0, #queue-req: 0",
+     "decode", "2026-10-30T01:04:05", {"tp": 0}, {"num_gpu_tokens": 20800, "num_cpu_tokens": 100,
+                                                   "token_usage": 0.29}),
+    ("[2026-07-21 15:00:13 TP0 EP0] Decode batch, #running-req: 24, #token: 233600, token usage: 0.66, "
+     "accept len: 3.05, accept rate: 0.68, npu graph: True, gen throughput (token/s): 239.06, #queue-req: 2",
+     "decode", "2026-07-21T15:00:13", {"tp": 0, "ep": 0},
+     {"accept_len": 3.05, "accept_rate": 0.68, "cuda_graph": True, "graph_backend": "npu"}),
+    ("[2026-10-30 01:04:05 PP1 TP3] Decode batch, #running-req: 187, #token: 392174, token usage: 0.93, "
+     "pre-allocated usage: 0.10, #prealloc-req: 5, #transfer-req: 7, #host-receive-req: 2, #retracted-req: 1, "
+     "cpu graph: False, gen throughput (token/s): 5321.00, #queue-req: 412", "decode", "2026-10-30T01:04:05",
+     {"pp": 1, "tp": 3}, {"pre_allocated_usage": 0.1, "num_prealloc_reqs": 5, "num_transfer_reqs": 7,
+                          "num_host_receive_reqs": 2, "num_retracted_reqs": 1, "graph_backend": "cpu"}),
+    # future fields and suffixes are kept under normalised names
+    ("[2026-10-30 01:04:05] Decode batch, #running-req: 1, #token: 2, token usage: 0.00, cuda graph: True, "
+     "gen throughput (token/s): 3.13, #queue-req: 0, est. decode TFLOPS/s (per GPU): 12.50, "
+     "fwd occupancy: 45.20%, fwd+idle occupancy: 50.00%, timestamp: 2025-07-18T15:32:54.159394",
+     "decode", "2026-10-30T01:04:05", {},
+     {"est_decode_tflops_s_per_gpu": 12.5, "fwd_occupancy": 0.452, "fwd_idle_occupancy": 0.5,
+      "timestamp": "2025-07-18T15:32:54.159394"}),
+    # Prefill, every release
+    ("new fill batch. #seq: 6. #cached_token: 3072. #new_token: 8192. #remaining_req: 406. #running_req: 181. "
+     "tree_cache_hit_rate: 27.27%.", "prefill", None, {},
+     {"num_new_seqs": 6, "num_cached_tokens": 3072, "num_new_tokens": 8192, "num_queue_reqs": 406,
+      "num_running_reqs": 181, "cache_hit_rate": 0.2727}),
+    ("[gpu=0] Prefill batch. #new-seq: 6, #new-token: 8192, #cached-token: 3072, cache hit rate: 12.89%, "
+     "#running-req: 181, #queue-req: 406", "prefill", None, {}, {"cache_hit_rate": 0.1289}),
+    ("[12:00:01 DP1 TP0] Prefill batch(mixed #running-req: 181). #new-seq: 6, #new-token: 8192, "
+     "#cached-token: 3072, cache hit rate: 27.27%, token usage: 0.93, #queue-req: 406", "prefill", "12:00:01",
+     {"dp": 1, "tp": 0}, {"num_running_reqs": 181, "mixed_chunk": True, "token_usage": 0.93}),
+    ("[2025-06-18 18:11:03] Prefill batch. #new-seq: 14, #new-token: 8192, #cached-token: 0, token usage: 0.92, "
+     "#unbootstrapped-req: 0, #queue-req: 105, #transferring-req: 990, input throughput (token/s): 96875.08 ",
+     "prefill", "2025-06-18T18:11:03", {},
+     {"num_unbootstrapped_reqs": 0, "num_transferring_reqs": 990, "input_throughput": 96875.08}),
+    ("[2026-10-30 01:04:05 TP0] Prefill batch [123458], #new-seq: 6, #new-token: 8192, #cached-token: 3072, "
+     "token usage: 0.93, #running-req: 181, #queue-req: 412, #pending-token: 0, #bootstrap-req: 3, "
+     "#inflight-req: 2, #optimistic-req: 0, #replay-token: 9, cuda graph: False, "
+     "input throughput (token/s): 8192.00", "prefill", "2026-10-30T01:04:05", {"tp": 0},
+     {"forward_iter": 123458, "num_pending_tokens": 0, "num_bootstrap_reqs": 3, "num_inflight_reqs": 2,
+      "num_optimistic_reqs": 0, "num_replay_tokens": 9, "cuda_graph": False, "input_throughput": 8192.0}),
+    # Retraction, both wordings, any capitalisation
+    ("decode out of memory happened, #retracted_reqs: 1, #new_token_ratio: 0.9998 -> 1.0000", "retract", None,
+     {}, {"num_retracted_reqs": 1, "new_token_ratio_before": 0.9998, "new_token_ratio_after": 1.0}),
+    ("[2025-03-07 21:49:33 TP13] Decode out of memory happened. #retracted_reqs: 1, "
+     "#new_token_ratio: 0.1474 -> 0.1845", "retract", "2025-03-07T21:49:33", {"tp": 13},
+     {"num_retracted_reqs": 1, "new_token_ratio_after": 0.1845}),
+    ("[2026-10-30 01:04:05 TP0] KV cache pool is full. Retract requests. #retracted_reqs: 3, "
+     "#new_tokens_gained: 4608, #mamba_num_gained: 14, #new_token_ratio: 0.3811 -> 0.5127", "retract",
+     "2026-10-30T01:04:05", {"tp": 0},
+     {"num_retracted_reqs": 3, "num_new_tokens_gained": 4608, "num_mamba_num_gained": 14,
+      "new_token_ratio_before": 0.3811}),
+    ("KV CACHE POOL IS FULL. RETRACT REQUESTS. #retracted_reqs: 2, #new_token_ratio: 0.5 -> 0.6", "retract",
+     None, {}, {"num_retracted_reqs": 2}),
+    # Startup memory and capacity
+    ("[2025-03-04 00:36:47 TP0] Load weight begin. avail mem=77.18 GB", "startup_memory",
+     "2025-03-04T00:36:47", {"tp": 0}, {"stage": "load_weight_begin", "avail_mem_gb": 77.18}),
+    ("[2026-10-30 01:04:05] Load weight end. elapsed=21.40 s, type=Qwen2ForCausalLM, quant=fp8, fmt=e4m3, "
+     "avail mem=59.30 GB, mem usage=15.27 GB.", "startup_memory", "2026-10-30T01:04:05", {},
+     {"stage": "load_weight_end", "elapsed_s": 21.4, "quant": "fp8", "avail_mem_gb": 59.3, "mem_usage_gb": 15.27}),
+    ("Load weight end. Committed real weights after CUDA graph capture in 3.50 s (capture overlap window 1.25 s, "
+     "startup overlap total 4.00 s)", "startup_memory", None, {},
+     {"stage": "load_weight_commit", "elapsed_s": 3.5, "capture_overlap_window_s": 1.25}),
+    ("KV Cache is allocated. K size: 24.15 GB, V size: 24.15 GB.", "startup_memory", None, {},
+     {"stage": "kv_cache_allocated", "k_size_gb": 24.15, "v_size_gb": 24.15}),
+    ("[2025-11-22 23:05:07 DP0 TP0 EP0] KV Cache is allocated. #tokens: 3122368, KV size: 102.18 GB",
+     "startup_memory", "2025-11-22T23:05:07", {"dp": 0, "tp": 0, "ep": 0},
+     {"stage": "kv_cache_allocated", "kv_tokens": 3122368, "kv_size_gb": 102.18}),
+    ("draft KV Cache VA upper bound. dtype: torch.bfloat16, #tokens: 421888, K size: 24.15 GB, V size: 24.15 GB",
+     "startup_memory", None, {}, {"stage": "kv_cache_va_upper_bound", "pool": "draft", "kv_tokens": 421888}),
+    ("Post-capture KV sizing: KV cache allocated. dtype: torch.bfloat16, #tokens: 421888, KV size: 48.30 GB, "
+     "avail mem=6.10 GB", "startup_memory", None, {},
+     {"stage": "post_capture_kv_allocated", "kv_size_gb": 48.3, "avail_mem_gb": 6.1}),
+    ("[gpu_id=0] Memory pool end. avail mem=6.84 GB", "startup_memory", None, {},
+     {"stage": "memory_pool_end", "avail_mem_gb": 6.84}),
+    ("Capture cuda graph begin. This can take up to several minutes.", "startup_memory", None, {},
+     {"stage": "cuda_graph_begin"}),
+    ("[2025-03-07 09:31:43 TP6] Capture cuda graph end. Time elapsed: 391.00 s", "startup_memory",
+     "2025-03-07T09:31:43", {"tp": 6}, {"stage": "cuda_graph_end", "elapsed_s": 391.0}),
+    ("Capture cuda graph end. Time elapsed: 17.13 s. mem usage=0.89 GB. avail mem=10.26 GB.", "startup_memory",
+     None, {}, {"elapsed_s": 17.13, "mem_usage_gb": 0.89, "avail_mem_gb": 10.26}),
+    ("Capture target decode CUDA graph end. bs=[1, 2, 4, 8, 256], elapsed=14.80 s, mem usage=1.12 GB, "
+     "avail mem=6.84 GB.", "startup_memory", None, {},
+     {"stage": "cuda_graph_end", "graph": "target decode CUDA", "batch_sizes": [1, 2, 4, 8, 256],
+      "avail_mem_gb": 6.84}),
+    ("Capture target prefill CUDA graph begin. backend=full, num_tokens=8192, avail mem=2.04 GB", "startup_memory",
+     None, {}, {"stage": "prefill_graph_begin", "num_tokens": 8192}),
+    ("[2025-08-11 17:17:03] max_total_num_tokens=665690, chunked_prefill_size=8192, max_prefill_tokens=16384, "
+     "max_running_requests=4096, context_len=65536, available_gpu_mem=13.50 GB", "startup_memory",
+     "2025-08-11T17:17:03", {},
+     {"stage": "summary", "max_total_num_tokens": 665690, "chunked_prefill_size": 8192,
+      "max_running_requests": 4096, "context_len": 65536, "available_gpu_mem_gb": 13.5}),
+    ("Rank 0: max_total_num_token=421888, max_prefill_num_token=16384, context_len=32768, ", "startup_memory",
+     None, {"tp": 0}, {"max_total_num_tokens": 421888, "max_prefill_tokens": 16384}),
+    ("[2026-10-30 01:04:05] max_total_num_tokens=1, chunked_prefill_size=2, max_prefill_tokens=3, "
+     "max_running_requests=4, context_len=5, available_cpu_mem=6.00 GB", "startup_memory", "2026-10-30T01:04:05",
+     {}, {"available_cpu_mem_gb": 6.0}),
+    # glued after a progress bar, no newline in between
+    ("Capturing batches (bs=1 avail_mem=10.28 GB): 100%|██████████| 23/23 [00:16<00:00,  1.42it/s]"
+     "[2025-09-11 10:26:01 TP0] max_total_num_tokens=903439, chunked_prefill_size=8192, max_prefill_tokens=16384, "
+     "max_running_requests=3529, context_len=131072, available_gpu_mem=10.26 GB", "startup_memory",
+     "2025-09-11T10:26:01", {"tp": 0}, {"max_total_num_tokens": 903439, "available_gpu_mem_gb": 10.26}),
+    ("[2026-01-01 00:00:00 TP0] max_running_requests was reduced from requested 4096 to 2048",
+     "max_running_reduced", "2026-01-01T00:00:00", {"tp": 0}, {"requested": 4096, "reduced_to": 2048}),
+    ("[2026-09-13 16:10:47] Engine startup timings (s): load_weight=1.10, kv_cache_allocation=0.02, "
+     "cuda_graph={prefill=4.19, decode=0.85}, tokenizer_e2e=18.15", "startup_timings", "2026-09-13T16:10:47",
+     {}, {"load_weight_s": 1.1, "cuda_graph_s": {"prefill": 4.19, "decode": 0.85}}),
+    # OOM by phase
+    ("[2026-01-01 00:00:00 TP0] Prefill out of memory. Try to lower your batch size.", "oom",
+     "2026-01-01T00:00:00", {"tp": 0}, {"phase": "prefill"}),
+    ("Decode out of memory. This should never happen.", "oom", None, {}, {"phase": "decode"}),
+    ("Prefill out of memory. This should nerver happen.", "oom", None, {}, {"phase": "prefill"}),
+    ("[2026-01-01 00:00:00] Out of memory. Try to lower your batch size.", "oom", "2026-01-01T00:00:00", {},
+     {"phase": "unknown"}),
+    ("RuntimeError: Not enough memory. Please try to increase --mem-fraction-static.", "oom", None, {},
+     {"phase": "startup", "exception": "RuntimeError", "reason": "mem_fraction_static_too_small"}),
+    ("Exception: Capture cuda graph failed: CUDA out of memory.", "oom", None, {}, {"phase": "startup"}),
+    ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 512.00 MiB. GPU 0 has 79 GiB", "oom", None, {},
+     {"phase": "unknown", "exception": "torch.OutOfMemoryError", "tried_to_allocate_gb": 0.5}),
+    ("[2026-01-01 00:00:00 TP0] retract_decode: aborted last request abc due to OOM", "oom",
+     "2026-01-01T00:00:00", {"tp": 0}, {"phase": "decode"}),
+    ("alloc_req_slots runs out of memory. Please set a smaller number for `--max-running-requests`. ",
+     "oom", None, {}, {"pool": "req_to_token"}),
+    ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.25 GiB. GPU 3 has a total capacity of "
+     "79.19 GiB of which 412.00 MiB is free. Including non-PyTorch memory, this process has 78.77 GiB memory in use.",
+     "oom", None, {}, {"gpu": 3, "gpu_total_gb": 79.19, "gpu_free_gb": 0.4023, "tried_to_allocate_gb": 1.25}),
+    ("torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 20.00 MiB. GPU 0 has a total capacty of "
+     "23.65 GiB of which 6.06 MiB is free.", "oom", None, {}, {"gpu_total_gb": 23.65, "gpu_free_gb": 0.0059}),
+    # late 2026: managers/cuda_graph_warner.py, capture lines with num_tokens_per_bs / num_tokens lists
+    ("[2026-11-02 09:01:11 TP0] CUDA graph disabled for 15 consecutive decode steps. This may cause significant "
+     "throughput degradation. Check if batch size is within CUDA graph capture range.", "cuda_graph_disabled",
+     "2026-11-02T09:01:11", {"tp": 0}, {"consecutive_steps": 15}),
+    ("[2026-11-02 09:00:41 TP1] Disable prefill CUDA graph because some layers do not apply Standard GQA",
+     "startup_memory", "2026-11-02T09:00:41", {"tp": 1},
+     {"stage": "prefill_graph_disabled", "reason": "some layers do not apply Standard GQA"}),
+    ("[2026-11-02 09:00:54 TP0] Capture target prefill CUDA graph begin. backend=breakable, "
+     "num_tokens=[64, 128, 256, 512], avail mem=12.80 GB", "startup_memory", "2026-11-02T09:00:54", {"tp": 0},
+     {"stage": "prefill_graph_begin", "num_tokens": [64, 128, 256, 512], "backend": "breakable",
+      "avail_mem_gb": 12.8}),
+    ("[2026-11-02 09:00:50 TP0] Capture target verify CUDA graph begin. backend=full, num_tokens_per_bs=4, "
+     "bs=[1, 2, 4, 8], avail mem=13.20 GB", "startup_memory", "2026-11-02T09:00:50", {"tp": 0},
+     {"stage": "cuda_graph_begin", "graph": "target verify CUDA", "num_tokens_per_bs": 4, "batch_sizes": [1, 2, 4, 8]}),
+    ("[2026-11-02 09:00:52 TP0] Capture draft extend CUDA graph end. bs=[1, 2, 4], elapsed=1.00 s, mem usage=0.10 GB, "
+     "avail mem=12.90 GB.", "startup_memory", "2026-11-02T09:00:52", {"tp": 0},
+     {"stage": "cuda_graph_end", "graph": "draft extend CUDA", "batch_sizes": [1, 2, 4], "mem_usage_gb": 0.1}),
+    # errors
+    ("[2025-06-27 19:02:10 TP0] Scheduler hit an exception: Traceback (most recent call last):", "error",
+     "2025-06-27T19:02:10", {"tp": 0}, {"error": "Scheduler hit an exception"}),
+    ("Exception in ControllerMulti:", "error", None, {}, {"error": "Exception in ControllerMulti"}),
+    # server ready, version
+    ("[2026-09-13 16:10:48] The server is fired up and ready to roll!", "server_ready", "2026-09-13T16:10:48",
+     {}, {}),
+    ("[2026-01-01 00:00:00] sglang version: 0.5.23", "version", "2026-01-01T00:00:00", {}, {"version": "0.5.23"}),
+    ("Successfully installed sglang==0.4.6.post1", "version", None, {}, {"version": "0.4.6.post1"}),
+]
+
+
+@pytest.mark.parametrize(("line", "kind", "time", "rank", "fields"), CASES,
+                         ids=[f"{c[1]}-{i}" for i, c in enumerate(CASES)])
+def test_formats(line: str, kind: str, time: str | None, rank: dict[str, int], fields: dict[str, Any]) -> None:
+    """Each documented format gives the right kind, time, ranks and canonical fields."""
+    e = parse_line(line, 7)
+    assert e is not None, line
+    assert (e.line, e.kind, e.time, e.rank) == (7, kind, time, rank)
+    for k, v in fields.items():
+        assert e.fields.get(k) == (pytest.approx(v) if isinstance(v, float) else v), k
+
+
+PREFIXES = [
+    ("[2025-01-12 10:11:12 DP0 TP0] ", "2025-01-12T10:11:12", {"dp": 0, "tp": 0}),
+    ("[2025-01-12 10:11:12.345 TP0 EP0] ", "2025-01-12T10:11:12.345", {"tp": 0, "ep": 0}),
+    ("[2025-01-12 10:11:12 DP2 PP1 ATTN_CP1 MOE_DP3 TP4 EP5] ", "2025-01-12T10:11:12",
+     {"dp": 2, "pp": 1, "attn_cp": 1, "moe_dp": 3, "tp": 4, "ep": 5}),
+    ("[2025-01-12 10:11:12 TP4 DP2 EP5 PP1] ", "2025-01-12T10:11:12", {"dp": 2, "pp": 1, "tp": 4, "ep": 5}),
+    ("[10:11:12 TP0] ", "10:11:12", {"tp": 0}),
+    ("2025-01-12 10:11:12 TP0] ", "2025-01-12T10:11:12", {"tp": 0}),
+    ("sglang  | [2025-01-12 10:11:12 TP0] ", "2025-01-12T10:11:12", {"tp": 0}),
+    ("sglang-decode-1  | [2025-01-12 10:11:12] ", "2025-01-12T10:11:12", {}),
+    ("(SGLangEngine pid=41820) [2025-01-12 10:11:12 TP0] ", "2025-01-12T10:11:12", {"tp": 0}),
+    ("(SGLangEngine pid=41820, ip=10.0.0.7) [2025-01-12 10:11:12 DP3 TP3] ", "2025-01-12T10:11:12",
+     {"dp": 3, "tp": 3}),
+    ("[2025-01-12 10:11:12][scheduler.py:1234][INFO]: ", "2025-01-12T10:11:12", {}),
+    ("[2025-01-12 10:11:12,345][TP7][scheduler.py:1234][INFO]: ", "2025-01-12T10:11:12.345", {"tp": 7}),
+    ("2025-10-29 02:27:35 INFO 8900 [ DP15 TP15 EP15 scheduler_metrics_mixin.py:222] ", "2025-10-29T02:27:35",
+     {"dp": 15, "tp": 15, "ep": 15}),
+    ("2025-10-29 02:27:35 INFO 8894 [ DP9 TP9 EP9 scheduler_metrics_mixin.py:222] ", "2025-10-29T02:27:35",
+     {"dp": 9, "tp": 9, "ep": 9}),
+    ("\x1b[32m[2025-01-12 10:11:12 TP1]\x1b[0m ", "2025-01-12T10:11:12", {"tp": 1}),
+    ("", None, {}),
+]
+BODY = ("Decode batch, #running-req: 233, #token: 370959, token usage: 0.82, cuda graph: True, "
+        "gen throughput (token/s): 4594.01, #queue-req: 317")
+
+
+@pytest.mark.parametrize(("prefix", "time", "rank"), PREFIXES, ids=[repr(p[0][:30]) for p in PREFIXES])
+def test_prefixes(prefix: str, time: str | None, rank: dict[str, int]) -> None:
+    """Timestamps (with/without date or ms) and rank tags are read through every known decoration."""
+    e = parse_line(prefix + BODY + "\n", 1)
+    assert e is not None
+    assert (e.kind, e.time, e.rank) == ("decode", time, rank)
+    assert e.fields == {"num_running_reqs": 233, "num_used_tokens": 370959, "token_usage": 0.82,
+                        "cuda_graph": True, "gen_throughput": 4594.01, "num_queue_reqs": 317}
+
+
+def test_interfaces_example_exactly() -> None:
+    """The `parse` output object of interfaces.md, byte for byte in content."""
+    e = parse_line("[2025-01-12 10:11:12 DP0 TP0] " + BODY, 12)
+    assert e is not None
+    assert e.to_json_dict() == {
+        "line": 12, "kind": "decode", "time": "2025-01-12T10:11:12", "rank": {"dp": 0, "tp": 0},
+        "fields": {"num_running_reqs": 233, "num_used_tokens": 370959, "token_usage": 0.82, "cuda_graph": True,
+                   "gen_throughput": 4594.01, "num_queue_reqs": 317}}
+
+
+def test_carriage_return_takes_the_fragment_with_a_record() -> None:
+    """A batch line after a \\r progress bar is kept; a bare progress bar is no event."""
+    bar = "Capturing batches (bs=8 avail_mem=1.97 GB):  43%|████▎     | 3/7 [00:00<00:00, 25.37it/s]"
+    e = parse_line(bar + "\r" + bar + "\r[2025-01-12 10:11:12 TP0] " + BODY, 3)
+    assert e is not None and e.kind == "decode" and e.rank == {"tp": 0}
+    assert e.fields["num_queue_reqs"] == 317
+    e2 = parse_line("[2025-01-12 10:11:12 TP0] " + BODY + "\r  0%|          | 0/7 [00:00<?, ?it/s]", 4)
+    assert e2 is not None and e2.fields["num_queue_reqs"] == 317
+    assert parse_line("\r" + bar + "\r" + bar, 5) is None
+
+
+def test_uninteresting_lines_give_nothing() -> None:
+    """Access logs, warnings, glog lines and prose are not events."""
+    for line in [
+        '[2025-05-14 09:31:43] INFO:     127.0.0.1:20504 - "POST /v1/completions HTTP/1.1" 200 OK',
+        'INFO:     127.0.0.1:40192 - "POST /v1/chat/completions HTTP/1.1" 200 OK',
+        "I1122 18:06:31.248193 709109 transfer_engine.cpp:91] Transfer Engine parseHostNameWithPort.",
+        "[2025-11-22 23:15:42 DP0 TP0 EP0] Scheduler.run_batch sleep 180.0s",
+        "[2025-03-04 00:36:46 TP0] sglang is using nccl==2.21.5",
+        "Decode batch size is configured elsewhere",
+        "", "\n", "]]]]", "[", "#", "=",
+    ]:
+        assert parse_line(line, 1) is None, line
+
+
+def test_unknown_key_rule() -> None:
+    """Lower-case, leading # -> num_, other non-alphanumeric runs -> _."""
+    assert normalise_key("#new-req") == "num_new_req"
+    assert normalise_key("waiting-image-req") == "waiting_image_req"
+    assert normalise_key("est. prefill TFLOPS/s (per GPU)") == "est_prefill_tflops_s_per_gpu"
+    assert normalise_key("  Fancy   Key!! ") == "fancy_key"
+
+
+def test_values() -> None:
+    """Numbers are numbers, True/False booleans, percentages ratios, text stays text."""
+    assert auto_value("12") == 12 and isinstance(auto_value("12"), int)
+    assert auto_value("0.93") == 0.93
+    assert auto_value("12.89%") == 0.1289
+    assert auto_value("True") is True and auto_value("False") is False
+    assert auto_value("torch.bfloat16") == "torch.bfloat16"
+    assert auto_value("1.2.3") == "1.2.3"
+
+
+def test_new_field_in_a_future_release_is_kept() -> None:
+    """A key we do not know yet is carried, numeric."""
+    e = parse_line("Prefill batch, #new-seq: 1, #new-token: 5, #cached-token: 0, token usage: 0.00, "
+                   "#running-req: 0, #queue-req: 0, #spec-draft-req: 4, kv offload ratio: 0.25", 1)
+    assert e is not None
+    assert e.fields["num_spec_draft_req"] == 4 and e.fields["kv_offload_ratio"] == 0.25
+
+
+def test_classifier_counts_unparsed_and_partial() -> None:
+    """A known head with an unreadable body is counted unparsed; a truncated line partial, still used."""
+    c = LineClassifier()
+    assert c.classify("[2025-01-01 00:00:00 TP0] Decode batch, garbage without pairs", 1) is None
+    assert c.classify("KV cache pool is full. Retract requests. #new_token_ratio: 0.1 -> 0.2", 2) is None
+    assert c.classify("server_args=ServerArgs(", 3) is None
+    e = c.classify("[2025-01-01 00:00:00 TP0] Decode batch, #running-req: 4, #token: 12, tok", 4)
+    assert e is not None and e.fields == {"num_running_reqs": 4, "num_used_tokens": 12}
+    assert c.classify('INFO:     127.0.0.1:1 - "GET / HTTP/1.1" 200 OK', 5) is None
+    d = c.stats.as_dict()
+    assert (d["lines"], d["unparsed"], d["partial"], d["by_kind"]) == (5, 3, 1, {"decode": 1})
+    assert [x["line"] for x in d["unparsed_examples"]] == [1, 2, 3]
+
+
+def test_non_numeric_value_of_a_numeric_field_is_partial_not_a_string() -> None:
+    """`#queue-req: abc` does not become a string field that would break arithmetic downstream."""
+    c = LineClassifier()
+    e = c.classify("Decode batch, #running-req: 4, #queue-req: abc", 1)
+    assert e is not None and "num_queue_reqs" not in e.fields and c.stats.partial == 1
+
+
+@pytest.mark.parametrize("text", ["server_args=ServerArgs(model_path='a\\d', tp_size=2)",
+                                  "server_args={'model_path': 'a\\d', 'tp_size': 2}"])
+def test_server_args_with_a_stray_backslash_read_without_warnings(text: str) -> None:
+    """A logged value with an invalid escape (`'a\\d'`) is read, and no compiler warning reaches stderr."""
+    import warnings
+
+    from sglang_tuning_exporter.sources.serverargs import parse_server_args
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        args = parse_server_args(text)
+    assert args == {"model_path": "a\\d", "tp_size": 2}
+    assert [str(w.message) for w in caught] == []
+
+
+def test_server_args_dict_form_from_real_0_5_23_line() -> None:
+    """The real 0.5.23 `server_args={...}` line: every key, Python values."""
+    text = (FIXTURES / "logs" / "sglang-0.5.23-server_args-logline.txt").read_text(encoding="utf-8")
+    e = parse_line("[2026-10-30 01:04:05] " + text, 1)
+    assert e is not None and e.kind == "server_args" and e.time == "2026-10-30T01:04:05"
+    assert len(e.fields) == 546
+    assert e.fields["mem_fraction_static"] == 0.85
+    assert e.fields["schedule_conservativeness"] == 0.3
+    assert e.fields["chunked_prefill_size"] == 4096
+    assert e.fields["schedule_policy"] == "fcfs"
+    assert e.fields["max_running_requests"] is None
+
+
+def test_server_args_repr_form_with_non_literal_values() -> None:
+    """`server_args=ServerArgs(...)` (<= 0.5.18): literals read, an enum repr kept as text."""
+    e = parse_line("[2025-01-01 00:00:00] server_args=ServerArgs(model_path='m', mem_fraction_static=0.88, "
+                   "schedule_policy='lpm', tp_size=2, cuda_graph_max_bs=160, cuda_graph_bs=[1, 2, 4], "
+                   "load_format=<LoadFormat.AUTO: 'auto'>, disable_cuda_graph=False, lora_paths=None, "
+                   "json_model_override_args='{\"a\": \"b, c\"}')", 1)
+    assert e is not None and e.kind == "server_args"
+    f = e.fields
+    assert (f["mem_fraction_static"], f["tp_size"], f["cuda_graph_max_bs"]) == (0.88, 2, 160)
+    assert f["cuda_graph_bs"] == [1, 2, 4] and f["disable_cuda_graph"] is False and f["lora_paths"] is None
+    assert f["load_format"] == "<LoadFormat.AUTO: 'auto'>"
+    assert f["json_model_override_args"] == '{"a": "b, c"}'
+
+
+def test_server_args_never_evaluates_code() -> None:
+    """A call inside the dump is kept as text, never executed."""
+    e = parse_line("server_args={'model_path': __import__('os').getcwd(), 'tp_size': 4}", 1)
+    assert e is not None and e.fields["tp_size"] == 4
+    assert e.fields.get("model_path") != __import__("os").getcwd()
+
+
+def test_capture_companion_event() -> None:
+    """A decode capture line listing bs=[...] also yields a cuda_graph_capture event; prefill does not."""
+    e = parse_line("[2025-11-22 23:05:07 DP0 TP0 EP0] Capture cuda graph bs [1024]", 8)
+    assert e is not None and e.fields["batch_sizes"] == [1024]
+    c = capture_event(e)
+    assert c is not None and (c.kind, c.line, c.rank) == ("cuda_graph_capture", 8, {"dp": 0, "tp": 0, "ep": 0})
+    assert c.fields == {"batch_sizes": [1024], "max_bs": 1024}
+    p = parse_line("Capture target prefill CUDA graph begin. backend=x, bs=[1, 2], avail mem=1.00 GB", 9)
+    assert p is not None and capture_event(p) is None
+    d = parse_line("Capture draft decode CUDA graph end. bs=[1, 2], elapsed=1.00 s, avail mem=1.00 GB.", 10)
+    assert d is not None and d.fields["batch_sizes"] == [1, 2] and capture_event(d) is None
+
+
+def test_only_the_target_decode_graph_bounds_the_decode_ceiling() -> None:
+    """Verify, draft and prefill capture lines (num_tokens_per_bs or num_tokens) get no cuda_graph_capture
+    companion: only the target decode graph's sizes are the decode ceiling."""
+    head = "[2026-11-02 09:00:50 TP0] Capture "
+    tail = " CUDA graph begin. backend=full, num_tokens_per_bs=4, bs=[1, 2, 4, 512], avail mem=13.20 GB"
+    for graph in ("target verify", "draft decode", "draft extend", "draft verify"):
+        e = parse_line(head + graph + tail, 1)
+        assert e is not None and capture_event(e) is None, graph
+    e = parse_line(head + "target prefill CUDA graph begin. backend=breakable, num_tokens=[64, 4096], avail mem=1 GB", 1)
+    assert e is not None and capture_event(e) is None
+    e = parse_line(head + "target decode" + tail.replace("=4,", "=1,"), 1)
+    assert e is not None
+    c = capture_event(e)
+    assert c is not None and c.fields["max_bs"] == 512
+
+
+def test_event_seconds() -> None:
+    """ISO stamps become epoch seconds (UTC), time-only stamps seconds since midnight."""
+    assert event_seconds("1970-01-02T00:00:01") == 86401.0
+    assert event_seconds("2025-01-12T10:11:12.345") == pytest.approx(1736676672.345)
+    assert event_seconds("04:40:55") == 4 * 3600 + 40 * 60 + 55
+    assert event_seconds(None) is None and event_seconds("garbage") is None and event_seconds("25:00:00") is None
+    assert has_date("2025-01-12T10:11:12") and not has_date("10:11:12")
+
+
+def _rendered(path: Path) -> Iterator[tuple[int, str]]:
+    """Messages of log-lines-rendered.txt: indented lines, quoted last columns, (level, msg) lists."""
+    for i, raw in enumerate(path.read_text(encoding="utf-8").split("\n"), 1):
+        if not raw or raw.startswith("#"):
+            continue
+        if raw.startswith("    "):
+            yield i, raw[4:]
+            continue
+        last = raw.split("\t")[-1]
+        if last.startswith("[("):
+            for _level, msg in ast.literal_eval(last):
+                yield i, msg
+        elif last.startswith("'"):
+            yield i, ast.literal_eval(last)
+
+
+# Unrendered `%`-style templates in the fixture (the logger formats them at run time), not real lines.
+RENDERED_KNOWN_UNPARSED = {333, 334}
+
+
+@pytest.mark.parametrize("prefix", ["", "[2026-10-30 01:04:05 DP1 PP0 TP3 EP4] "])
+def test_every_rendered_release_line(shared_dir: Path, prefix: str) -> None:
+    """Every message of every release parses to an event; none fails except the listed templates."""
+    c = LineClassifier()
+    msgs = list(_rendered(shared_dir / "reference" / "sglang-fixtures" / "log-lines-rendered.txt"))
+    assert len(msgs) > 300
+    missing = [n for n, m in msgs if c.classify(prefix + m, n) is None and n not in RENDERED_KNOWN_UNPARSED]
+    assert missing == []
+    assert {x["line"] for x in c.stats.as_dict()["unparsed_examples"]} == RENDERED_KNOWN_UNPARSED
+    assert c.stats.unparsed == len(RENDERED_KNOWN_UNPARSED) and c.stats.partial == 0
+    kinds = c.stats.by_kind
+    assert kinds["decode"] >= 60 and kinds["prefill"] >= 50 and kinds["retract"] >= 30
+
+
+def test_no_corpus_file_has_unparsed_lines(shared_dir: Path) -> None:
+    """Across the whole real corpus, no line with a recognised head fails and nothing raises."""
+    c = LineClassifier()
+    for path in sorted((shared_dir / "corpus" / "logs").glob("*.log")):
+        text = path.read_bytes().decode("utf-8", "replace")
+        for n, line in enumerate(text.split("\n"), 1):
+            c.classify(line, n)
+    assert c.stats.unparsed == 0, c.stats.unparsed_examples
+    assert c.stats.by_kind["decode"] > 150 and c.stats.by_kind["startup_memory"] > 50
+
+
+def test_reader_shortcut_gives_the_same_events_as_parse_line() -> None:
+    """fast_batch (the reader's shortcut for known layouts) agrees with parse_line on real lines."""
+    from sglang_tuning_exporter.sources.logparse import fast_batch
+    hits = 0
+    for path in sorted((FIXTURES / "logs").glob("*.log")):
+        text = path.read_text(encoding="utf-8")
+        for _ in range(2):  # the first pass teaches the layouts, the second uses them
+            for n, line in enumerate(text.split("\n"), 1):
+                fast = fast_batch(line, n)
+                if fast is not None:
+                    hits += 1
+                    assert fast == parse_line(line, n), line
+    assert hits > 50
+
+
+def test_a_known_layout_that_cannot_read_a_line_is_not_learnt_again() -> None:
+    """A batch line whose value the layout regex refuses (a comma inside) goes the generic way every
+    time, without compiling the same layout again and evicting real ones."""
+    from sglang_tuning_exporter.sources.logparse import _LAYOUTS
+    line = ("[2025-11-22 23:24:43 DP0] Decode batch, #running-req: 3, #token: 9, token usage: 0.10, "
+            "note: a,b, #queue-req: 1")
+    for n in range(20):
+        e = parse_line(line, n + 1)
+        assert e is not None and e.fields["note"] == "a,b" and e.fields["num_queue_reqs"] == 1
+    keys = ("#running-req", "#token", "token usage", "note", "#queue-req")
+    assert sum(1 for layout in _LAYOUTS["decode"] if layout.keys == keys) <= 1
+
+
+def test_one_off_batch_layouts_compile_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Lines whose keys are all different (a mutated or hostile log) are read on the general path and
+    compile no layout regex; a layout seen twice is learnt (the fast path of a real server's log)."""
+    from sglang_tuning_exporter.sources import logparse
+
+    built: list[tuple[str, ...]] = []
+    real = logparse._Layout
+
+    def counting(raw_keys: list[str]) -> logparse._Layout:
+        built.append(tuple(raw_keys))
+        return real(raw_keys)
+
+    monkeypatch.setattr(logparse, "_Layout", counting)
+    for i in range(300):
+        line = f"[2026-01-01 00:00:00] Decode batch, #running-req: 3, #token: 10, odd key {i}: 1, token usage: 0.10, "
+        ev = logparse.parse_line(line, i)
+        assert ev is not None and ev.fields["num_running_reqs"] == 3
+    assert built == []
+    twice = "[2026-01-01 00:00:00] Decode batch, #running-req: 4, #token: 10, stable key: 2, token usage: 0.20, "
+    logparse.parse_line(twice, 1)
+    logparse.parse_line(twice, 2)
+    assert len(built) == 1 and "stable key" in built[0]
