@@ -15,7 +15,7 @@ import pytest
 from sglang_tuning_exporter.core.events import Event
 from sglang_tuning_exporter.core.model import Observation, Rank, Sample
 from sglang_tuning_exporter.pipeline.observations import EventConverter
-from sglang_tuning_exporter.pipeline.signals import Bucket, quantile
+from sglang_tuning_exporter.pipeline.signals import Bucket
 from sglang_tuning_exporter.pipeline.window import Window
 from sglang_tuning_exporter.sidecar.serve import build_advisor, build_sidecar, log_input_for, make_web
 from sglang_tuning_exporter.sidecar.serveconfig import add_serve_flags, build_config
@@ -257,23 +257,6 @@ def test_window_reuses_its_sums_without_changing_signals(seed: int) -> None:
             assert _same(a, b)
             checked += sum(1 for s in a.values() if (s["decode_samples"] or 0) > 100)
     assert checked > 100
-
-
-def test_no_graph_batch_p90_follows_the_window() -> None:
-    """The per-rank p90 of eager batch sizes (kept as counts) equals the sorted-list p90 of the window's samples."""
-    rng = random.Random(21)
-    state = LiveState(window_s=30, max_ranks=8, expire_after_s=600, enabled={"log": True})
-    kept: list[tuple[float, float]] = []
-    for k in range(200):
-        now = float(k)
-        sizes = [rng.choice([8, 64, 130, 257, 300, 301]) for _ in range(rng.randrange(0, 6))]
-        state.add_events([Event(1, "decode", None, {"dp": 0}, {"num_running_reqs": bs, "cuda_graph": False})
-                          for bs in sizes] + [Event(1, "decode", None, {"dp": 0}, {"num_running_reqs": 1,
-                                                                                  "cuda_graph": True})], now)
-        kept = [(t, v) for t, v in kept + [(now, float(bs)) for bs in sizes] if now - t <= 30]
-        snap = state.snapshot(now)
-        assert snap.ranks[0].no_graph_batch_p90 == (quantile([v for _, v in kept], 0.9) if kept else None)
-    assert kept
 
 
 def _expected_counters(events: list[Event]) -> dict[Rank, dict[tuple[str, str], float]]:

@@ -11,10 +11,13 @@ from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from helpers.paths import ROOT
+from helpers.runners import get, replay
+from helpers.scenario_logs import LogWriter
 from sglang_tuning_exporter.core.catalog import BY_NAME, CATALOG, DEPRECATED, PROCESS_METRICS, SIGNAL_UNITS
 from sglang_tuning_exporter.core.events import Event
 from sglang_tuning_exporter.core.model import Finding, Observation, Rank
 from sglang_tuning_exporter.pipeline.signals import SIGNAL_NAMES, hist_quantile
+from sglang_tuning_exporter.pipeline.stats import quantile
 from sglang_tuning_exporter.sidecar.collector import (
     BuildInfo,
     TuningCollector,
@@ -97,7 +100,6 @@ def test_values_come_from_the_state() -> None:
     assert got[("sglang_tuning_retracted_requests_total", _rank0())] == 3.0
     assert got[("sglang_tuning_prefill_tokens_total", _rank0(source="cached"))] == 200.0
     assert got[("sglang_tuning_available_gpu_memory_bytes", _rank0())] == 6.84 * 2**30
-    assert got[("sglang_tuning_decode_batch_size_without_graph", _rank0())] == 300.0
     assert got[("sglang_tuning_check_level", _rank0(check="kv_underused"))] == 1.0
     assert got[("sglang_tuning_check_level", _rank0(check="queue_empty"))] == 0.0
     # deprecated twin: same value, plus the misleading `severity` (highest possible level) label
@@ -335,3 +337,22 @@ def test_event_counters_start_at_zero_for_tracked_ranks() -> None:
     assert got[("sglang_tuning_retractions_total", _rank0(model_name=""))] == 0.0
     st.add_events([Event(1, "oom", rank={"dp": 0, "tp": 0}, fields={"phase": "prefill"})], now=1.0)
     assert _samples(st, 1.0)[("sglang_tuning_oom_events_total", _rank0(phase="prefill", model_name=""))] == 1.0
+
+
+def test_batch_size_without_graph_is_the_windows_signal() -> None:
+    """`decode_batch_size_without_graph` is the window's cuda_graph_miss_batch_p90, computed once: per
+    replica (two TP ranks printing the same batch count once), the p90 of the eager batch sizes."""
+    w = LogWriter("0.5.23", tp_size=2)
+    eager = [130, 257, 300, 301, 64, 8, 290, 280, 270, 260] * 6
+    for i, bs in enumerate(eager):
+        for tp in (0, 1):
+            w.decode(bs, 0.8, 150, graph=False, dp=0, tp=tp)
+            w.decode(16, 0.8, 150, graph=True, dp=0, tp=tp)
+        if i % 2:
+            w.tick(5)
+    sc, app = replay(w.text())
+    ((_, values),) = sc.state.snapshot(0.0).signals
+    assert values["cuda_graph_miss_batch_p90"] == quantile([float(b) for b in eager], 0.9) == 300.0
+    _, body = get(app, "/metrics")
+    rows = [line for line in body.splitlines() if line.startswith("sglang_tuning_decode_batch_size_without_graph{")]
+    assert len(rows) == 1 and rows[0].endswith(" 300.0") and 'dp_rank="0"' in rows[0], rows

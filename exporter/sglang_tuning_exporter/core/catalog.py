@@ -33,7 +33,7 @@ CATALOG: tuple[MetricSpec, ...] = (
     _m("token_usage_ratio", "gauge", "KV-cache token usage 0-1 (token usage) at the latest sample.", RANK_LABELS),
     _m("gen_throughput_tokens_per_second", "gauge", "Decode generation throughput at the latest sample.", RANK_LABELS),
     _m("decode_samples_total", "counter", "Decode samples seen (Decode batch lines or scrapes), by whether the batch ran in a CUDA graph (true|false|unknown).", (*RANK_LABELS, "cuda_graph")),
-    _m("decode_batch_size_without_graph", "gauge", "90th percentile of decode batch sizes that ran without a CUDA graph in the window; NaN-free: absent when none.", RANK_LABELS),
+    _m("decode_batch_size_without_graph", "gauge", "90th percentile of decode batch sizes that ran without a CUDA graph in the window: the signal cuda_graph_miss_batch_p90, per replica (TP ranks folded); absent when none.", RANK_LABELS),
     _m("retractions_total", "counter", "Retraction events (KV cache pool is full / decode out of memory).", RANK_LABELS),
     _m("retracted_requests_total", "counter", "Requests retracted by retraction events.", RANK_LABELS),
     _m("prefill_tokens_total", "counter", "Prefill tokens by source: new (computed) or cached (prefix-cache hit).", (*RANK_LABELS, "source")),

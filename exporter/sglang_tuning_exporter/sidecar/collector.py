@@ -205,7 +205,8 @@ class _RankLabels:
 
 
 EVALUATION_FAMILIES = tuple(PREFIX + n for n in (*SIGNAL_FAMILIES, "check_level", "signal", "check_status",
-                                                  "suggested_value", "current_value"))
+                                                  "suggested_value", "current_value",
+                                                  "decode_batch_size_without_graph"))
 
 
 def evaluation_families(snap: Snapshot) -> tuple[Family, ...]:
@@ -222,6 +223,8 @@ def evaluation_families(snap: Snapshot) -> tuple[Family, ...]:
     unit_rows = {short: fams[PREFIX + short].rows.append for short in SIGNAL_FAMILIES}
     for rank, values in snap.signals:
         base, text = ranks.get(rank)
+        # The window's own cuda_graph_miss_batch_p90 under the name the dashboards plot.
+        add("decode_batch_size_without_graph", base, values.get("cuda_graph_miss_batch_p90"), text)
         for name, value in sorted(values.items()):
             if math.isfinite(value):
                 signal_rows(((*base, name), f'{text},signal="{_escape(name)}"', float(value)))
@@ -274,7 +277,6 @@ def build_families(snap: Snapshot, build: BuildInfo, evaluation: tuple[Family, .
                         add(short, (*base, label), total, f'{text},{extra}="{_escape(label)}"')
                     else:
                         add(short, base, total, text)
-        add("decode_batch_size_without_graph", base, r.no_graph_batch_p90, text)
     evaluated = evaluation or evaluation_families(snap)
     for fam in evaluated:
         fams[fam.spec.name] = fam

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import math
 import threading
-from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -17,7 +16,7 @@ from sglang_tuning_exporter.core.catalog import RANK_GAUGES
 from sglang_tuning_exporter.core.events import Event
 from sglang_tuning_exporter.core.model import Finding, Observation, Rank, Sample, ServerState
 from sglang_tuning_exporter.pipeline.observations import oom_phase
-from sglang_tuning_exporter.pipeline.signals import FACT_NAMES, hist_quantile
+from sglang_tuning_exporter.pipeline.signals import FACT_NAMES
 from sglang_tuning_exporter.pipeline.window import server_facts_for
 from sglang_tuning_exporter.sources.scrape import COUNTED
 
@@ -48,7 +47,6 @@ class RankSnapshot:
     last_seen: float
     gauges: Mapping[str, float]
     counters: Mapping[tuple[str, str], float]  # (family, extra label value) -> total
-    no_graph_batch_p90: float | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,38 +86,10 @@ class Snapshot:
         return bool(self.sources["metrics"].up)
 
 
-NO_GRAPH_SLOT_S = 10.0  # eager batch sizes are counted per 10 s (the live window's own resolution)
-
-
 @dataclass(slots=True)
 class _RankData:
     last_seen: float
     gauges: dict[str, float] = field(default_factory=dict)
-    # Eager decode batch sizes per arrival tick (a poll's lines share it): {batch size: count}, so a
-    # busy window holds one small dict per tick, not one tuple per batch.
-    no_graph: deque[tuple[float, dict[float, int]]] = field(default_factory=deque)
-    # The same batch sizes as value -> count, and their p90 (None: recompute), so that a snapshot
-    # does not sort every eager batch of the window.
-    no_graph_counts: dict[float, int] = field(default_factory=dict)
-    no_graph_p90: float | None = None
-
-    def add_no_graph(self, now: float, bs: float) -> None:
-        q = self.no_graph
-        slot = now - now % NO_GRAPH_SLOT_S
-        if q and q[-1][0] == slot:
-            tick = q[-1][1]
-        else:
-            tick = {}
-            q.append((slot, tick))
-        tick[bs] = tick.get(bs, 0) + 1
-        counts = self.no_graph_counts
-        counts[bs] = counts.get(bs, 0) + 1
-        self.no_graph_p90 = None
-
-    def batch_p90(self) -> float | None:
-        if self.no_graph_p90 is None and self.no_graph_counts:
-            self.no_graph_p90 = hist_quantile(self.no_graph_counts, 0.9)
-        return self.no_graph_p90
 
 
 def rank_key(rank: Rank) -> tuple[int, ...]:
@@ -182,7 +152,7 @@ class LiveState:
             data = self._ranks[r]
             for k in FACT_NAMES & data.gauges.keys():
                 del data.gauges[k]
-            if not data.gauges and not data.no_graph:
+            if not data.gauges:
                 del self._ranks[r]
 
     def _count(self, rank: Rank, family: str, label: str, amount: float) -> None:
@@ -197,7 +167,7 @@ class LiveState:
             if len(self._rank_of) > 4 * self.max_ranks:
                 self._rank_of.clear()
             stale = [r for r, d in self._ranks.items()
-                     if now - d.last_seen > self.expire_after_s and (d.gauges.keys() - FACT_NAMES or d.no_graph)]
+                     if now - d.last_seen > self.expire_after_s and d.gauges.keys() - FACT_NAMES]
             for r in stale:
                 data = self._ranks[r]
                 facts = {k: v for k, v in data.gauges.items() if k in FACT_NAMES}
@@ -279,7 +249,6 @@ class LiveState:
         with self._lock:
             # A poll's events share `now`: each rank is looked up and touched once per call.
             seen: dict[tuple[tuple[str, int], ...], list[Any]] = {}  # -> [rank, data, its counters or None]
-            decoded: dict[int, _RankData] = {}  # ranks with Decode lines: prune their no-graph samples once
             expired = self._expired
             counters = self._counters
             for e in events:
@@ -311,12 +280,6 @@ class LiveState:
                     if per_rank is None:
                         per_rank = hit[2] = counters.setdefault(rank, {})
                     per_rank[k] = per_rank.get(k, 0.0) + 1
-                    if cg is False:
-                        bs = f.get("num_running_reqs")
-                        if isinstance(bs, (int, float)):
-                            # Batch sizes are whole numbers: int keys share small-int objects.
-                            data.add_no_graph(now, int(bs) if math.isfinite(bs) and bs == int(bs) else float(bs))
-                    decoded[id(data)] = data
                 elif kind == "prefill":
                     for field_name, k in _PREFILL_KEYS:
                         v = f.get(field_name)
@@ -335,21 +298,6 @@ class LiveState:
                 elif kind == "oom":
                     self._count(rank, "oom_events", oom_phase(f), 1)  # the window's rule
                     hit[2] = counters.get(rank)
-            for data in decoded.values():
-                self._prune_no_graph(data, now)
-
-    def _prune_no_graph(self, data: _RankData, now: float) -> None:
-        q = data.no_graph
-        if q and now - q[0][0] > self.window_s:
-            counts = data.no_graph_counts
-            while q and now - q[0][0] > self.window_s:
-                for bs, n in q.popleft()[1].items():
-                    left = counts[bs] - n
-                    if left:
-                        counts[bs] = left
-                    else:
-                        del counts[bs]
-            data.no_graph_p90 = None
 
     def count_log_lines(self, lines: int, events_by_kind: Mapping[str, int], now: float | None) -> None:
         """Lines read; each event counts for its kind, the remaining lines as `other`."""
@@ -465,13 +413,11 @@ class LiveState:
             ranks = []
             for rank in sorted(self._ranks, key=rank_key):
                 data = self._ranks[rank]
-                self._prune_no_graph(data, now)
                 gauges = ({**server_facts_for(self._server_facts, rank.dp), **data.gauges} if self._server_facts
                           else dict(data.gauges))
                 ranks.append(RankSnapshot(
                     rank=rank, last_seen=data.last_seen, gauges=gauges,
-                    counters=dict(self._counters.get(rank, {})),
-                    no_graph_batch_p90=data.batch_p90()))
+                    counters=dict(self._counters.get(rank, {}))))
             return Snapshot(
                 now=now, model_name=self._current_model() or "", version=self._server.version,
                 args=dict(self._server.args), ranks=tuple(ranks), sources=dict(self._sources),
