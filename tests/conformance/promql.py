@@ -39,6 +39,7 @@ from helpers.paths import ROOT
 from sglang_tuning_exporter.fleet import report
 from sglang_tuning_exporter.guide.checks import load_table
 from sglang_tuning_exporter.render import rules as render_rules
+from sglang_tuning_exporter.render.options import RenderOptions
 
 DASHBOARDS = ROOT / "dashboards"
 PROMETHEUS = shutil.which("prometheus") or "/usr/bin/prometheus"
@@ -119,7 +120,7 @@ def _fmt(v: float) -> str:
 def rendered_rules(tmp: Path, *, native: bool) -> list[str]:
     """Write the shipped rule files (rendered from the table with default options) into `tmp`; returns the
     file names of the variant: the exporter's groups, or the SGLang-native group."""
-    files = render_rules.generate(load_table(), render_rules.RenderOptions())
+    files = render_rules.generate(load_table(), RenderOptions())
     names = []
     for rel, text in files.items():
         name = Path(rel).name

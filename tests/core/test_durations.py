@@ -4,10 +4,17 @@ from __future__ import annotations
 
 import pytest
 
-from sglang_tuning_exporter.core.durations import parse_duration
+from sglang_tuning_exporter.core.durations import parse_duration, promql_duration
 from sglang_tuning_exporter.fleet import report
-from sglang_tuning_exporter.render import rules as render_rules
+from sglang_tuning_exporter.render import options as render_options
 from sglang_tuning_exporter.sidecar import serveconfig
+
+
+@pytest.mark.parametrize(("seconds", "text"), [(600, "10m"), (90, "90s"), (3600, "1h"), (5400, "90m")])
+def test_promql_durations_round_trip(seconds: float, text: str) -> None:
+    """The rules write whole seconds in the largest unit that divides them, read back by the parser."""
+    assert promql_duration(seconds) == text
+    assert parse_duration(text) == seconds
 
 
 @pytest.mark.parametrize(("text", "seconds"), [
@@ -39,7 +46,7 @@ def test_bare_numbers_are_seconds_where_allowed() -> None:
 
 def test_every_caller_uses_it() -> None:
     """serve, report and render options read durations alike (report also wants > 0 and a unit)."""
-    assert serveconfig.parse_duration is parse_duration and render_rules.parse_duration is parse_duration
+    assert serveconfig.parse_duration is parse_duration and render_options.parse_duration is parse_duration
     assert report.parse_duration("1d12h") == parse_duration("1d12h")
     for bad in ("7", "0s"):
         with pytest.raises(report.UsageError):

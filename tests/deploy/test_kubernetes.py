@@ -19,6 +19,7 @@ from sglang_tuning_exporter.guide.checks import load_table
 from sglang_tuning_exporter.render import dashboards as render_dashboards
 from sglang_tuning_exporter.render import kubernetes as render_kubernetes
 from sglang_tuning_exporter.render import rules as render_rules
+from sglang_tuning_exporter.render.options import RenderOptions
 from sglang_tuning_exporter.sources import logtee
 
 K8S = ROOT / "deploy" / "kubernetes"
@@ -83,7 +84,7 @@ def test_invalid_release_label_is_a_clear_error(bad: str) -> None:
 
 def test_service_monitor_jobs_follow_the_render_options() -> None:
     """The jobs the rules match (render options) are the jobs the ServiceMonitor sets."""
-    opts = render_rules.RenderOptions(exporter_job="tuning", sglang_job="")
+    opts = RenderOptions(exporter_job="tuning", sglang_job="")
     (mon,) = _by_kind(render_kubernetes.generate(TABLE, GROUPS, options=opts))["ServiceMonitor"]
     jobs = {e["port"]: e["relabelings"][0]["replacement"] for e in mon["spec"]["endpoints"]}
     assert jobs == {"tuning-metrics": "tuning", "http": "sglang"}
@@ -268,7 +269,7 @@ def test_shipped_deploy_files_and_rules_agree_on_job_names() -> None:
     assert compose_jobs[render_kubernetes.EXPORTER_JOB] == ["sidecar:9470"]
     assert compose_jobs[render_kubernetes.SGLANG_JOB] == ["sglang:30000"]
     # And a re-render with other names moves rules and ServiceMonitor together.
-    opts = render_rules.RenderOptions(exporter_job="tx", sglang_job="sx")
+    opts = RenderOptions(exporter_job="tx", sglang_job="sx")
     groups = render_rules.rule_groups(TABLE, opts)
     other = render_kubernetes.generate(TABLE, groups, options=opts)
     text = other["deploy/kubernetes/prometheusrule.yaml"]

@@ -23,6 +23,8 @@ from sglang_tuning_exporter.guide import advisor
 from sglang_tuning_exporter.guide.checks import CheckTable, load_table
 from sglang_tuning_exporter.guide.suggest import default_schedule_policy
 from sglang_tuning_exporter.render import rules as render_rules
+from sglang_tuning_exporter.render.expressions import checks_in_scope, levels
+from sglang_tuning_exporter.render.options import RenderOptions
 
 PROMTOOL = shutil.which("promtool")
 pytestmark = pytest.mark.skipif(PROMTOOL is None, reason="promtool not installed (Debian: prometheus)")
@@ -140,9 +142,9 @@ def random_scenarios(table: CheckTable, n: int, seed: int) -> dict[str, Scenario
     """Scenarios with every signal drawn at, just below, just above or far from a threshold."""
     rng = random.Random(seed)
     points: dict[str, list[float]] = {}
-    opts = render_rules.RenderOptions()
-    for c in render_rules.checks_in_scope(table, opts):
-        for _, th in render_rules.levels(c, table, opts):
+    opts = RenderOptions()
+    for c in checks_in_scope(table, opts):
+        for _, th in levels(c, table, opts):
             points.setdefault(c.signal, []).extend([th, th * 0.9, th * 1.1 + 0.01, th * 3 + 1, 0.0])
     out: dict[str, Scenario] = {}
     for i in range(n):
@@ -175,7 +177,7 @@ def promtool_cases(table: CheckTable, scenarios: dict[str, Scenario]) -> list[di
 
 def run_promtool(tmp_path: Path, table: CheckTable, scenarios: dict[str, Scenario]) -> subprocess.CompletedProcess[str]:
     """Generate the checks group and the test file in tmp_path, run promtool test rules."""
-    rules = render_rules.generate(table, render_rules.RenderOptions())["alerts/checks.rules.yaml"]
+    rules = render_rules.generate(table, RenderOptions())["alerts/checks.rules.yaml"]
     (tmp_path / "checks.rules.yaml").write_text(rules, encoding="utf-8")
     doc = {"rule_files": ["checks.rules.yaml"], "evaluation_interval": "1m",
            "tests": promtool_cases(table, scenarios)}
@@ -220,7 +222,7 @@ def test_the_comparison_can_fail(tmp_path: Path) -> None:
     table = load_table()
     cases = promtool_cases(table, {"client too slow": SCENARIOS["client too slow"]})
     cases[0]["promql_expr_test"][0]["exp_samples"] = []
-    rules = render_rules.generate(table, render_rules.RenderOptions())["alerts/checks.rules.yaml"]
+    rules = render_rules.generate(table, RenderOptions())["alerts/checks.rules.yaml"]
     (tmp_path / "checks.rules.yaml").write_text(rules, encoding="utf-8")
     (tmp_path / "t.yaml").write_text(yaml.safe_dump({"rule_files": ["checks.rules.yaml"], "evaluation_interval": "1m",
                                                      "tests": cases}), encoding="utf-8")

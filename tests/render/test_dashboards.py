@@ -32,6 +32,7 @@ from helpers.promql_lint import (
 from sglang_tuning_exporter.core.catalog import RANK_LABELS, exposed_names
 from sglang_tuning_exporter.guide.checks import CheckTable, load_table
 from sglang_tuning_exporter.render import dashboards as render_dashboards
+from sglang_tuning_exporter.render.grafana import SCHEMA_VERSION
 
 SCAN = FIXTURES / "sglang-metric-names.txt"
 VARIABLES = ("datasource", "job", "instance", "model_name", "dp_rank")
@@ -65,7 +66,7 @@ def test_output_is_deterministic_with_sorted_keys() -> None:
         assert json.dumps(doc, indent=2, sort_keys=True, ensure_ascii=False) + "\n" == text
         assert "id" not in doc, rel
         assert doc["uid"] in (render_dashboards.SERVER_UID, render_dashboards.FLEET_UID)
-        assert doc["schemaVersion"] == render_dashboards.SCHEMA_VERSION
+        assert doc["schemaVersion"] == SCHEMA_VERSION
 
 
 def test_panel_ids_unique_and_grid_does_not_overlap() -> None:

@@ -20,6 +20,8 @@ from helpers.paths import ROOT
 from sglang_tuning_exporter.core import catalog
 from sglang_tuning_exporter.guide.checks import load_table
 from sglang_tuning_exporter.render import rules as render_rules
+from sglang_tuning_exporter.render.expressions import levels, num
+from sglang_tuning_exporter.render.options import RenderOptions
 
 ALERTS = ROOT / "alerts"
 PROMTOOL = shutil.which("promtool")
@@ -140,14 +142,14 @@ def test_threshold_and_window_written_in_the_expression() -> None:
     """The threshold (and the range window where there is one) is readable in each check alert's expr."""
     table = load_table()
     by_id = table.by_id()
-    opts = render_rules.RenderOptions()
+    opts = RenderOptions()
     for a in alerts():
         c = by_id.get(a["labels"]["check"])
         if c is None:
             continue
-        th = dict(render_rules.levels(c, table, opts))[a["labels"]["severity"]]
+        th = dict(levels(c, table, opts))[a["labels"]["severity"]]
         first = a["expr"].splitlines()[0]
-        assert f"{c.comparison} {render_rules._num(th)}" in first, (a["alert"], first)
+        assert f"{c.comparison} {num(th)}" in first, (a["alert"], first)
         if "{window}" in str(c.promql["exporter"]) and a["labels"]["source"] == "exporter":
             assert "[10m]" in a["expr"]
 
@@ -173,14 +175,14 @@ def test_rules_only_use_metrics_from_the_catalog() -> None:
     assert not unknown, f"rules query metrics the catalog does not define: {sorted(unknown)}"
 
 
-def _native_alerts(opts: render_rules.RenderOptions) -> list[dict[str, Any]]:
+def _native_alerts(opts: RenderOptions) -> list[dict[str, Any]]:
     groups = render_rules.rule_groups(load_table(), opts)
     return [r for g in groups if g["name"] == "sglang-tuning.native" for r in g["rules"] if "alert" in r]
 
 
 def test_native_dedup_ties_a_sidecar_to_its_own_host() -> None:
     """By default a native alert is silenced only by an exporter on the same host (instance without port)."""
-    natives = _native_alerts(render_rules.RenderOptions())
+    natives = _native_alerts(RenderOptions())
     assert natives
     for a in natives:
         assert a["expr"].startswith("label_replace(rank:sglang_"), a["expr"]
@@ -188,7 +190,7 @@ def test_native_dedup_ties_a_sidecar_to_its_own_host() -> None:
         assert re.match(r"label_replace\((m(ax|in) without \(tp_rank, moe_ep_rank\) \()?sglang_tuning_", tail.strip()), tail
         assert '"instance_host", "$1", "instance", "(.+?)(?::[0-9]+)?"' in tail
     # an explicit label both scrapes share (e.g. Kubernetes `pod`) needs no host derivation
-    by_pod = _native_alerts(render_rules.RenderOptions(dedup_on=("pod", "model_name", "dp_rank")))
+    by_pod = _native_alerts(RenderOptions(dedup_on=("pod", "model_name", "dp_rank")))
     assert all("label_replace" not in a["expr"] and "unless on (pod, model_name, dp_rank)" in a["expr"]
                for a in by_pod)
     # the annotations look the exporter's values up by the same key, never by the model alone
@@ -223,7 +225,7 @@ def _exporter_series(instance: str, extra: str = "") -> str:
             f"instance=\"{instance}\",model_name=\"qwen\"{extra}}}'\n        values: '14495514624x5'")
 
 
-def _promtool_native(tmp_path: Path, opts: render_rules.RenderOptions, series: list[str],
+def _promtool_native(tmp_path: Path, opts: RenderOptions, series: list[str],
                      firing: list[str]) -> subprocess.CompletedProcess[str]:
     """promtool over the native group rendered with `opts`: exactly the `firing` instances page."""
     for rel, text in render_rules.generate(load_table(), opts).items():
@@ -239,7 +241,7 @@ def test_native_dedup_host_key_reads_ipv6_and_portless_instances(tmp_path: Path)
     series = [_headroom_series("[fd00::1]:30000"), _exporter_series("[fd00::1]:9470"),
               _headroom_series("gpu-c"), _exporter_series("gpu-c:9470"),
               _headroom_series("gpu-d:30000"), _exporter_series("gpu-dd:9470")]
-    res = _promtool_native(tmp_path, render_rules.RenderOptions(), series,
+    res = _promtool_native(tmp_path, RenderOptions(), series,
                            ["gpu-d:30000"])
     assert res.returncode == 0, res.stdout + res.stderr
 
@@ -249,7 +251,7 @@ def test_native_dedup_on_a_shared_target_label(tmp_path: Path) -> None:
     """With `dedup_on: [pod, ...]` the pod label pairs a sidecar with its SGLang whatever the addresses."""
     series = [_headroom_series("10.0.0.5:30000", ',pod="a"'), _exporter_series("10.0.0.9:9470", ',pod="a"'),
               _headroom_series("10.0.0.6:30000", ',pod="b"')]
-    opts = render_rules.RenderOptions(dedup_on=("pod", "model_name", "dp_rank"))
+    opts = RenderOptions(dedup_on=("pod", "model_name", "dp_rank"))
     res = _promtool_native(tmp_path, opts, series, ["10.0.0.6:30000"])
     assert res.returncode == 0, res.stdout + res.stderr
 
@@ -264,7 +266,7 @@ def test_scrape_guards_split_an_outage_from_a_slow_start() -> None:
     assert f"\nunless on (job, instance) {seen}\n" in health["SGLangTuningSGLangNeverUp"]["expr"]
     assert health["SGLangTuningSGLangNeverUp"]["for"] == "30m"
     assert health["SGLangTuningSGLangNeverUp"]["labels"]["severity"] == "warning"
-    short = render_rules.rule_groups(load_table(), render_rules.RenderOptions(override_for_s=3))
+    short = render_rules.rule_groups(load_table(), RenderOptions(override_for_s=3))
     assert {r["for"] for g in short if g["name"] == "sglang-tuning.health" for r in g["rules"]} == {"3s"}
 
 
@@ -272,7 +274,7 @@ def test_scrape_guards_split_an_outage_from_a_slow_start() -> None:
 def test_short_window_copy_for_end_to_end_tests(tmp_path: Path) -> None:
     """Overrides give a valid rule set with `for: 15s` and 1m windows; the committed files are untouched."""
     table = load_table()
-    opts = render_rules.RenderOptions(override_for_s=15, override_window_s=60)
+    opts = RenderOptions(override_for_s=15, override_window_s=60)
     files = render_rules.generate(table, opts)
     for rel, text in files.items():
         (tmp_path / Path(rel).name).write_text(text, encoding="utf-8")
@@ -287,10 +289,10 @@ def test_short_window_copy_for_end_to_end_tests(tmp_path: Path) -> None:
 def test_job_selectors_follow_the_options() -> None:
     """Render options choose the job matchers; '' drops them."""
     table = load_table()
-    text = "".join(render_rules.generate(table, render_rules.RenderOptions(
+    text = "".join(render_rules.generate(table, RenderOptions(
         exporter_job="tuning", sglang_job="llm")).values())
     assert 'sglang_tuning_signal_ratio{job="tuning",' in text and 'sglang:num_queue_reqs{job="llm",priority=""}' in text
-    bare = "".join(render_rules.generate(table, render_rules.RenderOptions(exporter_job="", sglang_job="")).values())
+    bare = "".join(render_rules.generate(table, RenderOptions(exporter_job="", sglang_job="")).values())
     assert "job=" not in bare.replace("$labels.job", "")
     assert "SGLangTuningExporterAbsent" not in bare  # absent() needs a job to look for
 
@@ -298,34 +300,8 @@ def test_job_selectors_follow_the_options() -> None:
 def test_workload_chooses_the_checks() -> None:
     """The latency recipe renders its own checks (batch size) and drops the throughput-only queue check."""
     table = load_table()
-    names = {a["alert"] for a in render_rules.all_alerts(table, render_rules.RenderOptions(workload="latency"))}
+    names = {a["alert"] for a in render_rules.all_alerts(table, RenderOptions(workload="latency"))}
     assert "SGLangLatencyBatchTooLarge" in names and "SGLangQueueEmpty" not in names
-
-
-def test_options_errors_are_listed() -> None:
-    """Bad option values raise OptionsError naming each problem."""
-    with pytest.raises(render_rules.OptionsError) as exc:
-        render_rules.options_from_mapping({"override_for": "soon", "dedup_on": "model_name", "native": "yes"})
-    assert len(exc.value.problems) == 3
-
-
-def test_render_durations_are_whole_seconds() -> None:
-    """PromQL ranges and `for:` are written in whole seconds: `500ms` (which would become `[0s]`, rejected
-    by Prometheus) and `1.4s` are listed problems, `1.5m` is 90 s."""
-    with pytest.raises(render_rules.OptionsError) as exc:
-        render_rules.options_from_mapping({"override_window": "500ms", "override_for": "1.4s"})
-    assert len(exc.value.problems) == 2 and all("whole number of seconds" in p for p in exc.value.problems)
-    assert render_rules.options_from_mapping({"override_window": "1.5m"}).override_window_s == 90
-
-
-def test_durations() -> None:
-    """PromQL durations round-trip through the parser."""
-    assert render_rules.promql_duration(600) == "10m"
-    assert render_rules.promql_duration(90) == "90s"
-    assert render_rules.promql_duration(3600) == "1h"
-    assert render_rules.parse_duration("1h30m") == 5400
-    with pytest.raises(ValueError):
-        render_rules.parse_duration("5 minutes")
 
 
 # ----------------------------------------------------------------------------- Alertmanager example

@@ -12,6 +12,8 @@ from helpers.paths import ROOT
 from sglang_tuning_exporter.guide.checks import load_table
 from sglang_tuning_exporter.render import rules as render_rules
 from sglang_tuning_exporter.render import runbook as render_runbook
+from sglang_tuning_exporter.render.annotations import anchor
+from sglang_tuning_exporter.render.options import RenderOptions
 
 RUNBOOK = ROOT / "alerts" / "runbook.md"
 
@@ -24,7 +26,7 @@ def sections(markdown: str) -> dict[str, str]:
 
 def missing_sections(alert_names: set[str], markdown: str) -> set[str]:
     """Alerts whose runbook anchor does not exist."""
-    return {a for a in alert_names if render_rules.anchor(a) not in render_runbook.anchors(markdown)}
+    return {a for a in alert_names if anchor(a) not in render_runbook.anchors(markdown)}
 
 
 def committed_alert_names() -> set[str]:
@@ -47,7 +49,7 @@ def test_every_committed_alert_has_a_section() -> None:
 def test_every_workloads_alerts_have_sections(workload: str) -> None:
     """Rules rendered for any workload link sections of the same runbook."""
     table = load_table()
-    alerts = render_rules.all_alerts(table, render_rules.RenderOptions(workload=workload))
+    alerts = render_rules.all_alerts(table, RenderOptions(workload=workload))
     text = RUNBOOK.read_text(encoding="utf-8")
     assert missing_sections({a["alert"] for a in alerts}, text) == set()
     for a in alerts:
@@ -65,7 +67,7 @@ def test_check_sections_carry_the_advice() -> None:
     table = load_table()
     secs = sections(RUNBOOK.read_text(encoding="utf-8"))
     for c in table.checks:
-        body = secs[render_rules.anchor(c.alert)]
+        body = secs[anchor(c.alert)]
         assert f"## {c.alert}" in body
         for part in ("**Meaning.**", "**Impact.**", "**How to confirm.**", "**Change to make.**", "**Trade-off.**"):
             assert part in body, (c.alert, part)
@@ -81,10 +83,10 @@ def test_check_sections_carry_the_advice() -> None:
 def test_guard_sections_exist_for_every_health_alert() -> None:
     """The health guards are documented too."""
     secs = sections(RUNBOOK.read_text(encoding="utf-8"))
-    guards = [r.body["alert"] for r in render_rules.health_group(render_rules.RenderOptions()).rules]
+    guards = [r.body["alert"] for r in render_rules.health_group(RenderOptions()).rules]
     assert len(guards) >= 5
     for name in guards:
-        assert "**Change to make.**" in secs[render_rules.anchor(name)]
+        assert "**Change to make.**" in secs[anchor(name)]
 
 
 def test_runbook_is_what_the_table_generates() -> None:

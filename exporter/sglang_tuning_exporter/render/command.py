@@ -20,8 +20,10 @@ from sglang_tuning_exporter.core.flags import WORKLOADS, add_flag
 from sglang_tuning_exporter.guide.checks import Check, CheckTable, TableError, load_table
 from sglang_tuning_exporter.render import dashboards as render_dashboards
 from sglang_tuning_exporter.render import kubernetes as render_kubernetes
+from sglang_tuning_exporter.render import options as render_options
 from sglang_tuning_exporter.render import rules as render_rules
 from sglang_tuning_exporter.render import runbook as render_runbook
+from sglang_tuning_exporter.render.expressions import profile_of
 
 HELP = "regenerate alerts/, the runbook, dashboards/ and Kubernetes manifests from the checks table"
 
@@ -58,21 +60,21 @@ class UsageError(Exception):
     """Bad options or inputs; the message lists every problem."""
 
 
-def build_options(args: argparse.Namespace, table: CheckTable) -> render_rules.RenderOptions:
+def build_options(args: argparse.Namespace, table: CheckTable) -> render_options.RenderOptions:
     """Render options from the options file, then the command line; raises UsageError."""
     problems: list[str] = []
-    opts = render_rules.RenderOptions()
+    opts = render_options.RenderOptions()
     if args.render_options:
         try:
             raw = yaml.safe_load(Path(args.render_options).read_text(encoding="utf-8"))
             if isinstance(raw, dict) and isinstance(raw.get("render"), dict):
                 raw = raw["render"]
-            opts = render_rules.options_from_mapping(raw, opts)
+            opts = render_options.options_from_mapping(raw, opts)
         except OSError as exc:
             problems.append(f"{args.render_options}: cannot read: {exc.strerror or exc}")
         except yaml.YAMLError as exc:
             problems.append(f"{args.render_options}: not valid YAML: {exc}")
-        except render_rules.OptionsError as exc:
+        except render_options.OptionsError as exc:
             problems.extend(f"{args.render_options}: {p}" for p in exc.problems)
     cli: dict[str, Any] = {}
     for attr in ("exporter_job", "sglang_job", "runbook_url", "workload"):
@@ -86,10 +88,10 @@ def build_options(args: argparse.Namespace, table: CheckTable) -> render_rules.R
     # One flag at a time, so that a bad --override-for does not hide a bad --guide-profile.
     for key, value in cli.items():
         try:
-            opts = render_rules.options_from_mapping({key: value}, opts)
-        except render_rules.OptionsError as exc:
+            opts = render_options.options_from_mapping({key: value}, opts)
+        except render_options.OptionsError as exc:
             problems.extend(exc.problems)
-    problems.extend(render_rules.validate_options(table, opts))
+    problems.extend(render_options.validate_options(table, opts))
     unknown = sorted(set(opts.extra) - render_kubernetes.OPTION_KEYS)
     problems.extend(f"{args.render_options}: {k}: unknown render option" for k in unknown)
     problems.extend(f"{args.render_options}: {p}" for p in render_kubernetes.option_problems(opts.extra))
@@ -98,8 +100,8 @@ def build_options(args: argparse.Namespace, table: CheckTable) -> render_rules.R
     return opts
 
 
-def apply_config(table: CheckTable, path: str, opts: render_rules.RenderOptions, *, workload_flag: bool = False
-                 ) -> tuple[CheckTable, render_rules.RenderOptions]:
+def apply_config(table: CheckTable, path: str, opts: render_options.RenderOptions, *, workload_flag: bool = False
+                 ) -> tuple[CheckTable, render_options.RenderOptions]:
     """The exporter's config file applied to the table: overrides, disabled checks, profile, workload
     (a --workload or --guide-profile given on the command line wins over the file)."""
     from sglang_tuning_exporter.guide.config import (  # the advisor's module; only needed with --config
@@ -115,9 +117,9 @@ def apply_config(table: CheckTable, path: str, opts: render_rules.RenderOptions,
                                    for p in exc.problems)) from None
     if cfg.guide_profile and opts.profile is None:
         opts = replace(opts, profile=cfg.guide_profile)
-    if cfg.workload and not workload_flag and opts.workload == render_rules.RenderOptions().workload:
+    if cfg.workload and not workload_flag and opts.workload == render_options.RenderOptions().workload:
         opts = replace(opts, workload=cfg.workload)
-    profile = render_rules.profile_of(table, opts)
+    profile = profile_of(table, opts)
     checks: list[Check] = []
     for c in table.checks:
         ov = cfg.override(c.id)
@@ -136,14 +138,14 @@ def apply_config(table: CheckTable, path: str, opts: render_rules.RenderOptions,
     return replace(table, checks=checks, profiles=profiles), opts
 
 
-def generate_all(table: CheckTable, opts: render_rules.RenderOptions, *, rules_only: bool = False
+def generate_all(table: CheckTable, opts: render_options.RenderOptions, *, rules_only: bool = False
                  ) -> dict[str, str]:
     """Every generated artefact as `{path relative to the project root: text}`."""
     out = render_rules.generate(table, opts)
     if rules_only:
         return out
     out[render_runbook.RUNBOOK_PATH] = render_runbook.generate(table, opts)
-    profile = render_rules.profile_of(table, opts)
+    profile = profile_of(table, opts)
     out.update(render_dashboards.generate(table, profile))
     out.update(render_kubernetes.generate(table, render_rules.rule_groups(table, opts), profile=profile,
                                           options=opts, **opts.extra))
@@ -186,7 +188,7 @@ def run(args: argparse.Namespace) -> int:
         opts = build_options(args, table)
     except UsageError as exc:
         problems.append(str(exc))
-        opts = render_rules.RenderOptions()
+        opts = render_options.RenderOptions()
     if args.config:
         try:
             table, opts = apply_config(table, args.config, opts, workload_flag=args.workload is not None)

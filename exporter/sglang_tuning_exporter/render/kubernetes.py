@@ -18,7 +18,7 @@ import yaml
 from sglang_tuning_exporter import __version__
 from sglang_tuning_exporter.guide.checks import CheckTable
 from sglang_tuning_exporter.render import dashboards as render_dashboards
-from sglang_tuning_exporter.render.rules import RenderOptions
+from sglang_tuning_exporter.render.options import RenderOptions
 from sglang_tuning_exporter.sources import logtee
 
 OUT_DIR = "deploy/kubernetes"

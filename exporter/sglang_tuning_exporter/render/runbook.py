@@ -12,16 +12,15 @@ from dataclasses import dataclass, replace
 
 from sglang_tuning_exporter.core.durations import promql_duration
 from sglang_tuning_exporter.guide.checks import Check, CheckTable, VersionFlag
-from sglang_tuning_exporter.render.rules import (
-    RenderOptions,
-    anchor,
-    guide_fallback,
+from sglang_tuning_exporter.render.annotations import anchor, guide_fallback
+from sglang_tuning_exporter.render.expressions import (
     has_native,
     levels,
     native_record_name,
     profile_of,
     window_of,
 )
+from sglang_tuning_exporter.render.options import RenderOptions
 
 RUNBOOK_PATH = "alerts/runbook.md"
 

@@ -1,0 +1,143 @@
+"""PromQL of the rules, check by check: the exporter's and SGLang's selectors (job matchers, both
+spellings of SGLang's names), each check's signal expression, window, `for:`, levels and thresholds for
+the chosen profile and workload, and the derived host label that joins a sidecar to its SGLang.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+from sglang_tuning_exporter.core.durations import promql_duration
+from sglang_tuning_exporter.guide.checks import Check, CheckTable
+from sglang_tuning_exporter.render.options import HOST_LABEL, RenderOptions
+
+# level name -> severity label; a check with two levels gets two alerts of the same name.
+LEVEL_ORDER = ("warning", "critical")
+# SGLang's QueueCount gauges carry per-priority series under priority scheduling; the total is priority="".
+PRIORITY_TOTAL_METRICS = frozenset({"num_queue_reqs", "num_running_reqs"})
+# Labels that identify one rank of one server on the exporter's per-rank series.
+RANK_JOIN = ("instance", "model_name", "dp_rank", "pp_rank")  # the same labels on exporter and SGLang series
+HOST_REGEX = "(.+?)(?::[0-9]+)?"  # label_replace anchors it: "gpu-a:30000" -> "gpu-a", "[::1]:9470" -> "[::1]"
+
+
+_OURS = re.compile(r"(?<![\w:])(sglang_tuning_[a-z0-9_]+)(\{[^}]*\})?")
+_NATIVE = re.compile(r"(?<![\w:])sglang:([a-z0-9_]+)(\{[^}]*\})?")
+
+# ----------------------------------------------------------------------------- selectors
+
+
+def _add_matcher(braces: str | None, matcher: str) -> str:
+    inner = (braces or "{}")[1:-1].strip()
+    return "{" + (f"{matcher}," + inner if inner else matcher) + "}"
+
+
+def job_matcher(job: str) -> str:
+    return f"job={json.dumps(job)}" if job else ""
+
+
+def ours(expr: str, opts: RenderOptions) -> str:
+    """Add the exporter's job matcher to every `sglang_tuning_*` selector of an expression."""
+    job = job_matcher(opts.exporter_job)
+    if not job:
+        return expr
+    return _OURS.sub(lambda m: m.group(1) + _add_matcher(m.group(2), job), expr)
+
+
+def native(expr: str, opts: RenderOptions, spelling: str) -> str:
+    """Rewrite `sglang:x` selectors to one spelling (':' or '_'), with the SGLang job matcher."""
+    job = job_matcher(opts.sglang_job)
+
+    def sub(m: re.Match[str]) -> str:
+        name, braces = m.group(1), m.group(2)
+        if name in PRIORITY_TOTAL_METRICS and "priority" not in (braces or ""):
+            braces = _add_matcher(braces, 'priority=""')
+        if job:
+            braces = _add_matcher(braces, job)
+        return f"sglang{spelling}{name}{braces or ''}"
+
+    return _NATIVE.sub(sub, expr)
+
+
+# ----------------------------------------------------------------------------- check helpers
+
+
+def profile_of(table: CheckTable, opts: RenderOptions) -> str:
+    """The guide profile whose thresholds the rules use."""
+    return opts.profile or table.default_profile()
+
+
+def window_of(check: Check, opts: RenderOptions) -> float:
+    """The check's PromQL range in seconds (after the test override)."""
+    return opts.override_window_s if opts.override_window_s is not None else check.window_s
+
+
+def for_of(check_for_s: float, opts: RenderOptions) -> str:
+    """The `for:` duration (override, else the table's value with the floor)."""
+    if opts.override_for_s is not None:
+        return promql_duration(opts.override_for_s)
+    return promql_duration(max(check_for_s, opts.min_for_s))
+
+
+def fill(template: str, check: Check, table: CheckTable, opts: RenderOptions) -> str:
+    band = table.profiles[profile_of(table, opts)].queue_band
+    return (template.replace("{window}", promql_duration(window_of(check, opts)))
+            .replace("{band_low}", num(band[0])).replace("{band_high}", num(band[1])))
+
+
+def num(v: float) -> str:
+    return str(int(v)) if float(v).is_integer() else repr(float(v))
+
+
+def paren(expr: str) -> str:
+    e = expr.strip()
+    return e if re.fullmatch(r"[\w:]+(\{[^}]*\})?", e) else f"({e})"
+
+
+def exporter_signal_expr(check: Check, table: CheckTable, opts: RenderOptions) -> str:
+    """The exporter-side PromQL yielding the check's signal per rank."""
+    return ours(fill(str(check.promql["exporter"]), check, table, opts), opts)
+
+
+def native_signal_exprs(check: Check, table: CheckTable, opts: RenderOptions) -> tuple[str, str]:
+    """The SGLang-native signal PromQL in both spellings (colon, underscore)."""
+    raw = fill(str(check.promql["sglang"]), check, table, opts)
+    return native(raw, opts, ":"), native(raw, opts, "_")
+
+
+def has_native(check: Check) -> bool:
+    """True when the check can be judged from SGLang's own metrics alone."""
+    # A guard (e.g. the schedule policy) is a fact SGLang's /metrics does not carry.
+    return bool(check.promql.get("sglang")) and not check.guard
+
+
+def native_record_name(check: Check, opts: RenderOptions) -> str:
+    """`rank:sglang_<signal>:over<window>` (or `:latest` for a startup gauge)."""
+    raw = str(check.promql["sglang"])
+    ops = f"over{promql_duration(window_of(check, opts))}" if "{window}" in raw else "latest"
+    return f"rank:sglang_{check.signal}:{ops}"
+
+
+def levels(check: Check, table: CheckTable, opts: RenderOptions) -> list[tuple[str, float]]:
+    """(level, threshold) pairs of the check for the chosen profile and workload, warning first."""
+    th = check.thresholds_for(profile_of(table, opts), opts.workload)
+    return [(lvl, th[lvl]) for lvl in LEVEL_ORDER if lvl in th]
+
+
+def lowest_threshold(check: Check, table: CheckTable, opts: RenderOptions) -> float:
+    """The threshold at which the check first leaves ok."""
+    return levels(check, table, opts)[0][1]
+
+
+def checks_in_scope(table: CheckTable, opts: RenderOptions) -> list[Check]:
+    """The checks of the chosen workload, in table order."""
+    return table.for_workload(opts.workload)
+
+
+def compare(expr: str, comparison: str, threshold: float) -> str:
+    return f"{expr} {comparison} {num(threshold)}"
+
+
+def with_host(expr: str) -> str:
+    """Add the derived `instance_host` label (the host part of `instance`) to an expression's series."""
+    return f'label_replace({expr}, "{HOST_LABEL}", "$1", "instance", "{HOST_REGEX}")'
