@@ -126,8 +126,27 @@ RANK_GAUGES: tuple[tuple[str, str, float], ...] = (
     ("cuda_graph_max_batch_size", "cuda_graph_max_bs_captured", 1.0),
 )
 
-SIGNAL_FAMILIES = ("signal_ratio", "signal_bytes", "signal_per_second", "signal_tokens_per_second",
-                   "signal_amount", "signal_flag")
+
+@dataclass(frozen=True, slots=True)
+class SignalUnit:
+    """How one unit family of signals differs from docs/signals.md, where each signal's name says its unit."""
+
+    docs_suffix: str = ""  # the docs' unit suffix, left out of the family's `signal` label ("_gb")
+    scale: float = 1.0  # exported value = docs value x scale (GiB -> bytes, per minute -> per second)
+    to_docs: str = ""  # the PromQL operation taking an exported value back to the docs' unit ("/ 2^30")
+    shown_as: str = ""  # the docs' unit as a reader sees it ("GiB"); "" = the name says it already
+
+
+# Unit family (catalog short name) -> its conversion; every signal lives in exactly one (SIGNAL_UNITS).
+SIGNAL_FAMILY_UNITS: dict[str, SignalUnit] = {
+    "signal_ratio": SignalUnit(),
+    "signal_bytes": SignalUnit("_gb", GIB, "/ 2^30", "GiB"),
+    "signal_per_second": SignalUnit("_per_minute", 1.0 / 60.0, "* 60", "/min"),
+    "signal_tokens_per_second": SignalUnit(shown_as="tok/s"),
+    "signal_amount": SignalUnit(),
+    "signal_flag": SignalUnit(),
+}
+SIGNAL_FAMILIES = tuple(SIGNAL_FAMILY_UNITS)
 _RATIO = ("queue_empty_ratio", "queue_over_band_ratio", "queue_under_band_ratio", "kv_underused_ratio",
           "token_usage_max", "token_usage_mean", "cuda_graph_miss_ratio", "running_capped_ratio",
           "prefix_cache_hit_ratio", "cuda_graph_ceiling_ratio", "mem_fraction_static_estimate")
@@ -138,13 +157,17 @@ _COUNT = ("queue_p50", "decode_batch_p90", "running_max", "cuda_graph_miss_batch
           "max_total_num_tokens", "max_running_requests", "cuda_graph_max_bs_captured", "chunked_prefill_size",
           "context_len", "cuda_graph_disabled_steps",
           "decode_samples", "queue_samples", "kv_samples", "graph_samples", "prefill_samples")
+# Signals by unit family; the name lists say which family, SIGNAL_FAMILY_UNITS how it converts.
+_SIGNALS_BY_FAMILY: dict[str, tuple[str, ...]] = {
+    "signal_ratio": _RATIO,
+    "signal_bytes": _GB,
+    "signal_per_second": _PER_MINUTE,
+    "signal_tokens_per_second": ("gen_throughput_mean",),
+    "signal_amount": _COUNT,
+    "signal_flag": ("metrics_enabled", "available_gpu_mem_from_summary"),
+}
 # Signal name (docs/signals.md) -> (catalog short name of its unit family, exported `signal` label, scale).
 SIGNAL_UNITS: dict[str, tuple[str, str, float]] = {
-    **{n: ("signal_ratio", n, 1.0) for n in _RATIO},
-    **{n: ("signal_bytes", n.removesuffix("_gb"), GIB) for n in _GB},
-    **{n: ("signal_per_second", n.removesuffix("_per_minute"), 1.0 / 60.0) for n in _PER_MINUTE},
-    "gen_throughput_mean": ("signal_tokens_per_second", "gen_throughput_mean", 1.0),
-    **{n: ("signal_amount", n, 1.0) for n in _COUNT},
-    "metrics_enabled": ("signal_flag", "metrics_enabled", 1.0),
-    "available_gpu_mem_from_summary": ("signal_flag", "available_gpu_mem_from_summary", 1.0),
+    name: (family, name.removesuffix(SIGNAL_FAMILY_UNITS[family].docs_suffix), SIGNAL_FAMILY_UNITS[family].scale)
+    for family, names in _SIGNALS_BY_FAMILY.items() for name in names
 }

@@ -19,7 +19,7 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from sglang_tuning_exporter.core.catalog import SIGNAL_FAMILIES
+from sglang_tuning_exporter.core.catalog import SIGNAL_FAMILIES, SIGNAL_FAMILY_UNITS
 from sglang_tuning_exporter.core.model import Rank, ServerState
 from sglang_tuning_exporter.core.recording import recorded
 from sglang_tuning_exporter.core.versions import merge_version
@@ -268,19 +268,14 @@ def plan(w: Window, params: SignalParams | None = None) -> list[PlannedQuery]:
     ]
 
 
-# Unit families whose `signal` label and unit differ from docs/signals.md: (suffix of the name, factor back).
-_BACK_TO_DOCS = {"signal_bytes": ("_gb", f"/ {GIB:.17g}"), "signal_per_second": ("_per_minute", "* 60")}
-
-
 def sidecar_signals_expr(sel: str, r: str) -> str:
     """The sidecar's windowed signals under their docs/signals.md names and units, per replica."""
     parts = []
     for short in SIGNAL_FAMILIES:
         expr = f"avg by ({GROUP}, signal) (avg_over_time({series('sglang_tuning_' + short, sel)}[{r}]))"
-        back = _BACK_TO_DOCS.get(short)
-        if back is not None:
-            suffix, factor = back
-            expr = f'label_replace({expr} {factor}, "signal", "${{1}}{suffix}", "signal", "(.+)")'
+        unit = SIGNAL_FAMILY_UNITS[short]  # a family whose label and unit differ from docs/signals.md
+        if unit.docs_suffix:
+            expr = f'label_replace({expr} {unit.to_docs}, "signal", "${{1}}{unit.docs_suffix}", "signal", "(.+)")'
         parts.append(expr)
     # Sidecars of the previous release export only the deprecated mixed-unit family.
     parts.append(f"avg by ({GROUP}, signal) (avg_over_time({series('sglang_tuning_signal', sel)}[{r}]))")

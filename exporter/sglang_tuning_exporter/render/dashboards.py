@@ -13,7 +13,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from sglang_tuning_exporter.core.catalog import SIGNAL_FAMILIES, SIGNAL_UNITS
+from sglang_tuning_exporter.core.catalog import SIGNAL_FAMILIES, SIGNAL_FAMILY_UNITS, SIGNAL_UNITS
 from sglang_tuning_exporter.guide.checks import Check, CheckTable
 from sglang_tuning_exporter.render.grafana import (
     BY,
@@ -177,11 +177,6 @@ def signals_table(least_is_worst: Sequence[str] = ()) -> Json:
                     "properties": [{"id": "decimals", "value": 3}]}])
 
 
-# How the signals table shows each unit family: (scaling, unit appended to the row name).
-_SIGNAL_TABLE_UNITS = {"signal_bytes": ("({}) / 2^30", " (GiB)"), "signal_per_second": ("({}) * 60", " (/min)"),
-                       "signal_tokens_per_second": ("{}", " (tok/s)")}
-
-
 def worst_signal_expr(least_is_worst: Sequence[str]) -> str:
     """Each signal of a server at its worst DP replica: the least for signals a check pages on when low
     (memory headroom), the most for the rest; one family per unit, GiB and per minute as the guide says."""
@@ -192,9 +187,10 @@ def worst_signal_expr(least_is_worst: Sequence[str]) -> str:
         expr = (f'max by (instance, signal) ({name}{{signal!~"{low}", {RANK_SEL}}}) or '
                 f'min by (instance, signal) ({name}{{signal=~"{low}", {RANK_SEL}}})' if low
                 else f"max by (instance, signal) ({name}{{{RANK_SEL}}})")
-        scaling, unit = _SIGNAL_TABLE_UNITS.get(short, ("{}", ""))
-        parts.append(f'label_replace({scaling.format(expr)}, "signal", "$1{unit}", "signal", "(.+)")' if unit
-                     else expr)
+        unit = SIGNAL_FAMILY_UNITS[short]  # the row names the docs' unit: GiB and per minute as the guide says
+        scaled = f"({expr}) {unit.to_docs}" if unit.to_docs else expr
+        parts.append(f'label_replace({scaled}, "signal", "$1 ({unit.shown_as})", "signal", "(.+)")'
+                     if unit.shown_as else expr)
     return " or ".join(parts)
 
 
