@@ -13,7 +13,15 @@ from sglang_tuning_exporter.cli import build_parser
 from sglang_tuning_exporter.core.model import Finding, Rank, ServerState
 from sglang_tuning_exporter.guide.advisor import evaluate, findings_document
 from sglang_tuning_exporter.guide.checks import load_table
-from sglang_tuning_exporter.guide.plan import build_plan, command_diff, coverage, verdict_line
+from sglang_tuning_exporter.guide.plan import (
+    build_plan,
+    command_diff,
+    coverage,
+    plan_step_change,
+    plan_step_markdown,
+    plan_step_text,
+    verdict_line,
+)
 from sglang_tuning_exporter.offline import diagnose
 
 TABLE = load_table()
@@ -150,3 +158,17 @@ def test_recorded_log_plan_has_one_mem_fraction_value() -> None:
     assert code == 0 and len(flags) == len(set(flags)) and "--mem-fraction-static" in flags
     assert flags.index("--mem-fraction-static") < flags.index("--cuda-graph-max-bs-decode")
     assert "a little" not in out
+
+
+def test_plan_step_text_is_one_spelling_for_every_format() -> None:
+    """A step's change reads the same in text, Markdown and HTML: values as the guide writes them, a missing
+    value said in words, a client step named by its checks; the formats only number and escape it."""
+    step = {"step": 2, "flag": "--chunked-prefill-size", "action": "decrease", "current": 8192.0, "to": None,
+            "why": "prefill OOM", "then": "watch OOMs"}
+    assert plan_step_change(step) == "decrease --chunked-prefill-size: 8192 -> a value not computed (see why)"
+    assert plan_step_text(step) == "2. " + plan_step_change(step)
+    assert plan_step_change({"step": 1, "flag": None, "checks": ["queue_empty"]}) == "client side (queue_empty)"
+    assert plan_step_change({**step, "to": True, "current": None}) == "decrease --chunked-prefill-size: ? -> true"
+    line = plan_step_markdown(step, code=lambda t: f"[{t}]", text=str.upper)
+    assert line == f"2. [{plan_step_change(step)}] — PREFILL OOM. *Then:* WATCH OOMS."
+

@@ -13,7 +13,7 @@ from typing import Any
 
 from sglang_tuning_exporter.core.model import STATUS_CODE, Finding
 from sglang_tuning_exporter.fleet.document import FleetReport, InstanceReport, iso
-from sglang_tuning_exporter.guide.plan import plan_step_text
+from sglang_tuning_exporter.guide.plan import plan_step_change, plan_step_markdown
 
 SHORT = {"ok": "ok", "warning": "WARN", "critical": "CRIT", "unknown": "?", "": "-"}
 COLOURS = {"ok": "#2e7d32", "warning": "#f9a825", "critical": "#c62828", "unknown": "#9e9e9e"}
@@ -160,8 +160,7 @@ def _plan_markdown(inst: InstanceReport) -> list[str]:
     steps = inst.parts.get("plan") or []
     if steps:
         out += ["Plan, one change at a time:", ""]
-        out += [f"{s['step']}. {_code(plan_step_text(s).split('. ', 1)[1])} — {_md(s.get('why', ''))}. "
-                f"*Then:* {_md(s.get('then', ''))}." for s in steps]
+        out += [plan_step_markdown(s, code=_code, text=_md) for s in steps]
         out.append("")
     return out
 
@@ -320,7 +319,7 @@ def render_html(report: FleetReport) -> str:
                      f"<p>Model <code>{_e(inst.model_name or '?')}</code>, SGLang {_e(inst.version or '?')}.</p>"
                      + (f"<p><i>{_e(inst.parts['verdict'])}</i></p>" if inst.parts.get("verdict") else "")
                      + ("<ol class=\"plan\">" + "".join(
-                         f"<li><code>{_e(plan_step_text(s).split('. ', 1)[1])}</code> {_e(s.get('why', ''))}. "
+                         f"<li><code>{_e(plan_step_change(s))}</code> {_e(s.get('why', ''))}. "
                          f"<i>Then:</i> {_e(s.get('then', ''))}.</li>" for s in inst.parts.get("plan") or [])
                         + "</ol>" if inst.parts.get("plan") else "")
                      + (f'<div class="charts">{spark}</div>' if spark else "")

@@ -145,10 +145,8 @@ def load_guide(args: argparse.Namespace) -> Guide:
               d: fleet.InstanceData) -> dict[str, Any]:
         from sglang_tuning_exporter.guide import plan
 
-        got = plan.document_parts(table, findings, signals, d.server_state(), profile=profile, workload=workload,
-                                  config=config)
-        got["verdict"] = plan.verdict_line({**got, "findings": [f.to_json_dict() for f in findings]})
-        return got
+        return plan.document_parts(table, findings, signals, d.server_state(), profile=profile, workload=workload,
+                                   config=config)
 
     return Guide(evaluate=run, profile=profile, workload=workload,
                  checks=tuple(c.id for c in table.for_workload(workload)), params=params,

@@ -349,9 +349,8 @@ def findings_document(*, findings: list[Finding], signals: RankSignals, server: 
     if table is not None:
         parts = plan.document_parts(table, findings, signals, server, profile=prof, workload=workload, config=config)
     else:
-        parts = {"coverage": plan.coverage(findings), "indications": [], "plan": [], "command_diff": []}
+        parts = plan.unplanned_parts(findings)
     doc.update(_jsonable(parts))
-    doc["verdict"] = plan.verdict_line(doc)
     if extra:
         doc.update(extra)
     return doc

@@ -16,7 +16,7 @@ Pure functions of findings, signals and the server's arguments.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from sglang_tuning_exporter.core.model import STATUS_CODE, Finding, Rank, ServerState
@@ -331,14 +331,29 @@ def verdict_line(doc: Mapping[str, Any]) -> str:
 def document_parts(table: CheckTable, findings: Sequence[Finding], signals: RankSignals, server: ServerState, *,
                    profile: str | None = None, workload: str | None = None,
                    config: Config | None = None) -> dict[str, Any]:
-    """`coverage`, `indications`, `plan` (and the diff and the verdict line) for a findings document."""
+    """`coverage`, `indications`, `plan`, the command diff and the verdict line of a findings document
+    (diagnose, `/api/findings`, each instance of the fleet report)."""
     plan = build_plan(table, findings, signals, server)
-    return {"coverage": coverage(findings),
-            "indications": indications(table, findings, signals, profile=profile, workload=workload, config=config),
-            "plan": plan, "command_diff": command_diff(plan, server.args)}
+    parts: dict[str, Any] = {
+        "coverage": coverage(findings),
+        "indications": indications(table, findings, signals, profile=profile, workload=workload, config=config),
+        "plan": plan, "command_diff": command_diff(plan, server.args)}
+    return _with_verdict(parts, findings)
 
 
-__all__ = ["FIRING", "build_plan", "command_diff", "coverage", "document_parts", "indications", "verdict_line"]
+def unplanned_parts(findings: Sequence[Finding]) -> dict[str, Any]:
+    """The same parts without a checks table to plan from: coverage and the verdict line only."""
+    return _with_verdict({"coverage": coverage(findings), "indications": [], "plan": [], "command_diff": []},
+                         findings)
+
+
+def _with_verdict(parts: dict[str, Any], findings: Sequence[Finding]) -> dict[str, Any]:
+    parts["verdict"] = verdict_line({**parts, "findings": [f.to_json_dict() for f in findings]})
+    return parts
+
+
+__all__ = ["FIRING", "build_plan", "command_diff", "coverage", "document_parts", "indications", "plan_step_change",
+           "plan_step_markdown", "plan_step_text", "unplanned_parts", "verdict_line"]
 
 
 def _value_text(x: Any) -> str:
@@ -347,10 +362,23 @@ def _value_text(x: Any) -> str:
     return f"{x:g}" if isinstance(x, float) else str(x)
 
 
-def plan_step_text(step: Mapping[str, Any]) -> str:
-    """`1. increase --mem-fraction-static: 0.8 -> 0.86` (client steps: the change in words)."""
+def plan_step_change(step: Mapping[str, Any]) -> str:
+    """What a step changes, as every format shows it: `increase --mem-fraction-static: 0.8 -> 0.86`
+    (client steps: `client side (queue_empty)`)."""
     if step.get("flag") is None:
-        return f"{step['step']}. client side ({', '.join(step.get('checks', []))})"
+        return f"client side ({', '.join(step.get('checks', []))})"
     cur = "?" if step.get("current") is None else _value_text(step["current"])
     to = "a value not computed (see why)" if step.get("to") is None else _value_text(step["to"])
-    return f"{step['step']}. {step['action']} {step['flag']}: {cur} -> {to}"
+    return f"{step['action']} {step['flag']}: {cur} -> {to}"
+
+
+def plan_step_text(step: Mapping[str, Any]) -> str:
+    """`1. increase --mem-fraction-static: 0.8 -> 0.86`: the numbered change (text formats)."""
+    return f"{step['step']}. {plan_step_change(step)}"
+
+
+def plan_step_markdown(step: Mapping[str, Any], *, code: Callable[[str], str], text: Callable[[Any], str]) -> str:
+    """One Markdown list item of the plan: the change as a code span, why, then what to look at next;
+    `code` and `text` are the document's own escapers (a table cell and a list item escape alike)."""
+    return (f"{step['step']}. {code(plan_step_change(step))} — {text(step.get('why', ''))}. "
+            f"*Then:* {text(step.get('then', ''))}.")

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from sglang_tuning_exporter.core.model import STATUS_CODE, Finding
 from sglang_tuning_exporter.guide.checks import CheckTable
-from sglang_tuning_exporter.guide.plan import plan_step_text
+from sglang_tuning_exporter.guide.plan import plan_step_change, plan_step_markdown, plan_step_text
 
 if TYPE_CHECKING:
     from sglang_tuning_exporter.offline.diagnosis import FileDiagnosis, Series
@@ -221,8 +221,7 @@ def render_markdown(results: Sequence[FileDiagnosis], table: CheckTable) -> str:
             out.append("### Plan (one change at a time, in this order)")
             out.append("")
             for step in d["plan"]:
-                out.append(f"{step['step']}. {_md_code(plan_step_text(step).split('. ', 1)[1])}"
-                           f" — {_md(step.get('why', ''))}. *Then:* {_md(step.get('then', ''))}.")
+                out.append(plan_step_markdown(step, code=_md_code, text=_md))
             out.append("")
             if d.get("command_diff"):
                 out.append("```diff")
@@ -310,7 +309,7 @@ def render_html(results: Sequence[FileDiagnosis], table: CheckTable) -> str:
         if d.get("plan"):
             body.append("<h3>Plan (one change at a time, in this order)</h3><ol class=\"plan\">")
             for step in d["plan"]:
-                body.append(f"<li><code>{e(plan_step_text(step).split('. ', 1)[1])}</code>"
+                body.append(f"<li><code>{e(plan_step_change(step))}</code>"
                             f"<br>{e(step.get('why', ''))}<br><i>Then:</i> {e(step.get('then', ''))}</li>")
             body.append("</ol>")
             if d.get("command_diff"):
