@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from sglang_tuning_exporter.core.durations import parse_duration, promql_duration
+from sglang_tuning_exporter.core.flags import duration_flag
 from sglang_tuning_exporter.fleet import report
 from sglang_tuning_exporter.render import options as render_options
 from sglang_tuning_exporter.sidecar import serveconfig
@@ -46,7 +47,8 @@ def test_bare_numbers_are_seconds_where_allowed() -> None:
 
 def test_every_caller_uses_it() -> None:
     """serve, report and render options read durations alike (report also wants > 0 and a unit)."""
-    assert serveconfig.parse_duration is parse_duration and render_options.parse_duration is parse_duration
+    assert serveconfig.duration_flag is duration_flag and report.duration_flag is duration_flag
+    assert render_options.parse_duration is parse_duration
     assert report.parse_duration("1d12h") == parse_duration("1d12h")
     for bad in ("7", "0s"):
         with pytest.raises(report.UsageError):

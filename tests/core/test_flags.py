@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from helpers.paths import ROOT
 from sglang_tuning_exporter.cli import main
+from sglang_tuning_exporter.core.flags import duration_flag, is_http_url, read_secret
+from sglang_tuning_exporter.fleet import report
+from sglang_tuning_exporter.sidecar import serveconfig
 
 RECORDED = ROOT / "examples" / "recorded.log"
 
@@ -44,3 +49,41 @@ def test_help_names_every_guide_profile() -> None:
 
     table = load_table()
     assert set(GUIDE_PROFILES) == set(table.profiles) and GUIDE_PROFILES[0] == table.default_profile()
+
+
+def test_duration_flags_have_a_floor_and_are_never_zero() -> None:
+    """serve's intervals have a minimum, report's ranges need a unit; zero is refused by both."""
+    assert duration_flag("15s", minimum=0.01) == 15 and duration_flag("2") == 2
+    with pytest.raises(ValueError, match="below the minimum of 1s"):
+        duration_flag("500ms", minimum=1.0)
+    with pytest.raises(ValueError, match="must be more than 0"):
+        duration_flag("0s", bare_seconds=False)
+    with pytest.raises(ValueError, match="a unit is required"):
+        duration_flag("7", bare_seconds=False)
+
+
+@pytest.mark.parametrize(("url", "ok"), [
+    ("http://127.0.0.1:30000", True), ("https://prometheus.example/prefix", True), ("HTTP://p:9090", True),
+    ("prometheus:9090", False), ("ftp://p", False), ("http://", False), ("http:// p", False), ("", False)])
+def test_http_urls(url: str, ok: bool) -> None:
+    """The SGLang and the Prometheus URL are checked alike: http(s) with a host."""
+    assert is_http_url(url) is ok
+
+
+def test_secret_files(tmp_path: Path) -> None:
+    """A secret is read stripped; an unreadable file is named with the reason, never a traceback."""
+    path = tmp_path / "token"
+    path.write_text("  s3cret\n", encoding="utf-8")
+    assert read_secret(str(path), "token file") == "s3cret"
+    path.write_bytes(b"\xff\xfe")
+    with pytest.raises(ValueError, match=f"cannot read token file {path}"):
+        read_secret(str(path), "token file")
+    with pytest.raises(ValueError, match="cannot read key file /nonexistent/k: No such file"):
+        read_secret("/nonexistent/k", "key file")
+
+
+def test_serve_and_report_share_the_flag_helpers() -> None:
+    """One home for duration, URL and secret flags (core/flags): both commands call it."""
+    for helper in (duration_flag, is_http_url, read_secret):
+        assert getattr(serveconfig, helper.__name__) is helper and getattr(report, helper.__name__) is helper
+

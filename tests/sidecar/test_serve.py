@@ -15,6 +15,7 @@ import pytest
 from helpers.paths import FIXTURES
 from sglang_tuning_exporter import cli
 from sglang_tuning_exporter.core.events import Event
+from sglang_tuning_exporter.core.flags import duration_flag as parse_duration
 from sglang_tuning_exporter.core.model import Finding, Observation, Rank, ServerState
 from sglang_tuning_exporter.sidecar.engine import Advisor, LogInput
 from sglang_tuning_exporter.sidecar.serve import JsonFormatter, LogfmtFormatter, Loop, build_sidecar, make_web
@@ -22,7 +23,6 @@ from sglang_tuning_exporter.sidecar.serveconfig import (
     ServeConfigError,
     add_serve_flags,
     build_config,
-    parse_duration,
     parse_listen_address,
 )
 from sglang_tuning_exporter.sources.serverinfo import HttpError

@@ -5,7 +5,11 @@ from __future__ import annotations
 import argparse
 import os
 import re
+from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
+
+from sglang_tuning_exporter.core.durations import parse_duration
 
 ENV_PREFIX = "SGLANG_TUNING_"
 WORKLOADS = ("throughput", "latency", "long-context", "multi-turn")
@@ -60,3 +64,33 @@ def add_guide_flags(parser: argparse.ArgumentParser) -> None:
              help="YAML file overriding thresholds, windows and options")
     add_flag(parser, "--server-arg", action="append", default=[], metavar="KEY=VALUE",
              help="override a server argument the advice is computed from (repeatable)")
+
+
+# --- values of flags, shared by serve and report: ValueError with the reason, the caller names the flag
+
+
+def duration_flag(value: str, *, minimum: float = 0.0, bare_seconds: bool = True) -> float:
+    """A duration flag in seconds (core/durations grammar; `bare_seconds=False`: a unit is required),
+    at least `minimum` and more than 0: a zero interval, timeout or range is never a setting."""
+    seconds = parse_duration(value, bare_seconds=bare_seconds)
+    if seconds < minimum:
+        raise ValueError(f"{value!r} is below the minimum of {minimum:g}s")
+    if seconds <= 0:
+        raise ValueError(f"invalid duration {value!r}: must be more than 0")
+    return seconds
+
+
+def is_http_url(url: str) -> bool:
+    """An http(s) URL with a host, as both servers we talk to (SGLang, Prometheus) are reached."""
+    parts = urlsplit(url)
+    return parts.scheme in ("http", "https") and bool(parts.netloc) and not any(c.isspace() for c in parts.netloc)
+
+
+def read_secret(path: str, what: str) -> str:
+    """The stripped content of a file holding a secret (password, token, API key), never logged."""
+    try:
+        return Path(path).read_text(encoding="utf-8").strip()
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
+        raise ValueError(f"cannot read {what} {path}: {reason}") from None
+

@@ -19,9 +19,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sglang_tuning_exporter.core import durations
 from sglang_tuning_exporter.core.exit_codes import EXIT_OK, EXIT_RUNTIME, EXIT_USAGE
-from sglang_tuning_exporter.core.flags import add_flag, add_guide_flags
+from sglang_tuning_exporter.core.flags import (
+    add_flag,
+    add_guide_flags,
+    duration_flag,
+    is_http_url,
+    read_secret,
+)
 from sglang_tuning_exporter.core.model import Finding, Rank
 from sglang_tuning_exporter.fleet import changes as fleet_changes
 from sglang_tuning_exporter.fleet import queries as fleet
@@ -46,12 +51,9 @@ class OutputError(OSError):
 def parse_duration(text: str) -> float:
     """A Prometheus duration (`7d`, `12h`, `1d12h`, `90m`; a unit is required) in seconds, > 0."""
     try:
-        total = durations.parse_duration(text, bare_seconds=False)
+        return duration_flag(text, bare_seconds=False)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
-    if total <= 0:
-        raise UsageError(f"invalid duration {text!r}: must be more than 0")
-    return total
 
 
 def parse_time(text: str | None, now: float) -> float:
@@ -287,9 +289,9 @@ def _positive_int(raw: Any, flag: str) -> int:
 
 def _read_secret(path: str, what: str) -> str:
     try:
-        return Path(path).read_text(encoding="utf-8").strip()
-    except OSError as exc:
-        raise UsageError(f"cannot read {what} {path}: {exc.strerror or exc}") from None
+        return read_secret(path, what)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
 
 
 def _headers(raw: list[str]) -> tuple[tuple[str, str], ...]:
@@ -317,7 +319,7 @@ def prom_config(args: argparse.Namespace) -> PromConfig:
     url = args.prometheus_url
     if not url:
         problems.append("--prometheus.url is required (or set SGLANG_TUNING_PROMETHEUS_URL)")
-    elif not re.match(r"^https?://[^/\s]+", url):
+    elif not is_http_url(url):
         problems.append(f"--prometheus.url {url!r} must start with http:// or https://")
     password = args.prometheus_password
     if args.prometheus_password_file:

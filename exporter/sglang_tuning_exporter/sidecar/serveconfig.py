@@ -8,10 +8,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
-from sglang_tuning_exporter.core.durations import parse_duration
-from sglang_tuning_exporter.core.flags import add_flag, add_guide_flags
+from sglang_tuning_exporter.core.flags import (
+    add_flag,
+    add_guide_flags,
+    duration_flag,
+    is_http_url,
+    read_secret,
+)
 from sglang_tuning_exporter.core.problems import ProblemsError
 from sglang_tuning_exporter.guide.checks import CheckTable, TableError, load_table
 from sglang_tuning_exporter.guide.config import Config, ConfigError, load_config, parse_server_arg_overrides
@@ -114,13 +118,10 @@ def build_config(args: argparse.Namespace) -> ServeConfig:
 
     def duration(flag: str, value: str, minimum: float) -> float:
         try:
-            d = parse_duration(value)
+            return duration_flag(value, minimum=minimum)
         except ValueError as exc:
             problems.append(f"{flag}: {exc}")
             return minimum
-        if d < minimum:
-            problems.append(f"{flag}: {value!r} is below the minimum of {minimum:g}s")
-        return d
 
     host, port = "", DEFAULT_PORT
     try:
@@ -131,18 +132,16 @@ def build_config(args: argparse.Namespace) -> ServeConfig:
     if not path.startswith("/") or path in ("/", "/api/findings", "/-/healthy", "/-/ready"):
         problems.append(f"--web.telemetry-path: {path!r} must start with / and not clash with another endpoint")
     url = args.sglang_url or None
-    if url is not None:
-        parts = urlsplit(url)
-        if parts.scheme not in ("http", "https") or not parts.netloc:
-            problems.append(f"--sglang.url: {url!r} is not an http(s) URL like http://127.0.0.1:30000")
+    if url is not None and not is_http_url(url):
+        problems.append(f"--sglang.url: {url!r} is not an http(s) URL like http://127.0.0.1:30000")
     api_key: str | None = None
     if args.sglang_api_key_file:
         try:
-            api_key = Path(args.sglang_api_key_file).read_text(encoding="utf-8").strip() or None
+            api_key = read_secret(args.sglang_api_key_file, "key file") or None
             if api_key is None:
                 problems.append(f"--sglang.api-key-file: {args.sglang_api_key_file} is empty")
-        except (OSError, UnicodeDecodeError) as exc:
-            problems.append(f"--sglang.api-key-file: cannot read {args.sglang_api_key_file}: {exc}")
+        except ValueError as exc:
+            problems.append(f"--sglang.api-key-file: {exc}")
     log_file = Path(args.log_file) if args.log_file else None
     if log_file is not None and str(log_file) == "-" and not _stdin_open():
         problems.append("--sglang.log-file -: standard input is closed")
