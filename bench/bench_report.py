@@ -25,7 +25,8 @@ import requests
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
-import fleet_history as fh
+from helpers import fleet_history as fh
+from helpers.tsdb import build_blocks, running_prometheus
 from sglang_tuning_exporter.fleet import report
 
 
@@ -67,12 +68,12 @@ def run_once(n: int, days: float, step: int, keep: bool, repeat: int) -> dict[st
         print(f"[{n}] generated {len(files)} files in {out['generate_s']:.1f} s", file=sys.stderr, flush=True)
         out["openmetrics_mb"] = sum(f.stat().st_size for f in files) / 1e6
         t = time.perf_counter()
-        fh.build_blocks(files, root / "data")
+        build_blocks(files, root / "data")
         out["blocks_s"] = time.perf_counter() - t
         print(f"[{n}] promtool blocks in {out['blocks_s']:.1f} s", file=sys.stderr, flush=True)
         shutil.rmtree(root / "om")
         # Samples every `step` seconds: the lookback must reach the previous sample.
-        with fh.running_prometheus(root / "data", lookback=f"{max(300, step + 60)}s", ready_timeout_s=300) as url:
+        with running_prometheus(root / "data", lookback=f"{max(300, step + 60)}s", ready_timeout_s=300) as url:
             out["compaction_wait_s"] = wait_compacted(url)
             print(f"[{n}] waited {out['compaction_wait_s']:.0f} s for start-up compaction", file=sys.stderr, flush=True)
             for fmt in ("json", "html"):

@@ -7,9 +7,9 @@ a history of scrapes, computed by the real promtool and a real Prometheus (never
 - `dashboard_values`: every panel target of the shipped dashboards evaluated at one instant;
 - `fleet_report`: the `report --format json` document over a range.
 
-Also the shared machinery of the other Prometheus-backed tests (fleet_history, the dashboard lints):
-`build_blocks`, `running_prometheus`, `concrete` (Grafana variables), `panels` / `dashboard_targets`.
-Missing binaries: callers skip with `skip_reason()`.
+Also what the dashboard lints share: `concrete` (Grafana variables), `panels` / `dashboard_targets`. The
+backfill and the Prometheus it starts are `helpers/tsdb.py`'s; missing binaries: callers skip with
+`helpers.tsdb.missing_prometheus()`.
 """
 
 from __future__ import annotations
@@ -20,9 +20,7 @@ import itertools
 import json
 import math
 import re
-import shutil
 import subprocess
-import tempfile
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,26 +32,18 @@ import yaml
 from prometheus_client.openmetrics.parser import text_string_to_metric_families as openmetrics_families
 from prometheus_client.parser import text_string_to_metric_families as text_families
 
-from helpers.netutil import free_port, stop_process, wait_ready
 from helpers.paths import ROOT
+from helpers.tsdb import PROMTOOL, build_blocks, running_prometheus
 from sglang_tuning_exporter.fleet import report
 from sglang_tuning_exporter.guide.checks import load_table
 from sglang_tuning_exporter.render import rules as render_rules
 from sglang_tuning_exporter.render.options import RenderOptions
 
 DASHBOARDS = ROOT / "dashboards"
-PROMETHEUS = shutil.which("prometheus") or "/usr/bin/prometheus"
-PROMTOOL = shutil.which("promtool") or "/usr/bin/promtool"
 EXPORTER_JOB = "sglang-tuning-exporter"
 SGLANG_JOB = "sglang"
 
 Labels = frozenset[tuple[str, str]]
-
-
-def skip_reason() -> str | None:
-    """Why the evaluators cannot run here (a missing Debian binary), or None."""
-    missing = [p for p in (PROMETHEUS, PROMTOOL) if not Path(p).exists()]
-    return f"not installed: {', '.join(missing)} (Debian package prometheus)" if missing else None
 
 
 @dataclass(frozen=True)
@@ -182,47 +172,6 @@ def rules_check(scrapes: list[Scrape], at: float, expected: dict[str, list[dict[
 
 
 # ----------------------------------------------------------------------------- a real Prometheus
-
-
-def build_blocks(files: list[Path], data_dir: Path, parallel: int = 2) -> None:
-    """Turn each OpenMetrics file into TSDB blocks with the real promtool."""
-    data_dir.mkdir(parents=True, exist_ok=True)
-    pending = list(files)
-    running: list[tuple[subprocess.Popen[bytes], Path]] = []
-    while pending or running:
-        while pending and len(running) < parallel:
-            f = pending.pop(0)
-            proc = subprocess.Popen([PROMTOOL, "tsdb", "create-blocks-from", "openmetrics", "-q", str(f),
-                                     str(data_dir)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-            running.append((proc, f))
-        proc, f = running.pop(0)
-        _, err = proc.communicate(timeout=300)
-        if proc.returncode != 0:
-            raise RuntimeError(f"promtool failed on {f}: {err.decode(errors='replace')[:500]}")
-
-
-@contextlib.contextmanager
-def running_prometheus(data_dir: Path, *, lookback: str = "5m", ready_timeout_s: float = 60.0) -> Iterator[str]:
-    """Start the real Prometheus on `data_dir` (loopback, free port, no scrapes); yields its URL; always
-    stops it."""
-    cfg_dir = Path(tempfile.mkdtemp(prefix="conformance-prom-cfg-"))
-    cfg = cfg_dir / "prometheus.yml"
-    cfg.write_text("global:\n  scrape_interval: 1m\n  evaluation_interval: 1m\n", encoding="utf-8")
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
-    log = (cfg_dir / "prometheus.log").open("wb")
-    proc = subprocess.Popen(
-        [PROMETHEUS, f"--config.file={cfg}", f"--storage.tsdb.path={data_dir}",
-         f"--web.listen-address=127.0.0.1:{port}", "--storage.tsdb.retention.time=36500d",
-         f"--query.lookback-delta={lookback}", "--log.level=warn"],
-        stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    try:
-        wait_ready(proc, url + "/-/ready", cfg_dir / "prometheus.log", name="prometheus", timeout_s=ready_timeout_s)
-        yield url
-    finally:
-        stop_process(proc, 20.0)
-        log.close()
-        shutil.rmtree(cfg_dir, ignore_errors=True)
 
 
 def write_openmetrics(scrapes: Iterable[Scrape], path: Path) -> None:

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from helpers.tsdb import missing_prometheus
 from sglang_tuning_exporter.core.model import STATUS_CODE
 
 from . import promql
@@ -80,7 +81,7 @@ def _scrapes(sc: Scenario, reading: Reading) -> list[promql.Scrape]:
 
 @pytest.fixture(scope="module")
 def histories(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Scenario, list[promql.Scrape], float]]:
-    reason = promql.skip_reason()
+    reason = missing_prometheus()
     if reason:
         pytest.skip(reason)
     out = {}

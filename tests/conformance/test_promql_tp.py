@@ -29,12 +29,12 @@ from conformance.promql import (
     dashboard_values,
     fleet_report,
     rules_check,
-    skip_reason,
 )
+from helpers.tsdb import missing_prometheus
 from sglang_tuning_exporter.guide.checks import load_table
 from sglang_tuning_exporter.render import rules as render_rules
 
-REASON = skip_reason()
+REASON = missing_prometheus()
 pytestmark = [pytest.mark.integration, pytest.mark.skipif(REASON is not None, reason=REASON or "")]
 
 T0 = 1_793_491_200.0  # 2026-11-01T00:00:00Z

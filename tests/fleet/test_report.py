@@ -404,27 +404,3 @@ def test_nothing_judged_exits_1_with_one_line(keep: tuple[int, ...], monkeypatch
     assert (tmp_path / "r.md").exists() == bool(keep)  # an empty report is not written
     if keep:
         assert "No check fired on any server" not in (tmp_path / "r.md").read_text()
-
-
-def test_report_instances_carry_coverage_and_plan() -> None:
-    """Each instances[] entry has coverage, indications and plan, from the same code as diagnose."""
-    from sglang_tuning_exporter.guide import plan
-    from sglang_tuning_exporter.guide.checks import load_table
-
-    r = sample_report()
-    bad = r.instances[1]
-    parts = plan.document_parts(load_table(), list(bad.findings), {}, fleet.InstanceData(instance="x").server_state())
-    inst = InstanceReport(bad.instance, bad.model_name, bad.version, bad.args, bad.findings, parts=parts)
-    d = inst.to_json_dict()
-    assert d["coverage"] == {"checks": 2, "judged": 2, "unknown": 0, "unknown_why": {}}
-    assert [s["flag"] for s in d["plan"]] == ["--schedule-conservativeness", None]
-    assert d["indications"] == []
-    md = report_formats.render(dataclasses_replace(r, inst), "markdown")
-    assert "Plan, one change at a time" in md and "1. `increase --schedule-conservativeness: 1 -> 1.3`" in md
-
-
-def dataclasses_replace(r: FleetReport, inst: InstanceReport) -> FleetReport:
-    """`r` with its second instance replaced."""
-    import dataclasses
-
-    return dataclasses.replace(r, instances=(r.instances[0], inst, r.instances[2]))

@@ -7,7 +7,6 @@ promtool, served by a real Prometheus on loopback; the report runs through the C
 from __future__ import annotations
 
 import json
-import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -17,7 +16,9 @@ import pytest
 from helpers import fleet_history as fh
 from helpers.netutil import free_port
 from helpers.runners import report_main
+from helpers.tsdb import PROMTOOL, backfilled_prometheus
 from sglang_tuning_exporter.cli import main
+from sglang_tuning_exporter.guide.checks import load_table
 
 pytestmark = pytest.mark.integration
 
@@ -28,13 +29,8 @@ LENGTH_S = 86400.0
 @pytest.fixture(scope="module")
 def prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A real Prometheus serving the synthetic history; yields its URL."""
-    if not (Path(fh.PROMETHEUS).exists() and Path(fh.PROMTOOL).exists()):
-        pytest.skip("prometheus/promtool not installed (Debian packages prometheus)")
-    root = tmp_path_factory.mktemp("fleet")
-    files = fh.write_history(fh.fleet(N_INSTANCES), fh.HISTORY_END, LENGTH_S, 300, root / "om")
-    fh.build_blocks(files, root / "data")
-    shutil.rmtree(root / "om")
-    with fh.running_prometheus(root / "data") as url:
+    with backfilled_prometheus(lambda om: fh.write_history(fh.fleet(N_INSTANCES), fh.HISTORY_END, LENGTH_S, 300, om),
+                               tmp_path_factory.mktemp("fleet")) as url:
         yield url
 
 
@@ -97,6 +93,28 @@ def test_suggested_values_follow_the_guide(report_json: dict[str, Any]) -> None:
     assert head["current"] == pytest.approx(0.88) and head["suggested"] > 0.88
     graph = hit("10.9.0.4:9470", "cuda_graph_uncovered")
     assert graph["flag"] == "--cuda-graph-max-bs" and graph["current"] == 160 and graph["suggested"] >= 300
+
+
+def test_report_instances_carry_coverage_and_plan(report_json: dict[str, Any], prometheus: str,
+                                                  tmp_path: Path) -> None:
+    """Every instances[] entry of the real report carries coverage, indications, the plan and the verdict line,
+    from the same code as diagnose: coverage adds up to the workload's checks, a server with a firing flag
+    check has a plan step for that flag (a client-side one a client step), a healthy one has none."""
+    checks = len(load_table().for_workload(report_json["workload"]))
+    for inst in report_json["instances"]:
+        cov = inst["coverage"]
+        assert cov["checks"] == checks and cov["judged"] + cov["unknown"] == checks, inst["instance"]
+        assert set(cov["unknown_why"]) <= {f["check"] for f in inst["findings"]}
+        assert isinstance(inst["indications"], list) and inst["verdict"], inst["instance"]
+        flags = {f["flag"] for f in firing(inst)}  # None: a client-side step
+        planned = {s["flag"] for s in inst["plan"]}
+        assert flags <= planned and bool(planned) == bool(flags), (inst["instance"], flags, planned)
+    storm = next(i for i in report_json["instances"] if i["instance"] == "10.9.0.1:9470")
+    step = next(s for s in storm["plan"] if s["flag"] == "--schedule-conservativeness")
+    assert step["action"] == "increase" and step["to"] == pytest.approx(1.3) and step["why"] and step["then"]
+    code, md = run_report(prometheus, tmp_path, "markdown", "--selector", '{instance="10.9.0.1:9470"}')
+    assert code == 0 and "Plan, one change at a time" in md
+    assert f"{step['step']}. `increase --schedule-conservativeness: " in md
 
 
 def test_dp_rank_storm_names_only_that_rank(report_json: dict[str, Any]) -> None:
@@ -217,7 +235,7 @@ def test_sidecar_signals_come_back_in_their_docs_unit(tmp_path: Path) -> None:
 
     from sglang_tuning_exporter.fleet.queries import sidecar_signals_expr
 
-    if not Path(fh.PROMTOOL).exists():
+    if not Path(PROMTOOL).exists():
         pytest.skip("promtool not installed")
     new = 'instance="new:9470", dp_rank="0", pp_rank="", tp_rank="0"'
     old = 'instance="old:9470", dp_rank="0", pp_rank="", tp_rank="0"'
@@ -243,6 +261,6 @@ def test_sidecar_signals_come_back_in_their_docs_unit(tmp_path: Path) -> None:
             {"expr": f"round({sidecar_signals_expr('', '10m')}, 0.001)", "eval_time": "15m",
              "exp_samples": expected}]}]}
     (tmp_path / "t.yaml").write_text(yaml.safe_dump(test, sort_keys=False), encoding="utf-8")
-    proc = subprocess.run([fh.PROMTOOL, "test", "rules", "t.yaml"], cwd=tmp_path, capture_output=True, text=True,
+    proc = subprocess.run([PROMTOOL, "test", "rules", "t.yaml"], cwd=tmp_path, capture_output=True, text=True,
                           timeout=60, check=False)
     assert proc.returncode == 0, proc.stdout + proc.stderr

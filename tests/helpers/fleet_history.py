@@ -1,5 +1,5 @@
 """Synthetic fleet history for the report: OpenMetrics files for `promtool tsdb create-blocks-from openmetrics`
-(the harness that turns them into blocks and starts a real Prometheus on them is conformance/promql.py's).
+(helpers/tsdb.py turns them into blocks and starts a real Prometheus, or VictoriaMetrics, on them).
 
 The fleet is mostly healthy servers, plus a fixed set of known mis-tuned ones whose instance names the tests
 assert on. Values are deterministic functions of (instance, time), so a history can be written in 2-hour
@@ -13,11 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
 
-# The Prometheus machinery is shared with the conformance suite (re-exported for the report tests).
-from conformance.promql import PROMETHEUS, PROMTOOL, build_blocks, running_prometheus
 from sglang_tuning_exporter.fleet.queries import RULE_DECODE_SAMPLES, RULE_RETRACTIONS
-
-__all__ = ["PROMETHEUS", "PROMTOOL", "build_blocks", "running_prometheus"]
 
 BLOCK_S = 7200
 GIB = float(1 << 30)

@@ -10,71 +10,27 @@ verdicts must not.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
-import shutil
-import subprocess
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-import requests
 
 from helpers import fleet_history as fh
-from helpers.netutil import free_port, stop_process, wait_ready
+from helpers.tsdb import backfilled_victoria_metrics
 from sglang_tuning_exporter.fleet import report
 
 pytestmark = pytest.mark.integration
 
-VM = shutil.which("victoria-metrics") or "/usr/bin/victoria-metrics"
 N_INSTANCES = 200  # as in the Prometheus run: the known mis-tuned servers and 191 healthy ones
-
-
-def _prometheus_text(om_file: Path) -> Iterator[bytes]:
-    """OpenMetrics samples (timestamps in seconds) as Prometheus text lines (milliseconds) for /api/v1/import."""
-    with om_file.open("rb") as f:
-        for line in f:
-            if line.startswith(b"#") or not line.strip():
-                continue
-            head, value, ts = line.rsplit(b" ", 2)
-            yield b"%s %s %d\n" % (head, value, int(float(ts)) * 1000)
-
-
-@contextlib.contextmanager
-def running_victoria_metrics(data_dir: Path) -> Iterator[str]:
-    """VictoriaMetrics on loopback (free port) with Prometheus' 5-minute lookback; yields its URL."""
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
-    log_dir = Path(tempfile.mkdtemp(prefix="report-vm-"))
-    log = (log_dir / "vm.log").open("wb")
-    proc = subprocess.Popen(
-        [VM, f"-storageDataPath={data_dir}", f"-httpListenAddr=127.0.0.1:{port}", "-retentionPeriod=100y",
-         "-search.maxStalenessInterval=5m", "-search.latencyOffset=0s", "-search.disableCache",
-         "-loggerLevel=ERROR"],
-        stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    try:
-        wait_ready(proc, url + "/health", log_dir / "vm.log", name="victoria-metrics")
-        yield url
-    finally:
-        stop_process(proc, 20.0)
-        log.close()
-        shutil.rmtree(log_dir, ignore_errors=True)
 
 
 @pytest.fixture(scope="module")
 def victoria(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """VictoriaMetrics holding the synthetic history of N_INSTANCES servers over one day; yields its URL."""
-    if not Path(VM).exists():
-        pytest.skip("victoria-metrics not installed (Debian package victoria-metrics)")
-    root = tmp_path_factory.mktemp("vmfleet")
-    files = fh.write_history(fh.fleet(N_INSTANCES), fh.HISTORY_END, 86400.0, 300, root / "om")
-    with running_victoria_metrics(root / "data") as url:
-        for f in files:
-            resp = requests.post(url + "/api/v1/import/prometheus", data=b"".join(_prometheus_text(f)), timeout=120)
-            assert resp.status_code == 204, resp.text[:300]
-        assert requests.get(url + "/internal/force_flush", timeout=30).status_code == 200
+    with backfilled_victoria_metrics(lambda om: fh.write_history(fh.fleet(N_INSTANCES), fh.HISTORY_END, 86400.0, 300, om),
+                                     tmp_path_factory.mktemp("vmfleet")) as url:
         yield url
 
 
