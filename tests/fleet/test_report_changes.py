@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from helpers import fleet_history as fh
-from helpers.runners import report_main
+from helpers.runners import report_json, report_output
 from helpers.tsdb import backfilled_prometheus
 from sglang_tuning_exporter.fleet import changes as fleet_changes
 from sglang_tuning_exporter.fleet import queries as fleet
@@ -59,18 +59,12 @@ def prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 
 def run_report(url: str, tmp: Path, fmt: str, *extra: str) -> tuple[int, str]:
-    out = tmp / f"report.{fmt}"
-    code = report_main(["--prometheus.url", url, "--range", "8h", "--end", str(END), "--format", fmt,
-                        "--output", str(out), *extra])
-    return code, out.read_text(encoding="utf-8") if out.exists() else ""
+    return report_output(url, tmp, fmt, length="8h", end=END, extra=extra)
 
 
 @pytest.fixture(scope="module")
 def doc(prometheus: str, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    code, text = run_report(prometheus, tmp_path_factory.mktemp("out"), "json")
-    assert code == 0
-    out: dict[str, Any] = json.loads(text)
-    return out
+    return report_json(prometheus, tmp_path_factory.mktemp("out"), length="8h", end=END)
 
 
 def changes(doc: dict[str, Any], instance: str) -> list[dict[str, Any]]:

@@ -14,8 +14,9 @@ from typing import Any
 import pytest
 
 from helpers import fleet_history as fh
+from helpers import runners
 from helpers.netutil import free_port
-from helpers.runners import report_main
+from helpers.runners import report_main, report_output
 from helpers.tsdb import PROMTOOL, backfilled_prometheus
 from sglang_tuning_exporter.cli import main
 from sglang_tuning_exporter.guide.checks import load_table
@@ -35,20 +36,14 @@ def prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 
 def run_report(url: str, tmp: Path, fmt: str, *extra: str) -> tuple[int, str]:
-    """Run `report` with its own flags; returns (exit code, output text)."""
-    out = tmp / f"report.{fmt}"
-    code = report_main(["--prometheus.url", url, "--range", "1d", "--end", str(fh.HISTORY_END),
-                 "--format", fmt, "--output", str(out), *extra])
-    return code, out.read_text(encoding="utf-8") if out.exists() else ""
+    """Run `report` with its own flags over the history's day; returns (exit code, output text)."""
+    return report_output(url, tmp, fmt, length="1d", end=fh.HISTORY_END, extra=extra)
 
 
 @pytest.fixture(scope="module")
 def report_json(prometheus: str, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """The JSON report of the whole fleet."""
-    code, text = run_report(prometheus, tmp_path_factory.mktemp("out"), "json")
-    assert code == 0
-    doc: dict[str, Any] = json.loads(text)
-    return doc
+    return runners.report_json(prometheus, tmp_path_factory.mktemp("out"), length="1d", end=fh.HISTORY_END)
 
 
 def firing(inst: dict[str, Any]) -> list[dict[str, Any]]:

@@ -103,3 +103,20 @@ def report_main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="report")
     report.add_arguments(parser)
     return report.run(parser.parse_args(argv))
+
+
+def report_output(url: str, out_dir: Path, fmt: str, *, length: str, end: float, extra: tuple[str, ...] = ()
+                  ) -> tuple[int, str]:
+    """`report` on `url` over `length` ending at `end`, written to a file; (exit code, output text)."""
+    out = out_dir / f"report.{fmt}"
+    code = report_main(["--prometheus.url", url, "--range", length, "--end", str(end), "--format", fmt,
+                        "--output", str(out), *extra])
+    return code, out.read_text(encoding="utf-8") if out.exists() else ""
+
+
+def report_json(url: str, out_dir: Path, *, length: str, end: float, extra: tuple[str, ...] = ()) -> dict[str, Any]:
+    """The JSON report document of a run that must succeed."""
+    code, text = report_output(url, out_dir, "json", length=length, end=end, extra=extra)
+    assert code == 0, text
+    doc: dict[str, Any] = json.loads(text)
+    return doc

@@ -9,17 +9,14 @@ verdicts must not.
 
 from __future__ import annotations
 
-import argparse
-import json
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from helpers import fleet_history as fh
+from helpers.runners import report_json
 from helpers.tsdb import backfilled_victoria_metrics
-from sglang_tuning_exporter.fleet import report
 
 pytestmark = pytest.mark.integration
 
@@ -34,21 +31,10 @@ def victoria(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         yield url
 
 
-def _report(url: str, tmp: Path, *extra: str) -> dict[str, Any]:
-    parser = argparse.ArgumentParser(prog="report")
-    report.add_arguments(parser)
-    out = tmp / "report.json"
-    code = report.run(parser.parse_args(["--prometheus.url", url, "--range", "1d", "--end", str(fh.HISTORY_END),
-                                         "--format", "json", "--output", str(out), *extra]))
-    assert code == 0
-    doc: dict[str, Any] = json.loads(out.read_text(encoding="utf-8"))
-    return doc
-
-
 @pytest.fixture(scope="module")
 def vm_report(victoria: str, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """The JSON report of the fleet, from VictoriaMetrics."""
-    return _report(victoria, tmp_path_factory.mktemp("vmout"))
+    return report_json(victoria, tmp_path_factory.mktemp("vmout"), length="1d", end=fh.HISTORY_END)
 
 
 def _firing(inst: dict[str, Any]) -> list[str]:
