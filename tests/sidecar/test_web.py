@@ -101,3 +101,20 @@ def test_real_loopback_server() -> None:
         server.server_close()
         thread.join(timeout=5)
     assert not thread.is_alive()
+
+
+def test_plan_steps_show_values_as_every_other_format() -> None:
+    """The page's plan spells a step's values as diagnose and the report do (guide/plan.plan_step_values):
+    a whole float without `.0`, a missing proposal said in words."""
+    app, st = _app()
+    steps = [{"step": 1, "flag": "--chunked-prefill-size", "action": "decrease", "current": 8192.0, "to": None,
+              "checks": ["prefill_oom"], "why": "prefill ran out of memory", "then": "watch OOMs"},
+             {"step": 2, "flag": "--schedule-conservativeness", "action": "increase", "current": 1.0, "to": 1.3,
+              "checks": ["retractions_frequent"], "why": "retractions", "then": "watch retractions"}]
+    snap = st.snapshot(3.0)
+    st.set_evaluation(signals={Rank(dp=0): {"retractions_per_minute": 4.0}}, findings=list(snap.findings),
+                      document=lambda: {"profile": "p", "findings": [], "plan": steps}, now=2.0)
+    page = app.handle("GET", "/").body.decode()
+    assert "decrease <code class=\"flag\">--chunked-prefill-size</code>: 8192 &rarr; a value not computed (see why)" \
+        in page
+    assert "increase <code class=\"flag\">--schedule-conservativeness</code>: 1 &rarr; 1.3" in page

@@ -362,13 +362,19 @@ def _value_text(x: Any) -> str:
     return f"{x:g}" if isinstance(x, float) else str(x)
 
 
+def plan_step_values(step: Mapping[str, Any]) -> tuple[str, str]:
+    """A flag step's current and proposed values as every format shows them (`8192`, not `8192.0`)."""
+    cur = "?" if step.get("current") is None else _value_text(step["current"])
+    to = "a value not computed (see why)" if step.get("to") is None else _value_text(step["to"])
+    return cur, to
+
+
 def plan_step_change(step: Mapping[str, Any]) -> str:
     """What a step changes, as every format shows it: `increase --mem-fraction-static: 0.8 -> 0.86`
     (client steps: `client side (queue_empty)`)."""
     if step.get("flag") is None:
         return f"client side ({', '.join(step.get('checks', []))})"
-    cur = "?" if step.get("current") is None else _value_text(step["current"])
-    to = "a value not computed (see why)" if step.get("to") is None else _value_text(step["to"])
+    cur, to = plan_step_values(step)
     return f"{step['action']} {step['flag']}: {cur} -> {to}"
 
 

@@ -168,7 +168,7 @@ class WebApp:
         return self._template.render(
             verdict=doc.get("verdict") or (plan.verdict_line({"coverage": cov, "findings": []}) if snap.findings
                                            else ""),
-            blind=blind, unknown_checks=unknown_checks, plan_steps=doc.get("plan") or [],
+            blind=blind, unknown_checks=unknown_checks, plan_steps=[{**st, "values": plan.plan_step_values(st)} for st in doc.get("plan") or []],
             command_diff=doc.get("command_diff") or [], indications=doc.get("indications") or [],
             firing=[r for r in rows if r["status"] in ("warning", "critical")],
             unknown_rows=[r for r in rows if r["status"] == "unknown"],
