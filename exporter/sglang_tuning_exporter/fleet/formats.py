@@ -11,6 +11,7 @@ import json
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from sglang_tuning_exporter.core.markdown import md_text
 from sglang_tuning_exporter.core.model import STATUS_CODE, Finding
 from sglang_tuning_exporter.fleet.document import FleetReport, InstanceReport, iso
 from sglang_tuning_exporter.guide.plan import plan_step_change, plan_step_markdown
@@ -82,12 +83,6 @@ def _range_text(report: FleetReport) -> str:
     return f"{iso(report.start)} → {iso(report.end)} ({days:g} d)"
 
 
-def _md(text: Any) -> str:
-    # Plain Markdown text: a pipe or newline would break a table row; <, > and & must not become HTML.
-    raw = str(text).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
-    return raw.replace("|", "\\|").replace("\n", " ")
-
-
 def _code(text: Any) -> str:
     # Inside a code span entities are shown literally, so only backticks, pipes and newlines need care.
     return "`" + str(text).replace("`", "'").replace("|", "\\|").replace("\n", " ") + "`"
@@ -110,8 +105,8 @@ def render_markdown(report: FleetReport) -> str:
     out += ["", "### Most common findings", ""]
     if common:
         out += ["| check | servers | worst | flag | action |", "|---|---:|---|---|---|"]
-        out += [f"| {c['check']} | {c['servers']} | {c['worst']} | {_md(c['flag'] or 'client side')} | "
-                f"{_md(c['action'])} |" for c in common]
+        out += [f"| {c['check']} | {c['servers']} | {c['worst']} | {md_text(c['flag'] or 'client side')} | "
+                f"{md_text(c['action'])} |" for c in common]
     else:
         out.append(_nothing_fired(report))
     out += ["", "## Mis-tuned servers", ""]
@@ -121,12 +116,12 @@ def render_markdown(report: FleetReport) -> str:
     for inst in bad:
         out.append(f"### {_code(inst.instance)} — {inst.status}")
         out.append("")
-        out.append(f"Model {_code(inst.model_name or '?')}, SGLang {_md(inst.version or '?')}.")
+        out.append(f"Model {_code(inst.model_name or '?')}, SGLang {md_text(inst.version or '?')}.")
         out.append("")
         out += _plan_markdown(inst)
         out += ["| check | rank | status | change | evidence |", "|---|---|---|---|---|"]
         for f in inst.firing():
-            out.append(f"| {f.check} | {rank_of(f)} | {f.status} | {_md(change_text(f))} | {_md(f.evidence)} |")
+            out.append(f"| {f.check} | {rank_of(f)} | {f.status} | {md_text(change_text(f))} | {md_text(f.evidence)} |")
         out.append("")
     out += _changes_markdown(report)
     out += _drift_markdown(report)
@@ -136,7 +131,7 @@ def render_markdown(report: FleetReport) -> str:
     out.append("|---|---|---|" + "---|" * len(checks))
     for inst in report.instances:
         cells = [SHORT[cell_status(inst, c)] for c in checks]
-        out.append(f"| {_code(inst.instance)} | {_md(inst.model_name or '?')} | {inst.status} | "
+        out.append(f"| {_code(inst.instance)} | {md_text(inst.model_name or '?')} | {inst.status} | "
                    + " | ".join(cells) + " |")
     out += ["", "Legend: ok, WARN = warning, CRIT = critical, ? = unknown (not enough data), "
                 "- = not evaluated.", ""]
@@ -156,11 +151,11 @@ def _nothing_fired(report: FleetReport) -> str:
 
 def _plan_markdown(inst: InstanceReport) -> list[str]:
     """The instance's verdict line and plan: what to change first (interfaces.md `plan`)."""
-    out = [f"*{_md(inst.parts.get('verdict', ''))}*", ""] if inst.parts.get("verdict") else []
+    out = [f"*{md_text(inst.parts.get('verdict', ''))}*", ""] if inst.parts.get("verdict") else []
     steps = inst.parts.get("plan") or []
     if steps:
         out += ["Plan, one change at a time:", ""]
-        out += [plan_step_markdown(s, code=_code, text=_md) for s in steps]
+        out += [plan_step_markdown(s, code=_code, text=md_text) for s in steps]
         out.append("")
     return out
 
@@ -190,13 +185,13 @@ def _changes_markdown(report: FleetReport) -> list[str]:
         return []
     out = ["## Changes within the range", "", "| at | server | flag | from | to | verdict | why |",
            "|---|---|---|---|---|---|---|"]
-    out += [f"| {_md(c['at'])} | {_code(name)} | {_code(c['flag'])} | {_md(fmt_value(c['from']))} | "
-            f"{_md(fmt_value(c['to']))} | **{_md(c['verdict'])}** | {_md(c['why'])} |" for name, c in rows]
+    out += [f"| {md_text(c['at'])} | {_code(name)} | {_code(c['flag'])} | {md_text(fmt_value(c['from']))} | "
+            f"{md_text(fmt_value(c['to']))} | **{md_text(c['verdict'])}** | {md_text(c['why'])} |" for name, c in rows]
     out += ["", "### Servers that still lag their peers", ""]
     if not report.lagging:
         out.append("None: no improvement seen on one server is missing on a peer of the same model.")
     for g in report.lagging:
-        out.append(f"- {_md(g.model_name)}: {_md(lagging_text(g))}")
+        out.append(f"- {md_text(g.model_name)}: {md_text(lagging_text(g))}")
     return [*out, ""]
 
 
@@ -209,8 +204,8 @@ def _drift_markdown(report: FleetReport) -> list[str]:
     for d in report.drift:
         items = list(d.values.items())
         top_val, top_insts = items[0]
-        others = "; ".join(f"{_code(v)} on {_md(_listing(i))}" for v, i in items[1:])
-        out.append(f"| {_md(d.model_name)} | {_code(d.arg)} | {_code(top_val)} ({len(top_insts)} servers) | {others} |")
+        others = "; ".join(f"{_code(v)} on {md_text(_listing(i))}" for v, i in items[1:])
+        out.append(f"| {md_text(d.model_name)} | {_code(d.arg)} | {_code(top_val)} ({len(top_insts)} servers) | {others} |")
     return out
 
 

@@ -11,6 +11,7 @@ import json
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from sglang_tuning_exporter.core.markdown import md_text
 from sglang_tuning_exporter.core.model import STATUS_CODE, Finding
 from sglang_tuning_exporter.guide.checks import CheckTable
 from sglang_tuning_exporter.guide.plan import plan_step_change, plan_step_markdown, plan_step_text
@@ -195,10 +196,6 @@ def _window_of(r: FileDiagnosis, f: Finding) -> str:
     return ""
 
 
-def _md(s: Any) -> str:
-    return html.escape(str(s), quote=False).replace("|", "\\|").replace("\n", " ")
-
-
 def _md_code(s: Any) -> str:
     """A Markdown code span: its text is shown literally, so it is not HTML-escaped."""
     text = str(s).replace("\n", " ")
@@ -212,16 +209,16 @@ def render_markdown(results: Sequence[FileDiagnosis], table: CheckTable) -> str:
     for r in results:
         out.append(f"## {_md_code(r.source)}")
         out.append("")
-        out.extend(f"- {_md(h)}" for h in _header_lines(r))
+        out.extend(f"- {md_text(h)}" for h in _header_lines(r))
         out.append("")
         d = r.document
-        out.append(f"**{_md(d.get('verdict', ''))}**")
+        out.append(f"**{md_text(d.get('verdict', ''))}**")
         out.append("")
         if d.get("plan"):
             out.append("### Plan (one change at a time, in this order)")
             out.append("")
             for step in d["plan"]:
-                out.append(plan_step_markdown(step, code=_md_code, text=_md))
+                out.append(plan_step_markdown(step, code=_md_code, text=md_text))
             out.append("")
             if d.get("command_diff"):
                 out.append("```diff")
@@ -231,33 +228,33 @@ def render_markdown(results: Sequence[FileDiagnosis], table: CheckTable) -> str:
         out.append("| check | status | ranks | summary |")
         out.append("|---|---|---|---|")
         for cid, status, ranks, summary in _rows(r, table):
-            out.append(f"| `{cid}` | **{status}** | {_md(ranks)} | {_md(summary)} |")
+            out.append(f"| `{cid}` | **{status}** | {md_text(ranks)} | {md_text(summary)} |")
         out.append("")
         firing = _firing(r)
         why = not_judged(d)
         if why:
             out.append(f"### Not judged ({len(why)} of {d['coverage']['checks']} checks)")
             out.append("")
-            out.extend(f"- `{cid}`: {_md(text)}" for cid, text in why)
+            out.extend(f"- `{cid}`: {md_text(text)}" for cid, text in why)
             out.append("")
         if d.get("indications"):
             out.append("### Indications (too few samples to judge; not findings)")
             out.append("")
-            out.extend(f"- `{i['check']}` on {_md(rank_text(i['rank'], 'the server'))}: {_md(i['evidence'])}"
+            out.extend(f"- `{i['check']}` on {md_text(rank_text(i['rank'], 'the server'))}: {md_text(i['evidence'])}"
                        for i in d["indications"])
             out.append("")
         for f in firing:
-            out.append(f"### {f.status.upper()}: `{f.check}` on {_md(rank_text(f.rank, 'the server'))}")
+            out.append(f"### {f.status.upper()}: `{f.check}` on {md_text(rank_text(f.rank, 'the server'))}")
             out.append("")
             out.append(f"- **Change:** {_md_code(change_text(f))}")
-            out.append(f"- **Evidence:** {_md(f.evidence)}")
+            out.append(f"- **Evidence:** {md_text(f.evidence)}")
             win = _window_of(r, f)
             if win:
-                out.append(f"- **Window:** {_md(win)}")
+                out.append(f"- **Window:** {md_text(win)}")
             if f.guide:
-                out.append(f"- **Guide:** {_md(f.guide)}")
+                out.append(f"- **Guide:** {md_text(f.guide)}")
             if f.tradeoff:
-                out.append(f"- **Trade-off:** {_md(f.tradeoff)}")
+                out.append(f"- **Trade-off:** {md_text(f.tradeoff)}")
             out.append("")
         out.append("")
     return "\n".join(out)
