@@ -195,17 +195,21 @@ def micro() -> list[tuple[str, float]]:
     """Per-line costs (best of 5) of the pieces the rates are made of, in microseconds."""
     import timeit
 
-    from sglang_tuning_exporter.sources.logparse import fast_batch, parse_line
+    from sglang_tuning_exporter.sources.grammar import Grammar
+    from sglang_tuning_exporter.sources.logparse import parse_line
     access = '[2025-10-09 08:53:21] INFO:     10.0.2.7:41234 - "POST /v1/chat/completions HTTP/1.1" 200 OK'
     other = "[2025-10-09 08:53:21 DP2 TP2 EP2] Scheduler.run_batch sleep 180.0s"
     decode = ("[2025-10-09 08:53:21 DP2 TP2 EP2] Decode batch, #running-req: 405, #token: 1365109, "
               "token usage: 0.05, pre-allocated usage: 0.00, #prealloc-req: 0, #transfer-req: 0, "
               "#retracted-req: 0, cuda graph: True, gen throughput (token/s): 847.17, #queue-req: 596")
-    parse_line(decode, 1)  # teach the layout
+    g = Grammar()  # a reader's: learns the layout at its second line
+    parse_line(decode, 1, g)
+    parse_line(decode, 1, g)
     cases = [("parse_line, uvicorn access line (rejected)", lambda: parse_line(access, 1)),
              ("parse_line, other chatter (rejected)", lambda: parse_line(other, 1)),
-             ("parse_line, Decode line (full event)", lambda: parse_line(decode, 1)),
-             ("reader shortcut, Decode line (full event)", lambda: fast_batch(decode, 1)),
+             ("parse_line, Decode line (full event, nothing learnt)", lambda: parse_line(decode, 1)),
+             ("parse_line, Decode line (full event, a reader's grammar)", lambda: parse_line(decode, 1, g)),
+             ("reader shortcut, Decode line (full event)", lambda: g.fast_batch(decode, 1)),
              ("naive regex search, Decode line", lambda: NAIVE.search(decode))]
     n = 20000
     return [(label, min(timeit.repeat(f, number=n, repeat=5)) / n * 1e6) for label, f in cases]

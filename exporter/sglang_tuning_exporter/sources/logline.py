@@ -1,6 +1,6 @@
 """The parser's common ground: a line's prefix (timestamp, rank tags, decorations), values and
-canonical keys, and the batch-line layouts learnt from lines already read (a speed cache: the result
-never depends on it). Pure: no I/O, no clock."""
+canonical keys. Pure and stateless: no I/O, no clock, nothing kept between calls (what a reader learns
+from its lines is in grammar.Grammar)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,6 @@ import re
 from collections.abc import Callable
 from typing import Any, Final
 
-from sglang_tuning_exporter.core import events as ev
 from sglang_tuning_exporter.core.events import Event
 
 
@@ -30,8 +29,6 @@ _CUT_DATE = re.compile(r"\d-\d\d-\d\d[ T]$")
 _RANK_V01 = re.compile(r"\bRank (\d+): ")
 _RANK_KEYS = {"DP": "dp", "PP": "pp", "TP": "tp", "EP": "ep", "ATTN_CP": "attn_cp", "MOE_DP": "moe_dp"}
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
-_PREFIX_CACHE: dict[str, tuple[str | None, dict[str, int]]] = {}
-_PREFIX_CACHE_MAX = 4096
 
 
 def _compute_prefix(prefix: str) -> tuple[str | None, dict[str, int]]:
@@ -59,34 +56,26 @@ def _compute_prefix(prefix: str) -> tuple[str | None, dict[str, int]]:
 
 # SGLang's own prefix, `[YYYY-MM-DD HH:MM:SS(.mmm)( RANKn)*] `: read without the general search.
 _STD_PREFIX_GROUPS = r"\[(\d{4}-\d\d-\d\d) (\d\d:\d\d:\d\d(?:\.\d{1,6})?)((?: [A-Z_]+\d+)*)\] "
-_STD_PREFIX = re.compile(_STD_PREFIX_GROUPS)  # LineBatches starts every layout with the same groups
-_RANK_CACHE: dict[str, dict[str, int]] = {}
+_STD_PREFIX = re.compile(_STD_PREFIX_GROUPS)  # grammar.LineBatches starts every layout with the same groups
+
+
+def std_ranks(tags: str) -> dict[str, int]:
+    """The ranks of the tags of SGLang's own prefix (` DP0 TP1`)."""
+    return {_RANK_KEYS[k]: int(v) for k, v in _RANK.findall(tags)}
 
 
 def split_prefix(prefix: str) -> tuple[str | None, dict[str, int]]:
-    """Time (ISO, or HH:MM:SS when the log has no date) and ranks named by a line prefix."""
-    hit = _PREFIX_CACHE.get(prefix)
-    if hit is None:
-        if len(_PREFIX_CACHE) >= _PREFIX_CACHE_MAX:
-            _PREFIX_CACHE.clear()
-        m = _STD_PREFIX.fullmatch(prefix)
-        if m is not None:
-            tags = m.group(3)
-            rank = _RANK_CACHE.get(tags)
-            if rank is None:
-                rank = {_RANK_KEYS[k]: int(v) for k, v in _RANK.findall(tags)}
-                if len(_RANK_CACHE) < _PREFIX_CACHE_MAX:
-                    _RANK_CACHE[tags] = rank
-            hit = (f"{m.group(1)}T{m.group(2)}", rank)
-        else:
-            hit = _compute_prefix(prefix)
-        _PREFIX_CACHE[prefix] = hit
-    return hit
+    """Time (ISO, or HH:MM:SS when the log has no date) and ranks named by a line prefix
+    (grammar.Grammar remembers them for a reader)."""
+    m = _STD_PREFIX.fullmatch(prefix)
+    if m is not None:
+        return f"{m.group(1)}T{m.group(2)}", std_ranks(m.group(3))
+    return _compute_prefix(prefix)
 
 
 def _event(line_no: int, kind: str, prefix: str, fields: dict[str, Any]) -> Event:
-    time, rank = split_prefix(prefix)
-    return Event(line_no, kind, time, dict(rank), fields)
+    time, rank = split_prefix(prefix)  # a fresh rank dict
+    return Event(line_no, kind, time, rank, fields)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -252,88 +241,11 @@ def _pairs(body: str, sep: str, keys: dict[str, tuple[str, _Conv]], out: dict[st
     return bad
 
 
-_SAFE_NAME = re.compile(r"[a-z0-9_]+")
-_BOOLS = {"True": True, "False": False}
-
-
-class _Layout:
-    """A batch-line layout seen before (same keys, same order), matched by one compiled regex.
-
-    A server prints the same few layouts millions of times. Matching the whole line at once in C
-    and building the fields with one generated dict display (names from our key table or the
-    unknown-key rule, so only `[a-z0-9_]`; values are never code) is several times cheaper than a
-    per-pair loop. `rx`/`fields` match the body after the head; `body` is the same pattern that
-    `LineBatches` joins with every other layout to read whole lines with SGLang's own prefix.
-    """
-
-    __slots__ = ("body", "derive_usage", "extra", "fields", "items", "keys", "rx", "text_values")
-
-    def __init__(self, raw_keys: list[str]) -> None:
-        self.keys = tuple(raw_keys)
-        body = ", ".join(re.escape(k) + ": ([^,]*)" for k in raw_keys) + r",? *\n?"
-        self.body = body
-        self.rx = re.compile(body)
-        items: list[tuple[str, str]] = []
-        self.extra: dict[str, Any] = {}
-        names: list[str] = []
-        for k in raw_keys:
-            known = _BATCH_KEYS.get(k)
-            name, conv = known if known is not None else (normalise_key(k), auto_value)
-            if not _SAFE_NAME.fullmatch(name):
-                raise ValueError(name)
-            names.append(name)
-            if conv is int:
-                items.append((name, "int(g[{}])"))
-            elif conv is float:
-                items.append((name, "float(g[{}])"))
-            elif conv is _to_bool:
-                items.append((name, "B[g[{}]]"))
-            elif conv is _to_ratio:
-                items.append((name, "R(g[{}])"))
-            else:
-                items.append((name, "A(g[{}])"))
-            if k in _GRAPH_LABELS:
-                self.extra["graph_backend"] = _GRAPH_LABELS[k]
-        self.items = tuple(items)
-        self.text_values = any(expr.startswith("A(") for _, expr in items)  # free text: may hold anything
-        self.fields = self._generate(items, 0)
-        self.derive_usage = "token_usage" not in names and any(u in names for u in POOL_USAGES)
-
-    @staticmethod
-    def _generate(items: list[tuple[str, str]], offset: int) -> Callable[[tuple[Any, ...]], dict[str, Any]]:
-        src = "lambda g: {" + ", ".join(f"{name!r}: " + expr.format(i + offset)
-                                        for i, (name, expr) in enumerate(items)) + "}"
-        env = {"__builtins__": {}, "int": int, "float": float, "B": _BOOLS, "R": _to_ratio, "A": auto_value}
-        # Our own generated source (see above), evaluated with no builtins; log text is never code.
-        fn: Callable[[tuple[Any, ...]], dict[str, Any]] = eval(compile(src, "<batch-layout>", "eval"), env)
-        return fn
-
-
 def _derive_usage(fields: dict[str, Any]) -> None:
     pools = [fields[k] for k in POOL_USAGES if isinstance(fields.get(k), float)]
     if pools:
         # SGLang's own sglang:token_usage gauge is the fullest pool on hybrid models.
         fields["token_usage"] = max(pools)
-
-
-_LAYOUTS: dict[str, list[_Layout]] = {ev.DECODE: [], ev.PREFILL: []}
-_MAX_LAYOUTS = 16
-# Layouts seen once: learning one compiles its regex and rebuilds the one-regex matcher of every
-# layout, worth it for the few a server prints millions of times, ruinous for a log whose every line
-# has new keys (48 of 53 s in re.compile on mutated lines). A layout is learnt at its second line.
-_ONCE: set[tuple[str, tuple[str, ...]]] = set()
-_MAX_ONCE = 1024
-
-
-def _seen_twice(kind: str, raw_keys: list[str]) -> bool:
-    key = (kind, tuple(raw_keys))
-    if key in _ONCE:
-        _ONCE.discard(key)
-        return True
-    if len(_ONCE) >= _MAX_ONCE:
-        _ONCE.clear()  # bounded: a flood of one-off layouts forgets, and is never learnt
-    _ONCE.add(key)
-    return False
 
 
 _PARTIAL: Final = "_partial"  # internal marker key, removed before the event leaves the parser

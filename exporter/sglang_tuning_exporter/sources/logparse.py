@@ -16,22 +16,17 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from sglang_tuning_exporter.core import events as ev
-from sglang_tuning_exporter.core.events import Event, new_event
+from sglang_tuning_exporter.core.events import Event
+from sglang_tuning_exporter.sources.grammar import Grammar
 from sglang_tuning_exporter.sources.logline import (
     _ANSI,
     _BATCH_KEYS,
-    _LAYOUTS,
-    _MAX_LAYOUTS,
     _PARTIAL,
-    _RANK_CACHE,
-    _STD_PREFIX_GROUPS,
     UNPARSED,
     _derive_usage,
     _event,
-    _Layout,
     _pairs,
     _Result,
-    _seen_twice,
     _Unparsed,
 )
 from sglang_tuning_exporter.sources.logline import (
@@ -96,7 +91,7 @@ DECODE_HEAD, PREFILL_HEAD, FILL_HEAD_V01 = "Decode batch", "Prefill batch", "new
 _BATCH_HEAD = re.compile(r"(Decode|Prefill) batch(?: \[(\d+)\])?(?:\(mixed #running-req: (\d+)\))?[.,](?: |$)")
 
 
-def _batch(s: str, n: int) -> _Result:
+def _batch(s: str, n: int, g: Grammar | None) -> _Result:
     p = s.find(DECODE_HEAD)
     if p < 0:
         p = s.find(PREFILL_HEAD)
@@ -109,13 +104,13 @@ def _batch(s: str, n: int) -> _Result:
     kind = ev.DECODE if m.group(1) == "Decode" else ev.PREFILL
     body_at = m.end()
     mixed = m.group(3)
-    if mixed is None:
-        # Fast path: a layout this process has already seen.
-        for layout in _LAYOUTS[kind]:
-            g = layout.rx.fullmatch(s, body_at)
-            if g is not None:
+    if mixed is None and g is not None:
+        # Fast path: a layout this reader has learnt.
+        for layout in g.layouts[kind]:
+            lm = layout.rx.fullmatch(s, body_at)
+            if lm is not None:
                 try:
-                    f = layout.fields(g.groups())
+                    f = layout.fields(lm.groups())
                 except (ValueError, KeyError):
                     break
                 if layout.extra:
@@ -124,7 +119,7 @@ def _batch(s: str, n: int) -> _Result:
                     _derive_usage(f)
                 if m.group(2):
                     f = {"forward_iter": int(m.group(2)), **f}
-                return _event(n, kind, s[:p], f)
+                return g.event(n, kind, s[:p], f)
     fields: dict[str, Any] = {}
     if m.group(2):
         fields["forward_iter"] = int(m.group(2))
@@ -141,94 +136,11 @@ def _batch(s: str, n: int) -> _Result:
         _derive_usage(fields)
     if bad:
         fields[_PARTIAL] = bad
-    elif mixed is None and len(set(raw_keys)) == len(raw_keys) and not any(
-            known_layout.keys == tuple(raw_keys) for known_layout in _LAYOUTS[kind]) and _seen_twice(
-            kind, raw_keys):
-        # (A known layout that could not read this line — an odd value — is not learnt again.)
-        try:
-            layout = _Layout(raw_keys)
-        except (ValueError, SyntaxError):
-            pass  # odd keys: this layout stays on the generic path
-        else:
-            layouts = _LAYOUTS[kind]
-            layouts.insert(0, layout)
-            del layouts[_MAX_LAYOUTS:]
-            _CURRENT[0] = None  # the one-regex matcher is rebuilt for the new set
+    elif mixed is None and g is not None and len(set(raw_keys)) == len(raw_keys):
+        g.learn(kind, raw_keys)
+    if g is not None:
+        return g.event(n, kind, s[:p], fields)
     return _event(n, kind, s[:p], fields)
-
-
-class LineBatches:
-    """Every known layout of both heads as ONE anchored regex over a whole line.
-
-    `fullmatch` reads SGLang's own prefix (date, time, rank tags: groups 1-3), the head and every
-    value in C; `builders[m.lastindex]` names the layout that matched (each layout is one outer
-    group) and the generated function that reads its fields from `m.groups()`.
-    """
-
-    __slots__ = ("builders", "rx")
-
-    def __init__(self, decode: tuple[_Layout, ...], prefill: tuple[_Layout, ...]) -> None:
-        self.builders: dict[int, tuple[str, _Layout, Callable[[tuple[Any, ...]], dict[str, Any]]]] = {}
-        heads: list[str] = []
-        group = 4
-        for kind, head, layouts in ((ev.DECODE, "Decode", decode), (ev.PREFILL, "Prefill", prefill)):
-            alts: list[str] = []
-            for layout in layouts:
-                alts.append("(" + layout.body + ")")
-                # groups() index `group` is this layout's first value (group number group + 1).
-                self.builders[group] = (kind, layout, layout._generate(list(layout.items), group))
-                group += 1 + len(layout.items)
-            if alts:
-                heads.append(head + r" batch[.,] (?:" + "|".join(alts) + ")")
-        self.rx = re.compile(_STD_PREFIX_GROUPS + "(?:" + "|".join(heads) + ")")
-
-
-_CURRENT: list[LineBatches | None] = [None]
-
-
-def line_batches() -> LineBatches | None:
-    """The one-regex matcher for every batch layout seen so far; None before the first (rebuilt only
-    when a layout is learnt)."""
-    hit = _CURRENT[0]
-    if hit is None:
-        decode, prefill = tuple(_LAYOUTS[ev.DECODE]), tuple(_LAYOUTS[ev.PREFILL])
-        if not decode and not prefill:
-            return None
-        hit = _CURRENT[0] = LineBatches(decode, prefill)
-    return hit
-
-
-def fast_batch(line: str, n: int) -> Event | None:
-    """The reader's shortcut for a standard-prefix batch line of an already seen layout.
-
-    Returns exactly what parse_line would, or None when the line needs the general path (other
-    prefix, new layout, odd value); never raises for a str."""
-    if line[:1] != "[":
-        return None  # decorated prefix (docker, Ray, custom format): the general path reads it
-    lb = _CURRENT[0]  # what line_batches() returns once set (one call per line saved)
-    if lb is None:
-        lb = line_batches()
-        if lb is None:
-            return None
-    m = lb.rx.fullmatch(line)
-    if m is None:
-        return None
-    kind, layout, fields_of = lb.builders[m.lastindex]  # type: ignore[index]
-    if layout.text_values and kind == ev.PREFILL and "Decode batch" in line:
-        return None  # free text holding another head: the general parser reads the first head
-    g = m.groups()
-    try:
-        f = fields_of(g)
-    except (ValueError, KeyError):
-        return None
-    if layout.extra:
-        f.update(layout.extra)
-    if layout.derive_usage:
-        _derive_usage(f)
-    rank = _RANK_CACHE.get(g[2])
-    if rank is None:
-        return None
-    return new_event(n, kind, f"{g[0]}T{g[1]}", rank.copy(), f)
 
 
 def _fill_batch_v01(s: str, n: int, p: int) -> _Result:
@@ -288,9 +200,9 @@ def dispatch_markers() -> tuple[str, ...]:
     return (DECODE_HEAD, PREFILL_HEAD, FILL_HEAD_V01, *(marker for marker, _ in _DISPATCH))
 
 
-def _parse_clean(s: str, n: int) -> _Result:
+def _parse_clean(s: str, n: int, g: Grammar | None = None) -> _Result:
     if "batch" in s:
-        r = _batch(s, n)
+        r = _batch(s, n, g)
         if r is not None:
             return r
     if "HTTP/1." in s:
@@ -306,7 +218,7 @@ def _parse_clean(s: str, n: int) -> _Result:
 _NOTHING: Final[tuple[_Result, bool]] = (None, False)
 
 
-def parse_any(text: str, line_no: int) -> tuple[_Result, bool]:
+def parse_any(text: str, line_no: int, grammar: Grammar | None = None) -> tuple[_Result, bool]:
     """Like parse_line, but also says UNPARSED (recognised head, unreadable body) and whether the
     event came from a line with malformed pieces (truncated or mangled: counted, still used)."""
     if "HTTP/1." in text and "\r" not in text:
@@ -319,11 +231,11 @@ def parse_any(text: str, line_no: int) -> tuple[_Result, bool]:
             # Progress bars redraw with \r: the record is the last fragment that holds one.
             r: _Result = None
             for seg in reversed(s.split("\r")):
-                r = _parse_clean(seg, line_no)
+                r = _parse_clean(seg, line_no, grammar)
                 if r is not None:
                     break
         else:
-            r = _parse_clean(s, line_no)
+            r = _parse_clean(s, line_no, grammar)
     except Exception:  # never let one odd line stop a reader
         return UNPARSED, False
     if r.__class__ is Event and _PARTIAL in r.fields:
@@ -347,9 +259,10 @@ def glue_point(text: str) -> int:
     return m.end()
 
 
-def parse_line(text: str, line_no: int) -> Event | None:
-    """One log line -> the Event it carries, or None. Pure; never raises."""
-    r = parse_any(text, line_no)[0]
+def parse_line(text: str, line_no: int, grammar: Grammar | None = None) -> Event | None:
+    """One log line -> the Event it carries, or None. Pure; never raises. Without a grammar nothing is
+    learnt or remembered; a reader passes its own (faster, same result)."""
+    r = parse_any(text, line_no, grammar)[0]
     return r if isinstance(r, Event) else None
 
 
@@ -383,16 +296,18 @@ class ParseStats:
 
 
 class LineClassifier:
-    """parse_line plus statistics: what was recognised, what carried a head but could not be read."""
+    """parse_line plus statistics: what was recognised, what carried a head but could not be read.
+    Owns the grammar it learns from its lines (a classifier's, never shared)."""
 
     def __init__(self) -> None:
         self.stats = ParseStats()
+        self.grammar = Grammar()
 
     def classify(self, text: str, line_no: int) -> Event | None:
         """Parse one line and count the outcome."""
         st = self.stats
         st.lines += 1
-        r, partial = parse_any(text, line_no)
+        r, partial = parse_any(text, line_no, self.grammar)
         if r is None:
             return None
         if isinstance(r, _Unparsed):

@@ -32,7 +32,6 @@ from sglang_tuning_exporter.sources.logparse import (
     LineClassifier,
     ParseStats,
     capture_event,
-    fast_batch,
     glue_point,
     oom_detail_fields,
     oom_phase_from_text,
@@ -248,7 +247,7 @@ class EventReader:
         self.classifier.stats.lines += len(lines)
         by_kind = self.classifier.stats.by_kind
         take = self._take
-        fast = fast_batch
+        fast = self.classifier.grammar.fast_batch
         open_block = self._block is not None
         for line in lines:
             n += 1
@@ -275,7 +274,7 @@ class EventReader:
             out.append(self._finish())
         if GLUE_GATE in line and self._take_glued(line, n, out):
             return
-        r, partial = parse_any(line, n)
+        r, partial = parse_any(line, n, self.classifier.grammar)
         self._emit(r, partial, line, n, out)
 
     def _take_glued(self, line: str, n: int, out: list[Event]) -> bool:
@@ -284,8 +283,9 @@ class EventReader:
         cut = glue_point(line)
         if cut < 0:
             return False
-        first, p1 = parse_any(line[:cut], n)
-        second, p2 = parse_any(line[cut:], n)
+        grammar = self.classifier.grammar
+        first, p1 = parse_any(line[:cut], n, grammar)
+        second, p2 = parse_any(line[cut:], n, grammar)
         if first.__class__ is not Event or second.__class__ is not Event:
             return False
         a: Event = first
