@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from helpers.mixed_logs import POOL, mixed_log
 from helpers.paths import FIXTURES
-from sglang_tuning_exporter.core.events import KINDS, Event, new_event
+from sglang_tuning_exporter.core.events import KINDS, Event
 from sglang_tuning_exporter.sources.logparse import ParseStats, parse_line
 from sglang_tuning_exporter.sources.logreader import (
     EventReader,
@@ -182,14 +182,6 @@ def test_long_line_check_never_misses(lengths: list[int], limit: int) -> None:
     block = b"".join(b"x" * n + b"\n" for n in lengths)
     if max(lengths) > limit:
         assert _may_hold_long_line(block, limit)
-
-
-def test_new_event_is_an_ordinary_frozen_event() -> None:
-    """The cheap constructor gives an Event equal to the dataclass one, still frozen."""
-    e = new_event(3, "decode", "2025-01-01T00:00:00", {"tp": 0}, {"num_running_reqs": 1})
-    assert e == Event(3, "decode", "2025-01-01T00:00:00", {"tp": 0}, {"num_running_reqs": 1})
-    with pytest.raises(AttributeError):
-        e.line = 4  # type: ignore[misc]
 
 
 def test_unreadable_input_is_a_clear_error(tmp_path: Path) -> None:

@@ -279,11 +279,10 @@ def test_configure_rejects_bad_tables() -> None:
     """Bad tables fail loudly at configure time, and a good configuration is restored."""
     assert SCAN is not None
     with pytest.raises(ValueError):
-        SCAN.configure(Event, (), ("decode", "prefill"), [], [], ("a", "b", "c"), (), ())
+        SCAN.configure(Event, ("decode",), [], [], ("a", "b", "c"), (), ())
     with pytest.raises(ValueError):
         accel_keys = [("é", "x", 0, None)]
-        descriptors = tuple(Event.__dict__[s] for s in ("line", "kind", "time", "rank", "fields"))
-        SCAN.configure(Event, descriptors, ("decode", "prefill"), accel_keys, [], ("a", "b", "c"),
+        SCAN.configure(Event, ("decode", "prefill"), accel_keys, [], ("a", "b", "c"),
                        ("p", "q", "r", "s"), ("dp", "pp", "tp", "ep", "attn_cp", "moe_dp"))
     with pytest.raises(RuntimeError):
         SCAN.scan_buffer(b"x\n", 0, 1, [])

@@ -10,7 +10,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from sglang_tuning_exporter.core.events import new_event
+from sglang_tuning_exporter.core.events import Event
 from sglang_tuning_exporter.core.model import STATUS_CODE, Finding, Rank, ServerState
 from sglang_tuning_exporter.core.timeparse import (
     BACKWARD_TOLERANCE_S,
@@ -168,7 +168,7 @@ class Diagnosis:
         self.conv.hint_time(chunk.first_t)  # lines before any stamp take the first one read
         for e in chunk.events:
             if off:
-                e = new_event(e.line + off, e.kind, e.time, e.rank, e.fields)  # dataclasses.replace, cheaper
+                e = Event(e.line + off, e.kind, e.time, e.rank, e.fields)  # dataclasses.replace, cheaper
             for o in self.conv.convert(e):
                 items.append((o.time, 0, o))
         if self.end_aligned and self.conv.log_clock.jumps:

@@ -54,8 +54,7 @@ static int n_markers;
 static unsigned char pair_bits[65536 / 8]; /* first two bytes of some marker */
 static int configured;
 
-static PyObject *event_type, *empty_tuple;
-static PyObject *d_line, *d_kind, *d_time, *d_rank, *d_fields; /* Event's slot descriptors */
+static PyObject *event_type; /* called with (line, kind, time, rank, fields): Event's own constructor */
 static PyObject *kind_decode, *kind_prefill;
 static PyObject *name_forward_iter, *name_token_usage, *name_graph_backend;
 static PyObject *pool_names[N_POOLS];
@@ -400,21 +399,12 @@ static int parse_batch(const char *s, Py_ssize_t len, Py_ssize_t h, Line *L) {
     return parse_pairs(s, i + 2, len, L, keys, n_keys);
 }
 
-static int set_slot(PyObject *descr, PyObject *obj, PyObject *value) {
-    descrsetfunc f = Py_TYPE(descr)->tp_descr_set;
-    return f(descr, obj, value);
-}
-
+/* Event(n, kind, time, rank, fields); borrows kind, time, rank and fields. */
 static PyObject *new_event(long long n, PyObject *kind, PyObject *time, PyObject *rank, PyObject *fields) {
-    PyObject *e = PyBaseObject_Type.tp_new((PyTypeObject *)event_type, empty_tuple, NULL);
-    if (e == NULL) return NULL;
     PyObject *line = PyLong_FromLongLong(n);
-    if (line == NULL || set_slot(d_line, e, line) < 0 || set_slot(d_kind, e, kind) < 0
-        || set_slot(d_time, e, time) < 0 || set_slot(d_rank, e, rank) < 0 || set_slot(d_fields, e, fields) < 0) {
-        Py_XDECREF(line);
-        Py_DECREF(e);
-        return NULL;
-    }
+    if (line == NULL) return NULL;
+    PyObject *args[5] = {line, kind, time, rank, fields};
+    PyObject *e = PyObject_Vectorcall(event_type, args, 5, NULL);
     Py_DECREF(line);
     return e;
 }
@@ -1047,29 +1037,22 @@ static int ascii_copy(PyObject *str, char *dst, Py_ssize_t cap, Py_ssize_t *len,
 
 #define KEEP(var, value) do { PyObject *_v = (value); Py_INCREF(_v); Py_XSETREF(var, _v); } while (0)
 
-/* configure(event_type, descriptors, kinds, keys, markers, names, pools, ranks)
- *   descriptors: the Event slot descriptors (line, kind, time, rank, fields)
+/* configure(event_type, kinds, keys, markers, names, pools, ranks)
+ *   event_type: called with the five values of an event (line, kind, time, rank, fields)
  *   kinds: (decode, prefill) kind strings; keys: [(raw, name, conv, label or None)]
  *   markers: substrings that send a line to Python; names: (forward_iter, token_usage, graph_backend)
  *   pools: the four pool-usage names, in Python's order; ranks: names of DP PP TP EP ATTN_CP MOE_DP */
 static PyObject *configure(PyObject *self, PyObject *args) {
     (void)self;
-    PyObject *etype, *descrs, *kinds, *key_list, *marker_list, *names, *pools, *ranks;
-    if (!PyArg_ParseTuple(args, "OO!O!O!O!O!O!O!", &etype, &PyTuple_Type, &descrs, &PyTuple_Type, &kinds,
+    PyObject *etype, *kinds, *key_list, *marker_list, *names, *pools, *ranks;
+    if (!PyArg_ParseTuple(args, "OO!O!O!O!O!O!", &etype, &PyTuple_Type, &kinds,
                           &PyList_Type, &key_list, &PyList_Type, &marker_list, &PyTuple_Type, &names,
                           &PyTuple_Type, &pools, &PyTuple_Type, &ranks))
         return NULL;
-    if (!PyType_Check(etype) || PyTuple_GET_SIZE(descrs) != 5 || PyTuple_GET_SIZE(kinds) != 2
+    if (!PyType_Check(etype) || PyTuple_GET_SIZE(kinds) != 2
         || PyTuple_GET_SIZE(names) != 3 || PyTuple_GET_SIZE(pools) != N_POOLS || PyTuple_GET_SIZE(ranks) != N_RANKS) {
         PyErr_SetString(PyExc_ValueError, "configure: wrong argument shapes");
         return NULL;
-    }
-    for (int i = 0; i < 5; i++) {
-        PyObject *d = PyTuple_GET_ITEM(descrs, i);
-        if (Py_TYPE(d)->tp_descr_set == NULL) {
-            PyErr_SetString(PyExc_TypeError, "configure: a descriptor without __set__");
-            return NULL;
-        }
     }
     if (PyList_GET_SIZE(key_list) > MAX_KEYS || PyList_GET_SIZE(marker_list) > MAX_MARKERS) {
         PyErr_SetString(PyExc_ValueError, "configure: too many keys or markers");
@@ -1108,11 +1091,6 @@ static PyObject *configure(PyObject *self, PyObject *args) {
         n_markers++;
     }
     KEEP(event_type, etype);
-    KEEP(d_line, PyTuple_GET_ITEM(descrs, 0));
-    KEEP(d_kind, PyTuple_GET_ITEM(descrs, 1));
-    KEEP(d_time, PyTuple_GET_ITEM(descrs, 2));
-    KEEP(d_rank, PyTuple_GET_ITEM(descrs, 3));
-    KEEP(d_fields, PyTuple_GET_ITEM(descrs, 4));
     KEEP(kind_decode, PyTuple_GET_ITEM(kinds, 0));
     KEEP(kind_prefill, PyTuple_GET_ITEM(kinds, 1));
     KEEP(name_forward_iter, PyTuple_GET_ITEM(names, 0));
@@ -1270,8 +1248,6 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_scan", "C accelerat
                                     NULL, NULL, NULL, NULL};
 
 PyMODINIT_FUNC PyInit__scan(void) {
-    empty_tuple = PyTuple_New(0);
-    if (empty_tuple == NULL) return NULL;
     PyObject *m = PyModule_Create(&module);
     if (m == NULL) return NULL;
     PyObject *names = PyTuple_New(ACC_N);

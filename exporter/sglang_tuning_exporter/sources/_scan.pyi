@@ -1,6 +1,6 @@
 from typing import Any
 
-def configure(event_type: type, descriptors: tuple[Any, ...], kinds: tuple[str, str],
+def configure(event_type: type, kinds: tuple[str, str],
               keys: list[tuple[str, str, int, str | None]], markers: list[str], names: tuple[str, str, str],
               pools: tuple[str, ...], ranks: tuple[str, ...]) -> None: ...
 def scan_buffer(data: bytes, pos: int, first_line: int, out: list[Any]) -> tuple[int, int, int, int, int]: ...

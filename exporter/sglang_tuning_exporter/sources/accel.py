@@ -32,9 +32,8 @@ def configure(mod: ModuleType) -> None:
     """Hand the parser's tables to the C module (it holds none of its own)."""
     keys = [(raw, name, _CONV_CODES[conv], logline._GRAPH_LABELS.get(raw))
             for raw, (name, conv) in logline._BATCH_KEYS.items() if conv in _CONV_CODES]
-    descriptors = tuple(Event.__dict__[slot] for slot in ("line", "kind", "time", "rank", "fields"))
     ranks = tuple(logline._RANK_KEYS[tag] for tag in ("DP", "PP", "TP", "EP", "ATTN_CP", "MOE_DP"))
-    mod.configure(Event, descriptors, (ev.DECODE, ev.PREFILL), keys, list(logparse.dispatch_markers()),
+    mod.configure(Event, (ev.DECODE, ev.PREFILL), keys, list(logparse.dispatch_markers()),
                   ("forward_iter", "token_usage", "graph_backend"), logline.POOL_USAGES, ranks)
     # Retraction keys, the one every retract event has first (the C side requires keys[0]).
     rkeys = sorted(((raw, name) for raw, (name, conv) in logline._RETRACT_KEYS.items() if conv is int),
@@ -61,7 +60,10 @@ def load(disabled: bool | None = None) -> ModuleType | None:
         return None
     if not all(hasattr(_scan, name) for name in _ENTRY_POINTS) or array.array("i").itemsize != 4:
         return None  # a stale build from an older source (or an odd platform): the Python path is safe
-    configure(_scan)
+    try:
+        configure(_scan)
+    except (TypeError, ValueError):
+        return None  # built from another version of _scan.c (its configure takes other arguments)
     return _scan
 
 

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 from sglang_tuning_exporter.core import events as ev
-from sglang_tuning_exporter.core.events import Event, new_event
+from sglang_tuning_exporter.core.events import Event
 from sglang_tuning_exporter.sources.logline import (
     _BATCH_KEYS,
     _GRAPH_LABELS,
@@ -219,4 +219,4 @@ class Grammar:
             f.update(layout.extra)
         if layout.derive_usage:
             _derive_usage(f)
-        return new_event(n, kind, f"{g[0]}T{g[1]}", self._rank_of(g[2]).copy(), f)
+        return Event(n, kind, f"{g[0]}T{g[1]}", self._rank_of(g[2]).copy(), f)

@@ -24,7 +24,7 @@ from multiprocessing.pool import AsyncResult
 from typing import IO, Any, Generic, TypeVar
 
 from sglang_tuning_exporter.core import events as ev
-from sglang_tuning_exporter.core.events import Event, new_event
+from sglang_tuning_exporter.core.events import Event
 from sglang_tuning_exporter.sources.accel import SCAN
 from sglang_tuning_exporter.sources.logmessages import POOL_TOO_SMALL
 from sglang_tuning_exporter.sources.logparse import (
@@ -293,7 +293,7 @@ class EventReader:
         if a.kind in (ev.ERROR, ev.OOM):
             return False  # a record that may continue on the next lines: read the line whole
         if b.time is None and not b.rank:
-            b = new_event(n, b.kind, a.time, dict(a.rank), b.fields)
+            b = Event(n, b.kind, a.time, dict(a.rank), b.fields)
         self._emit(a, p1, line, n, out)
         self._emit(b, p2, line, n, out)
         return True
