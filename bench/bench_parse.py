@@ -3,9 +3,9 @@
 Run on demand (not a test):  python bench/bench_parse.py [--lines 2000000] [--workers N] [--keep FILE]
 
 Prints lines/s for
-  (a) ours: logreader.read_file_events (1 MiB blocks, one core), producing full Event objects for
+  (a) ours: logfiles.read_file_events (64 KiB blocks, one core), producing full Event objects for
       every recognised line,
-  (b) ours-par: logreader.read_file_parallel with --workers processes (default: every core), the
+  (b) ours-par: logfiles.read_file_parallel with --workers processes (default: every core), the
       same events in the same order delivered to this process,
   (c) naive: one regex per line in a plain Python loop, extracting #running-req and #queue-req
       (ints) and building nothing,
@@ -121,13 +121,13 @@ def worker(kind: str, path: str) -> dict[str, Any]:
     lines = events = 0
     if kind.startswith("ours"):
         # Imported before the clock starts: the figure is the reading, not the interpreter's start-up.
-        from sglang_tuning_exporter.sources.logparse import ParseStats
-        from sglang_tuning_exporter.sources.logreader import (
-            EventReader,
+        from sglang_tuning_exporter.sources.logfiles import (
             map_file_parallel,
             read_file_events,
             read_file_parallel,
         )
+        from sglang_tuning_exporter.sources.logparse import ParseStats
+        from sglang_tuning_exporter.sources.logreader import EventReader
     cpu0 = _cpu_seconds()
     t0 = time.perf_counter()
     if kind == "ours":

@@ -17,8 +17,8 @@ gcc -O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-re
 preload=$(gcc -print-file-name=libasan.so):$(gcc -print-file-name=libubsan.so)
 tests=("$@")
 if [ ${#tests[@]} -eq 0 ]; then
-  tests=(tests/test_scan_accel.py tests/test_logreader_fast.py tests/test_logreader.py tests/test_diagnose.py
-         tests/test_parser_fuzz.py tests/test_signals.py)
+  tests=(tests/sources/test_scan_accel.py tests/sources/test_logfiles.py tests/sources/test_logreader.py
+         tests/offline/test_diagnose.py tests/sources/test_parser_fuzz.py tests/pipeline/test_signals.py)
 fi
 # The copy comes first on the path; the check below proves the instrumented module is the one loaded.
 PYTHONPATH="$tmp" LD_PRELOAD="$preload" ASAN_OPTIONS=detect_leaks=0 UBSAN_OPTIONS=print_stacktrace=1 \

@@ -24,7 +24,7 @@ from sglang_tuning_exporter.guide.config import Config
 from sglang_tuning_exporter.offline import diagnose
 from sglang_tuning_exporter.offline.diagnose import Progress, diagnose_source
 from sglang_tuning_exporter.sources import accel
-from sglang_tuning_exporter.sources.logreader import split_ranges
+from sglang_tuning_exporter.sources.logfiles import split_ranges
 
 FIXTURES = paths.FIXTURES / "diagnose"
 ANSI = re.compile(r"\x1b\[[0-9;]*m")

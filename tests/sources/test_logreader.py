@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from helpers import paths
 from sglang_tuning_exporter.core.events import Event
-from sglang_tuning_exporter.sources.logreader import EventReader, phase_from_frames, read_events
+from sglang_tuning_exporter.sources.logreader import EventReader, read_events
 from sglang_tuning_exporter.sources.tail import open_input
 
 FIXTURES = paths.FIXTURES / "logs"
@@ -132,14 +132,6 @@ def test_line_numbers_count_newlines_only_not_carriage_returns() -> None:
         events = list(read_events(lines))
     by_line = {(e.line, e.kind) for e in events}
     assert (20, "startup_memory") in by_line and (154, "decode") in by_line and (79, "startup_memory") in by_line
-
-
-def test_phase_from_frames_innermost_wins() -> None:
-    """The innermost frame that names a phase decides."""
-    assert phase_from_frames([("a", "run_batch"), ("b", "forward_extend"), ("c", "replay")]) == "decode"
-    assert phase_from_frames([("sglang/x/prefill_cuda_graph_runner.py", "run")]) == "prefill"
-    assert phase_from_frames([("x", "init_cuda_graphs"), ("y", "capture")]) == "startup"
-    assert phase_from_frames([("x", "main")]) is None
 
 
 def test_torch_rank_tags_swa_details_and_version_line() -> None:

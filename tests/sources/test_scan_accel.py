@@ -19,8 +19,9 @@ from helpers.mixed_logs import POOL, mixed_log
 from helpers.paths import FIXTURES
 from sglang_tuning_exporter.core.events import Event
 from sglang_tuning_exporter.sources import accel, logparse, logreader
+from sglang_tuning_exporter.sources.logfiles import read_file_events
 from sglang_tuning_exporter.sources.logparse import _BATCH_KEYS, parse_any, parse_line
-from sglang_tuning_exporter.sources.logreader import EventReader, read_file_events
+from sglang_tuning_exporter.sources.logreader import EventReader
 
 SCAN = accel.SCAN
 needs_scan = pytest.mark.skipif(SCAN is None, reason="the C accelerator is not built here (no compiler at "

@@ -4,7 +4,7 @@ The sidecar's pipeline run over a file on the log's own clock: blocks of bytes -
 (with the C accelerator's drop-in summing Decode/Prefill lines into buckets) -> observations -> the
 signals window -> the advisor, evaluated window by window (each (check, rank) reports its worst window;
 the JSON's signals are the last one's).  Large plain files are cut before `[<digit>` record heads
-(logreader.split_ranges, never inside a traceback), scanned in a process pool and merged in order.
+(logfiles.split_ranges, never inside a traceback), scanned in a process pool and merged in order.
 """
 
 from __future__ import annotations
@@ -38,10 +38,8 @@ from sglang_tuning_exporter.offline.diagnosis import (
     last_log_time,
 )
 from sglang_tuning_exporter.offline.scanner import ChunkResult, Scanner, _Job, _scan_range
-from sglang_tuning_exporter.sources.logreader import (
-    _DEDUP_DISTANCE,
-    split_ranges,
-)
+from sglang_tuning_exporter.sources.logfiles import split_ranges
+from sglang_tuning_exporter.sources.logrecords import DEDUP_DISTANCE
 from sglang_tuning_exporter.sources.tail import InputError
 
 HELP = "diagnose whole SGLang logs offline (plain, .gz or -) and print the tuning guide's findings"
@@ -215,7 +213,7 @@ def _run_parallel(source: str, size: int, d: Diagnosis, workers: int, progress: 
         for job, res in zip(jobs, _results(pool, jobs, source, 2 * workers), strict=True):
             off = d.line_offset
             blind = res.blind_check
-            if last_oom is not None and blind is not None and blind + off - last_oom[0] < _DEDUP_DISTANCE:
+            if last_oom is not None and blind is not None and blind + off - last_oom[0] < DEDUP_DISTANCE:
                 # A traceback re-raising an OOM of an earlier range: scan this range again knowing that
                 # OOM (numbered relative to the range), so it is linked to it as a sequential read does.
                 res = _scan_range((*job[:7], (last_oom[0] - off, last_oom[1]), job[8]))

@@ -10,8 +10,9 @@ from typing import Any, TextIO
 
 from sglang_tuning_exporter.core.events import KINDS
 from sglang_tuning_exporter.core.timeparse import LogClock
+from sglang_tuning_exporter.sources.logfiles import read_file_events
 from sglang_tuning_exporter.sources.logparse import ParseStats
-from sglang_tuning_exporter.sources.logreader import EventReader, read_file_events
+from sglang_tuning_exporter.sources.logreader import EventReader
 from sglang_tuning_exporter.sources.tail import MAX_LINE_BYTES, InputError
 
 HELP = "print every recognised event of an SGLang log (plain, .gz or - for stdin) as JSON lines"

@@ -29,11 +29,8 @@ from sglang_tuning_exporter.pipeline.observations import number
 from sglang_tuning_exporter.pipeline.signals import Bucket, FrozenHist, use_freezer
 from sglang_tuning_exporter.pipeline.window import EventKey, bucket_start, tp_dedup
 from sglang_tuning_exporter.sources.accel import SCAN
-from sglang_tuning_exporter.sources.logreader import (
-    _MAX_BLOCK_LINES,
-    EventReader,
-    line_at,
-)
+from sglang_tuning_exporter.sources.logreader import EventReader, line_at
+from sglang_tuning_exporter.sources.logrecords import MAX_BLOCK_LINES
 
 if SCAN is not None:
     use_freezer(SCAN.freeze_hist)  # the frozen histograms diagnose's workers send, built in C
@@ -246,7 +243,7 @@ class Scanner:
                     break
             line, nxt = line_at(data, pos)
             blk = reader._block
-            if blk is not None and (blk.count >= _MAX_BLOCK_LINES or not blk.accepts(line)):
+            if blk is not None and (blk.count >= MAX_BLOCK_LINES or not blk.accepts(line)):
                 # The line ends the open record: emit it now, then read the line again.
                 for e in reader.flush():
                     res.events.append(self._timed(e, res))

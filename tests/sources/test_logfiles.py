@@ -15,17 +15,15 @@ from hypothesis import strategies as st
 from helpers.mixed_logs import POOL, mixed_log
 from helpers.paths import FIXTURES
 from sglang_tuning_exporter.core.events import KINDS, Event
-from sglang_tuning_exporter.sources.logparse import ParseStats, parse_line
-from sglang_tuning_exporter.sources.logreader import (
-    EventReader,
+from sglang_tuning_exporter.sources.logfiles import (
     _may_hold_long_line,
     map_file_parallel,
-    read_events,
     read_file_events,
     read_file_parallel,
-    scan_text,
     split_ranges,
 )
+from sglang_tuning_exporter.sources.logparse import ParseStats, parse_line
+from sglang_tuning_exporter.sources.logreader import EventReader, read_events, scan_text
 from sglang_tuning_exporter.sources.tail import LineSplitter, open_input
 
 

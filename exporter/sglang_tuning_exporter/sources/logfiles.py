@@ -1,0 +1,261 @@
+"""Whole log files: read sequentially in large blocks of bytes (`read_file_events`), or cut into byte
+ranges at record heads and read in a process pool (`map_file_parallel`, `read_file_parallel`), with
+the same events, line numbers and statistics as one `logreader.EventReader` over every line.
+"""
+
+from __future__ import annotations
+
+import functools
+import gzip
+import itertools
+import multiprocessing
+import os
+import re
+from collections import deque
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from multiprocessing.pool import AsyncResult
+from typing import IO, Generic, TypeVar
+
+from sglang_tuning_exporter.core.events import Event
+from sglang_tuning_exporter.sources.logparse import ParseStats
+from sglang_tuning_exporter.sources.logreader import EventReader
+from sglang_tuning_exporter.sources.logrecords import DEDUP_DISTANCE
+from sglang_tuning_exporter.sources.tail import MAX_LINE_BYTES, InputError, LineSplitter, open_input
+
+BLOCK_BYTES = 64 << 10  # bytes read and decoded at once: small enough to stay in cache and let events die young
+CHUNK_BYTES = 8 << 20  # bytes per parallel task
+_CUT = re.compile(rb"\n\[\d")  # a `[2025-...` record head: no open record continues past it
+_CUT_PROBE = 1 << 20
+
+
+def _may_hold_long_line(block: bytes, limit: int) -> bool:
+    """False only when no line of `block` is longer than `limit` bytes (checked in C).
+
+    A longer line covers a whole aligned window of limit/2 bytes, so it is enough that every such
+    window holds a newline; a True answer only sends the block to the exact (slower) splitter."""
+    if len(block) <= limit:
+        return False
+    half = limit // 2
+    if half < 1:
+        return True
+    find = block.find
+    return any(find(b"\n", a, a + half) < 0 for a in range(0, len(block), half))
+
+
+def _stream_events(read: Callable[[int], bytes], reader: EventReader, max_line_bytes: int,
+                   block_bytes: int = BLOCK_BYTES) -> Iterator[Event]:
+    """Events of a byte stream read in large blocks cut at their last newline; the same lines as
+    tail.LineSplitter gives (which takes over, exactly, as soon as a line may exceed the limit)."""
+    carry = b""
+    feed_bytes = reader.feed_bytes
+    while True:
+        data = read(block_bytes)
+        if not data:
+            break
+        buf = carry + data if carry else data
+        cut = buf.rfind(b"\n")
+        if cut < 0 or _may_hold_long_line(buf[:cut], max_line_bytes) or len(buf) - cut - 1 > max_line_bytes:
+            if cut < 0 and len(buf) <= max_line_bytes:
+                carry = buf
+                continue
+            yield from _split_rest(buf, read, reader, max_line_bytes, block_bytes)
+            return
+        carry = buf[cut + 1:]
+        out = feed_bytes(buf[:cut + 1])
+        if out:
+            yield from out
+    if carry:
+        yield from feed_bytes(carry)
+    yield from reader.flush()
+
+
+def _split_rest(buf: bytes, read: Callable[[int], bytes], reader: EventReader, max_line_bytes: int,
+                block_bytes: int) -> Iterator[Event]:
+    # Overlong lines: the rest of the stream goes through the exact splitter (cuts and counts them).
+    split = LineSplitter(max_line_bytes)
+    data = buf
+    while data:
+        lines = split.feed(data)
+        if lines:
+            yield from reader.feed_lines(lines)
+        data = read(block_bytes)
+    yield from reader.feed_lines(split.flush())
+    reader.stats.truncated += split.truncated
+    yield from reader.flush()
+
+
+def _reader_of(fh: IO[bytes], path: str) -> Callable[[int], bytes]:
+    def read(n: int) -> bytes:
+        try:
+            return fh.read(n)
+        except (OSError, EOFError, gzip.BadGzipFile) as exc:
+            raise InputError(f"{path}: read failed: {exc}") from None
+    return read
+
+
+def read_file_events(path: str, *, reader: EventReader | None = None, max_line_bytes: int = MAX_LINE_BYTES,
+                     block_bytes: int = BLOCK_BYTES) -> Iterator[Event]:
+    """Every event of a log (plain, gzip, or `-` for stdin), read in large blocks: the events and
+    statistics (`reader.stats`, truncated lines included) of read_events over open_input's lines.
+    Raises InputError for an input that cannot be read."""
+    r = reader or EventReader()
+    with open_input(path, max_line_bytes=max_line_bytes) as src:
+        yield from _stream_events(_reader_of(src.raw_stream(), path), r, max_line_bytes, block_bytes)
+
+
+def split_ranges(path: str, size: int, chunk_bytes: int = CHUNK_BYTES) -> list[tuple[int, int]]:
+    """Byte ranges of about `chunk_bytes` covering the file, each starting at a `[<digit>` record
+    head, where no multi-line record can be open; a range grows until such a line is found."""
+    ranges: list[tuple[int, int]] = []
+    start = 0
+    with open(path, "rb") as fh:
+        nominal = chunk_bytes
+        while nominal < size:
+            fh.seek(nominal - 1)
+            m = _CUT.search(fh.read(_CUT_PROBE))
+            if m is None:
+                nominal += _CUT_PROBE - 2
+                continue
+            cut = nominal - 1 + m.start() + 1
+            ranges.append((start, cut))
+            start = cut
+            nominal = cut + chunk_bytes
+    ranges.append((start, size))
+    return ranges
+
+
+def _count_newlines(job: tuple[str, int, int]) -> int:
+    """Worker: newlines in bytes [start, end) of a file."""
+    path, start, end = job
+    count = 0
+    with open(path, "rb") as fh:
+        fh.seek(start)
+        left = end - start
+        while left > 0:
+            data = fh.read(min(BLOCK_BYTES, left))
+            if not data:
+                break
+            left -= len(data)
+            count += data.count(b"\n")
+    return count
+
+
+T = TypeVar("T")
+_Job = tuple[str, int, int, int, int, tuple[int, str] | None]  # path, start, end, first line, limit, known OOM
+
+
+@dataclass
+class _RangeResult(Generic[T]):
+    """What one parallel task sends back: the reduction of its events and the reader's state."""
+
+    value: T
+    stats: ParseStats
+    last_oom: tuple[int, str] | None
+    blind_check: int | None
+
+
+def _range_reader(fh: IO[bytes], start: int, end: int) -> Callable[[int], bytes]:
+    """read(n) over bytes [start, end) of an open file."""
+    fh.seek(start)
+    left = end - start
+
+    def read(n: int) -> bytes:
+        nonlocal left
+        if left <= 0:
+            return b""
+        data = fh.read(min(n, left))
+        left -= len(data)
+        return data
+    return read
+
+
+def _reduce_range(fn: Callable[[Iterator[Event]], T], job: _Job) -> _RangeResult[T]:
+    """Worker (or parent, for a re-read): fn over the events of one byte range of a file."""
+    path, start, end, first_line, max_line_bytes, known_oom = job
+    reader = EventReader(first_line)
+    reader._last_oom = known_oom
+    with open(path, "rb") as fh:
+        value = fn(_stream_events(_range_reader(fh, start, end), reader, max_line_bytes))
+    return _RangeResult(value, reader.stats, reader._last_oom, reader.first_blind_oom_check)
+
+
+def merge_stats(into: ParseStats, part: ParseStats) -> None:
+    """Add the statistics of a later part of the same input to `into`."""
+    into.lines += part.lines
+    into.by_kind.update(part.by_kind)
+    into.unparsed += part.unparsed
+    into.partial += part.partial
+    into.truncated += part.truncated
+    room = into.max_examples - len(into.unparsed_examples)
+    if room > 0:
+        into.unparsed_examples.extend(part.unparsed_examples[:room])
+
+
+def _is_plain_file(path: str) -> bool:
+    if path == "-" or not os.path.isfile(path):
+        return False
+    with open(path, "rb") as fh:
+        return fh.read(2) != b"\x1f\x8b"
+
+
+def map_file_parallel(path: str, fn: Callable[[Iterator[Event]], T], workers: int | None = None, *,
+                      stats: ParseStats | None = None, max_line_bytes: int = MAX_LINE_BYTES,
+                      chunk_bytes: int = CHUNK_BYTES) -> Iterator[T]:
+    """`fn(events)` for each byte range of a log, run in a process pool (fork), results in file order.
+
+    The events fn sees are exactly read_file_events' (same line numbers, same multi-line records, a
+    re-raised OOM linked to an OOM of the previous range), and the statistics are added to `stats`.
+    fn must be a module-level function (it is sent to the workers by name) whose result pickles;
+    reducing in the workers is what makes this fast, since building Python objects in the parent
+    costs about as much as parsing. A plain file is cut at `[<digit>` record heads into ranges of
+    about `chunk_bytes`; workers first count each range's newlines so every range knows its first
+    line number. gzip, stdin, small files and one worker: one range read here."""
+    workers = workers or os.cpu_count() or 1
+    total = stats if stats is not None else ParseStats()
+    size = os.path.getsize(path) if _is_plain_file(path) else 0
+    if workers < 2 or size < 2 * chunk_bytes or "fork" not in multiprocessing.get_all_start_methods():
+        reader = EventReader()
+        reader.classifier.stats = total
+        yield fn(read_file_events(path, reader=reader, max_line_bytes=max_line_bytes))
+        return
+    ranges = split_ranges(path, size, chunk_bytes)
+    ctx = multiprocessing.get_context("fork")
+    with ctx.Pool(workers) as pool:
+        counts = pool.map(_count_newlines, [(path, a, b) for a, b in ranges])
+        jobs: list[_Job] = []
+        first = 1
+        for (a, b), n in zip(ranges, counts, strict=True):
+            jobs.append((path, a, b, first, max_line_bytes, None))
+            first += n
+        task = functools.partial(_reduce_range, fn)
+        pending: deque[AsyncResult[_RangeResult[T]]] = deque()
+        queue = iter(jobs)
+        # At most two ranges per worker in flight: results wait in memory only that long.
+        for job in itertools.islice(queue, 2 * workers):
+            pending.append(pool.apply_async(task, (job,)))
+        last_oom: tuple[int, str] | None = None
+        for job in jobs:
+            part = pending.popleft().get()
+            for nxt in itertools.islice(queue, 1):
+                pending.append(pool.apply_async(task, (nxt,)))
+            blind = part.blind_check
+            if last_oom is not None and blind is not None and blind - last_oom[0] < DEDUP_DISTANCE:
+                # A traceback re-raising an OOM of the previous range: read this range again here,
+                # knowing that OOM, so it is linked to it exactly as a sequential read does.
+                part = _reduce_range(fn, (*job[:5], last_oom))
+            merge_stats(total, part.stats)
+            if part.last_oom is not None:
+                last_oom = part.last_oom
+            yield part.value
+
+
+def read_file_parallel(path: str, workers: int | None = None, *, stats: ParseStats | None = None,
+                       max_line_bytes: int = MAX_LINE_BYTES, chunk_bytes: int = CHUNK_BYTES) -> Iterator[Event]:
+    """read_file_events with the parsing done in a process pool (see map_file_parallel): the same
+    events in the same order, delivered to this process. Rebuilding them here costs about as much
+    as parsing, so this pays only with more than two cores; reduce in the workers when you can."""
+    # Events cross the process boundary as their five values (Event.__reduce__), kinds re-interned.
+    for events in map_file_parallel(path, list, workers, stats=stats, max_line_bytes=max_line_bytes,
+                                    chunk_bytes=chunk_bytes):
+        yield from events
