@@ -11,13 +11,8 @@ import pytest
 
 from helpers.paths import FIXTURES
 from sglang_tuning_exporter.core.timeparse import event_seconds, has_date
-from sglang_tuning_exporter.sources.logparse import (
-    LineClassifier,
-    auto_value,
-    capture_event,
-    normalise_key,
-    parse_line,
-)
+from sglang_tuning_exporter.sources.logline import auto_value, normalise_key
+from sglang_tuning_exporter.sources.logparse import LineClassifier, capture_event, parse_line
 
 # (line, kind, time, rank, fields that must be present with these values)
 CASES: list[tuple[str, str, str | None, dict[str, int], dict[str, Any]]] = [

@@ -17,10 +17,12 @@ from hypothesis import strategies as st
 
 from helpers.mixed_logs import POOL, mixed_log
 from helpers.paths import FIXTURES
+from sglang_tuning_exporter.core import events as ev
 from sglang_tuning_exporter.core.events import Event
-from sglang_tuning_exporter.sources import accel, logparse, logreader
+from sglang_tuning_exporter.sources import accel, logreader
 from sglang_tuning_exporter.sources.logfiles import read_file_events
-from sglang_tuning_exporter.sources.logparse import _BATCH_KEYS, parse_any, parse_line
+from sglang_tuning_exporter.sources.logline import _BATCH_KEYS, _to_bool, _to_ratio
+from sglang_tuning_exporter.sources.logparse import parse_any, parse_line
 from sglang_tuning_exporter.sources.logreader import EventReader
 
 SCAN = accel.SCAN
@@ -48,7 +50,7 @@ def holds_contract(line: str, n: int = 7) -> str:
     if what == "emit":
         want = parse_line(line, n)
         assert e == want, line
-        kinds = {k: k for k in (logparse.ev.DECODE, logparse.ev.PREFILL, logparse.ev.RETRACT)}
+        kinds = {k: k for k in (ev.DECODE, ev.PREFILL, ev.RETRACT)}
         assert e is not None and e.kind is kinds[e.kind]  # the parser's own constants: callers test with `is`
         assert e.to_json_dict() == want.to_json_dict()  # type: ignore[union-attr]
     elif what == "skip":
@@ -163,8 +165,8 @@ def batch_line(draw: st.DrawFn) -> str:
 
 _PLAIN = {int: st.from_regex(r"-?[0-9]{1,17}", fullmatch=True),
           float: st.from_regex(r"-?[0-9]{1,9}(\.[0-9]{1,9})?", fullmatch=True),
-          logparse._to_bool: st.sampled_from(["True", "False"]),
-          logparse._to_ratio: st.from_regex(r"[0-9]{1,3}\.[0-9]{1,4}%?", fullmatch=True)}
+          _to_bool: st.sampled_from(["True", "False"]),
+          _to_ratio: st.from_regex(r"[0-9]{1,3}\.[0-9]{1,4}%?", fullmatch=True)}
 
 
 @st.composite

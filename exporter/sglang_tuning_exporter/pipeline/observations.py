@@ -17,8 +17,8 @@ from sglang_tuning_exporter.core.model import Observation, Rank, Sample, ServerS
 from sglang_tuning_exporter.core.timeparse import LogClock
 from sglang_tuning_exporter.core.versions import merge_version
 from sglang_tuning_exporter.pipeline.signals import SERVER_START
+from sglang_tuning_exporter.sources.logline import POOL_USAGES
 from sglang_tuning_exporter.sources.logmessages import POOL_TOO_SMALL
-from sglang_tuning_exporter.sources.logparse import POOL_USAGES
 
 SECONDS_PER_LINE = 1.0  # the stand-in clock of a log without timestamps
 # Stages after the KV pool is allocated: their `avail mem` is the headroom when the summary lacks it.

@@ -29,36 +29,6 @@ from sglang_tuning_exporter.sources.logline import (
     _Result,
     _Unparsed,
 )
-from sglang_tuning_exporter.sources.logline import (
-    _GRAPH_LABELS as _GRAPH_LABELS,
-)
-from sglang_tuning_exporter.sources.logline import (
-    _RANK_KEYS as _RANK_KEYS,
-)
-from sglang_tuning_exporter.sources.logline import (
-    _RETRACT_KEYS as _RETRACT_KEYS,
-)
-from sglang_tuning_exporter.sources.logline import (
-    POOL_USAGES as POOL_USAGES,
-)
-from sglang_tuning_exporter.sources.logline import (
-    _to_bool as _to_bool,
-)
-from sglang_tuning_exporter.sources.logline import (
-    _to_ratio as _to_ratio,
-)
-from sglang_tuning_exporter.sources.logline import (
-    auto_value as auto_value,
-)
-from sglang_tuning_exporter.sources.logline import (
-    normalise_key as normalise_key,
-)
-from sglang_tuning_exporter.sources.logline import (
-    split_prefix as split_prefix,
-)
-from sglang_tuning_exporter.sources.logmessages import (
-    RETRACT_HEAD_STD as RETRACT_HEAD_STD,
-)
 from sglang_tuning_exporter.sources.logmessages import (
     _capture,
     _dsv4,
@@ -76,12 +46,6 @@ from sglang_tuning_exporter.sources.logmessages import (
     _summary,
     _timings,
     _version,
-)
-from sglang_tuning_exporter.sources.logmessages import (
-    oom_detail_fields as oom_detail_fields,
-)
-from sglang_tuning_exporter.sources.logmessages import (
-    oom_phase_from_text as oom_phase_from_text,
 )
 
 # ---------------------------------------------------------------------------------------------
