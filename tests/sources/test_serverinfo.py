@@ -142,3 +142,61 @@ def test_default_mem_fraction_none_takes_the_resolved_value_and_memory_split() -
     assert dict(info.rank_facts[0]) == {"available_gpu_mem_gb": 6.2, "weights_gb": 15.3, "kv_cache_gb": 48.31}
     doc["internal_states"] = [{}]
     assert parse_server_info(doc).args["mem_fraction_static"] is None  # unknown stays unknown (never printed)
+
+
+def test_a_long_string_is_clipped_as_a_scraped_label_is() -> None:
+    """One rule (core/limits.clip_text) for server-info strings and /metrics label values: the same
+    long text comes out the same, and each source counts the cut."""
+    from sglang_tuning_exporter.core import limits
+    from sglang_tuning_exporter.sources.scrape import parse_exposition
+
+    long = "m" * (limits.MAX_LABEL_VALUE_CHARS + 40)
+    info = parse_server_info({"version": long, "served_model_name": long, "model_path": long})
+    expo = parse_exposition(f'sglang:num_queue_reqs{{model_name="{long}"}} 3\n')
+    label = dict(expo.samples[0].labels)["model_name"]
+    assert info.version == info.model_name == label == limits.clip_text(long)[0]
+    assert len(label) == limits.MAX_LABEL_VALUE_CHARS
+    assert info.truncated["string"] == 3 and expo.clipped_labels == 1  # version and the two args
+
+
+def test_the_body_is_read_no_further_than_one_byte_past_the_cap(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A body larger than the cap is refused (too_large) after reading at most cap + 1 bytes of it."""
+    import contextlib
+    import http.client
+    import http.server
+    import threading
+
+    from sglang_tuning_exporter.sources.serverinfo import urllib_get
+
+    cap, body = 100_000, b"x" * 1_000_000
+
+    class Big(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            with contextlib.suppress(OSError):  # the client stops reading
+                self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Big)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    got = [0]
+    real = http.client.HTTPResponse.read1
+
+    def counting(self: http.client.HTTPResponse, n: int = -1) -> bytes:
+        data = real(self, n)
+        got[0] += len(data)
+        return data
+
+    monkeypatch.setattr(http.client.HTTPResponse, "read1", counting)
+    try:
+        with pytest.raises(HttpError) as err:
+            urllib_get(f"http://127.0.0.1:{srv.server_address[1]}/server_info", 5.0, max_bytes=cap)
+    finally:
+        srv.shutdown()
+        srv.server_close()
+    assert err.value.reason == "too_large"
+    assert got[0] == cap + 1

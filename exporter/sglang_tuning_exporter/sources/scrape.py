@@ -63,14 +63,13 @@ def _parse_labels(body: str, clipped: list[int]) -> tuple[tuple[str, str], ...] 
     inner = body[1:-1].strip()
     labels: list[tuple[str, str]] = []
     pos = 0
-    limit = limits.MAX_LABEL_VALUE_CHARS
     while pos < len(inner):
         m = _LABEL_RE.match(inner, pos)
         if m is None:
             return None
-        value = _unescape(m.group(2))
-        if len(value) > limit:
-            value = value[:limit]  # e.g. a 256 KiB model_name would be copied onto every series we export
+        # e.g. a 256 KiB model_name would be copied onto every series we export
+        value, cut = limits.clip_text(_unescape(m.group(2)))
+        if cut:
             clipped[0] += 1
         labels.append((m.group(1), value))
         pos = m.end()

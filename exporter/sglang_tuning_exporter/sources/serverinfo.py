@@ -81,10 +81,12 @@ def urllib_get(url: str, timeout: float, *, api_key: str | None = None, max_byte
             raise HttpError(f"HTTP {resp.status} from {url}", resp.status)
         chunks: list[bytes] = []
         size = 0
-        while data := resp.read1(1 << 16):
+        # At most one byte past the cap (that byte says the body is too large): a huge body costs
+        # neither memory nor reading past it.
+        while data := resp.read1(min(1 << 16, cap + 1 - size)):
             chunks.append(data)
             size += len(data)
-            if size > cap:  # read no further than the cap: a huge body costs no memory past it
+            if size > cap:
                 raise HttpError(f"GET {url}: body larger than {cap} bytes", reason="too_large")
         if expired.is_set():
             raise TimeoutError
@@ -166,9 +168,9 @@ def parse_server_info(doc: Any) -> ServerInfo:
     limit = limits.MAX_LABEL_VALUE_CHARS
 
     def clip(v: Any) -> Any:
-        if isinstance(v, str) and len(v) > limit:
-            cut["string"] += 1
-            return v[:limit]
+        if isinstance(v, str):
+            v, was_cut = limits.clip_text(v)
+            cut["string"] += was_cut
         return v
 
     args = {k: clip(v) for k, v in doc.items()
@@ -192,10 +194,10 @@ def parse_server_info(doc: Any) -> ServerInfo:
     marker = doc.get("startup_time")
     return ServerInfo(
         version=clip(str(version)) if version is not None else None,
-        model_name=str(model)[:limit] if model is not None else None,  # an arg too: counted there
+        model_name=limits.clip_text(str(model))[0] if model is not None else None,  # an arg too: counted there
         args=args,
         max_total_num_tokens=int(mtt) if mtt is not None else None,
-        start_marker=json.dumps(marker, sort_keys=True)[:limit] if marker is not None else None,
+        start_marker=limits.clip_text(json.dumps(marker, sort_keys=True))[0] if marker is not None else None,
         rank_facts=_rank_facts(doc, states, mtt),
         truncated={k: v for k, v in cut.items() if v},
     )
