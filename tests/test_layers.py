@@ -15,8 +15,7 @@ from helpers.paths import ROOT, TESTS
 PKG = ROOT / "exporter" / "sglang_tuning_exporter"
 MAX_LINES = 600
 # Over the limit today, each with its reason; the list may only shrink.
-LARGER = {
-}
+LARGER: dict[str, int] = {}
 
 
 def test_import_contracts_hold() -> None:
