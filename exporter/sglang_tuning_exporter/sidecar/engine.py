@@ -105,6 +105,7 @@ class MetricsInput:
     interval: float
     get: HttpGet
     server_info_interval: float = 300.0
+    info_get: HttpGet | None = None  # server info's own getter (a smaller body cap); None: `get`
 
 
 def _rank_normaliser(args: Mapping[str, Any]) -> Callable[[Rank], Rank]:
@@ -149,8 +150,8 @@ class Sidecar:
 
     def __post_init__(self) -> None:
         if self.metrics is not None:
-            self._info = ServerInfoClient(self.metrics.base_url, self.metrics.timeout, get=self.metrics.get,
-                                          timer=self.timer)
+            self._info = ServerInfoClient(self.metrics.base_url, self.metrics.timeout,
+                                          get=self.metrics.info_get or self.metrics.get, timer=self.timer)
         if self.server_overrides:
             self.state.set_server(args=self.server_overrides)
 

@@ -16,6 +16,7 @@ from collections.abc import Callable, Mapping
 from types import FrameType
 from typing import Any
 
+from sglang_tuning_exporter.core import limits
 from sglang_tuning_exporter.core.events import Event
 from sglang_tuning_exporter.core.exit_codes import EXIT_OK, EXIT_RUNTIME, EXIT_USAGE
 from sglang_tuning_exporter.core.model import Finding, Observation, Rank, Sample, ServerState
@@ -196,10 +197,15 @@ def build_sidecar(cfg: ServeConfig, *, timer: Callable[[], float] = time.perf_co
                                "server_info": cfg.sglang_url is not None})
     metrics = None
     if cfg.sglang_url is not None:
-        if http_get is urllib_get and cfg.sglang_api_key:
-            http_get = functools.partial(urllib_get, api_key=cfg.sglang_api_key)
+        info_get = None
+        if http_get is urllib_get:
+            # Server info is read no further than its own cap (a document, far smaller than /metrics).
+            info_get = functools.partial(urllib_get, api_key=cfg.sglang_api_key,
+                                         max_bytes=limits.MAX_SERVER_INFO_BYTES)
+            if cfg.sglang_api_key:
+                http_get = functools.partial(urllib_get, api_key=cfg.sglang_api_key)
         metrics = MetricsInput(cfg.sglang_url, cfg.scrape_timeout_s, cfg.scrape_interval_s, http_get,
-                               server_info_interval=max(60.0, 10 * cfg.scrape_interval_s))
+                               server_info_interval=max(60.0, 10 * cfg.scrape_interval_s), info_get=info_get)
     return Sidecar(state=state, advisor=adv,
                    log_input=log_input if log_input is not None else build_log_input(cfg),
                    metrics=metrics, timer=timer, server_overrides=dict(cfg.server_args),
