@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from sglang_tuning_exporter.core.events import Event
-from sglang_tuning_exporter.core.model import Observation, Rank, Sample
+from sglang_tuning_exporter.core.model import Observation, Rank, Sample, ServerState
 from sglang_tuning_exporter.pipeline.observations import EventConverter
 from sglang_tuning_exporter.pipeline.signals import Bucket
 from sglang_tuning_exporter.pipeline.window import Window
@@ -112,12 +112,20 @@ def test_window_batch_intake_equals_per_observation(seed: int, ranks: int, max_r
 
 
 def test_convert_batch_samples_stand_for_the_same_observations() -> None:
-    """Expanding each Sample gives convert_all's observations (same names, values, order per event)."""
-    events = random_events(5, 500, 4)
-    a = list(EventConverter(clock=lambda: 5.0).convert_all(events))
+    """Expanding each Sample gives convert_all's observations (same names, values, order per event), and
+    the same release floor (retractions have a batch branch of their own)."""
+    events = [
+        *random_events(5, 500, 4),
+        Event(501, "retract", "2025-03-01T10:00:00", {"dp": 1}, {}),  # one retracted request
+        Event(502, "retract", None, {"tp": 1}, {"num_retracted_reqs": "3"}),
+        Event(503, "retract", None, {}, {"num_retracted_reqs": "x"}),  # no number: no observation
+        Event(504, "retract", None, {"dp": 0}, {"num_retracted_reqs": 2, "num_new_tokens_gained": 10})]
+    srv_a, srv_b = ServerState(), ServerState()
+    a = list(EventConverter(clock=lambda: 5.0, server=srv_a).convert_all(events))
     b: list[Observation] = []
-    for i in EventConverter(clock=lambda: 5.0).convert_batch(events):
+    for i in EventConverter(clock=lambda: 5.0, server=srv_b).convert_batch(events):
         b.extend(i.observations() if isinstance(i, Sample) else [i])
+    assert srv_a.version == srv_b.version == ">=0.5.7"
     def key(o: Observation) -> Any:
         return o.time, o.name, "nan" if math.isnan(o.value) else o.value, o.rank, o.source
 

@@ -1,9 +1,10 @@
 """`diagnose FILE...|-`: read whole SGLang logs offline and print the guide's findings.
 
 The sidecar's pipeline run over a file on the log's own clock: blocks of bytes -> the event reader
-(with the C accelerator's drop-in summing Decode/Prefill lines into buckets) -> observations -> the
-signals window -> the advisor, evaluated window by window (each (check, rank) reports its worst window;
-the JSON's signals are the last one's).  Large plain files are cut before `[<digit>` record heads
+(the C accelerator's drop-in parses, converts and sums the Decode/Prefill lines it reads) ->
+observations -> a window per range (offline/scanner) -> its buckets and the other events merged in order
+into the signals window -> the advisor, evaluated window by window (each (check, rank) reports its worst
+window; the JSON's signals are the last one's).  Large plain files are cut before `[<digit>` record heads
 (logfiles.split_ranges, never inside a traceback), scanned in a process pool and merged in order.
 """
 
@@ -227,8 +228,9 @@ def _results(pool: ProcessPoolExecutor, jobs: Sequence[_Job], source: str, ahead
     """The ranges' results in file order, at most `ahead` of them in flight (memory stays flat however
     long the file: a slow merge never lets finished ranges pile up)."""
     todo = iter(jobs)
-    pending = deque(pool.submit(_scan_range, job) for job in itertools.islice(todo, ahead))
     try:
+        # Inside the try: a worker may die before the last of the first jobs is submitted.
+        pending = deque(pool.submit(_scan_range, job) for job in itertools.islice(todo, ahead))
         while pending:
             res = pending.popleft().result()
             nxt = next(todo, None)

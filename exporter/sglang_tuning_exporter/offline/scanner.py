@@ -1,6 +1,9 @@
-"""`diagnose`'s reader: the event reader over blocks of bytes, with the C accelerator's drop-in summing
-dated Decode/Prefill lines into per-rank time buckets; chunk by chunk, one range of a plain file per
-worker."""
+"""`diagnose`'s reader: the sidecar's intake run over one range of a log (one worker each), on the log's
+clock.  Lines go through the event reader; dated Decode/Prefill lines and retractions go on through the
+sidecar's conversion (pipeline/observations) into a window of the range's own (pipeline/window), whose
+buckets are handed over frozen; every other event goes to the parent in line order.  With the C
+accelerator, runs of lines no multi-line record needs are read in C, which does parse, convert and
+bucket-sum for the Decode/Prefill lines it reads (the same sums, merged into that window)."""
 
 from __future__ import annotations
 
@@ -14,20 +17,20 @@ import struct
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import Any
 
-from sglang_tuning_exporter.core.events import RETRACT, Event
+from sglang_tuning_exporter.core.events import DECODE, PREFILL, RETRACT, Event
+from sglang_tuning_exporter.core.model import Rank, ServerState
 from sglang_tuning_exporter.core.timeparse import (
     BACKWARD_TOLERANCE_S,
     EARLIEST_PLAUSIBLE,
     LATEST_PLAUSIBLE,
-    event_seconds,
+    has_date,
     plausible_seconds,
 )
-from sglang_tuning_exporter.core.versions import version_tuple
-from sglang_tuning_exporter.pipeline.observations import number
-from sglang_tuning_exporter.pipeline.signals import Bucket, FrozenHist, use_freezer
-from sglang_tuning_exporter.pipeline.window import EventKey, bucket_start, tp_dedup
+from sglang_tuning_exporter.pipeline.observations import EventConverter, number
+from sglang_tuning_exporter.pipeline.signals import Bucket, FrozenHist, SignalParams, use_freezer
+from sglang_tuning_exporter.pipeline.window import EventKey, Window
 from sglang_tuning_exporter.sources.accel import SCAN
 from sglang_tuning_exporter.sources.logreader import EventReader, line_at
 from sglang_tuning_exporter.sources.logrecords import MAX_BLOCK_LINES
@@ -36,6 +39,8 @@ if SCAN is not None:
     use_freezer(SCAN.freeze_hist)  # the frozen histograms diagnose's workers send, built in C
 _ACC = struct.Struct(f"{len(SCAN.ACC_FIELDS)}d") if SCAN is not None else None
 _BucketKey = tuple[int | None, int | None, float]
+_TEXT_BLOCK = 1 << 20  # bytes decoded at once without the accelerator (a range is never decoded whole)
+_RANKS = 1 << 30  # the range's window tracks every rank it sees (the parent's caps them)
 
 
 @dataclass(slots=True)
@@ -57,7 +62,7 @@ class ChunkResult:
     first_line: int = 1  # the scanner's number for the chunk's first line (its events are numbered alike)
     last_oom: tuple[int, str] | None = None  # the reader's last OOM (line, message) after this chunk
     blind_check: int | None = None  # line of a re-raised-OOM check made before any OOM was known
-    summed_events: int = 0  # retraction events summed into `buckets` here instead of sent (still events)
+    summed_events: int = 0  # events summed into `buckets` here instead of sent (still events)
     retract_keys: dict[tuple[int | None, int | None], EventKey] = field(default_factory=dict)  # dedup state after
 
 
@@ -69,8 +74,8 @@ def _iso_of(t: float) -> str:
 
 
 class Scanner:
-    """Scans bytes into per-rank buckets (Decode/Prefill lines summed by the C accelerator) and events
-    (everything else, and every line without the accelerator), chunk by chunk."""
+    """Scans bytes, chunk by chunk, into the buckets of the sidecar's own intake (dated Decode/Prefill
+    lines and retractions) and events (everything else) for the parent."""
 
     def __init__(self, resolution_s: float, usage_good: float, band: tuple[float, float] = (100.0, 2000.0), *,
                  fast: bool = True, known_oom: tuple[int, str] | None = None, origin_s: float = 0.0) -> None:
@@ -78,52 +83,61 @@ class Scanner:
         # end of one scan call is completed by the next (its lines are numbered from 1 across calls).
         self.reader = EventReader(1)
         self.reader._last_oom = known_oom  # an OOM logged just before this stream (parallel ranges)
-        self.use_fast = fast  # False: the accelerator is not used (tests compare both)
+        # False: every event goes to the parent, whose log clock times each line (a clock set back),
+        # and the accelerator is not used.
+        self.use_fast = fast
         self.res = resolution_s
         self.origin = origin_s
         self.usage_good = usage_good
         self.band = band
-        self._last_t: float | None = None  # last dated time seen (fast lines and dated events)
+        self._last_t: float | None = None  # last dated time seen (summed lines and dated events)
+        # The sidecar's conversion; its server state only gathers the release floors line formats reveal.
+        # Decode/Prefill lines reach it in line order within the clock's tolerance, retractions (a
+        # converter of their own) in time order: their log clocks give each stamp as written.
+        self._floors = ServerState()
+        self._conv = EventConverter(server=self._floors)
+        self._retract_conv = EventConverter(server=self._floors)
+        self._window = self._new_window()
+        self._summed = 0  # Decode/Prefill events of this chunk summed into the window
         # Decode and Prefill lines summed by the C accelerator: bucket key -> [totals, 4 histograms]
         self._cols: tuple[dict[_BucketKey, list[Any]], dict[_BucketKey, list[Any]]] = ({}, {})
-        self._c_retracts: list[Event] = []  # retraction events read in C (summed in _end when possible)
+        self._retracts: list[Event] = []  # retraction events of this chunk (summed in _end when possible)
 
-    def _flush_columns(self, res: ChunkResult) -> None:
-        """The buckets of the lines the C accelerator summed (the same statistics as `add` per line)."""
+    def _new_window(self) -> Window:
+        w = Window(params=SignalParams(queue_band=self.band, usage_good=self.usage_good), expire_s=math.inf,
+                   max_ranks=_RANKS, resolution_s=self.res)
+        w.origin_s = self.origin  # the parent's grid
+        return w
+
+    def _flush_columns(self) -> None:
+        """The buckets of the lines the C accelerator summed (the same statistics as the window's intake
+        per line), merged into the range's window."""
         if _ACC is None or SCAN is None:
             return
         names = SCAN.ACC_FIELDS
+        buckets: dict[_BucketKey, tuple[Bucket, list[float]]] = {}
         for kind, groups in enumerate(self._cols):
             for key, (acc, hists) in groups.items():
-                b = res.buckets.get(key)
-                if b is None:
-                    b = res.buckets[key] = Bucket()
+                got = buckets.get(key)
                 t = dict(zip(names, _ACC.unpack(acc), strict=True))
+                if got is None:
+                    got = buckets[key] = (Bucket(), [t["t_min"], t["t_max"]])
+                else:
+                    got[1][:] = [min(got[1][0], t["t_min"]), max(got[1][1], t["t_max"])]
+                b = got[0]
                 queue, running, missed, capped = (FrozenHist.of_arrays(*h) for h in SCAN.group_hists(hists))
                 if kind == 0:
                     b.decode.add_totals(t, queue, running, missed, capped)
                     if t["graph_n"]:
-                        _note_floor(res, "0.4.7")
+                        self._conv.note_version_floor("0.4.7")  # as converting one such line does
                 else:
                     b.prefill.add_totals(t, queue, running, missed, capped)
                     b.prefill_new += t["new_sum"]
                     b.prefill_n += int(t["new_n"])
                     b.prefill_cached += t["cached_sum"]
-                self._span_bounds(res, key, t["t_min"], t["t_max"])
             groups.clear()
-
-    @staticmethod
-    def _span_bounds(res: ChunkResult, key: _BucketKey, lo: float, hi: float) -> None:
-        span = res.rank_span.get(key[:2])
-        if span is None:
-            res.rank_span[key[:2]] = [lo, hi]
-        else:
-            span[0] = min(span[0], lo)
-            span[1] = max(span[1], hi)
-        if res.first_t is None or lo < res.first_t:
-            res.first_t = lo
-        if res.last_t is None or hi > res.last_t:
-            res.last_t = hi
+        for (dp, pp, start), (b, (lo, hi)) in sorted(buckets.items(), key=lambda kv: kv[0][2]):
+            self._window.add_bucket(Rank(dp=dp, pp=pp), start, b, first=lo, last=hi)
 
     def _begin(self) -> tuple[ChunkResult, int]:
         return ChunkResult(first_line=self.reader.next_line), self.reader.stats.unparsed
@@ -131,73 +145,105 @@ class Scanner:
     def _end(self, res: ChunkResult, unparsed0: int, final: bool) -> ChunkResult:
         reader = self.reader
         if final:
-            for e in reader.flush():
-                res.events.append(self._timed(e, res))
+            self._take(reader.flush(), res)
+        self._flush_columns()  # first: the window adopts these buckets whole, retractions only add counts
         self._sum_retractions(res)
-        self._flush_columns(res)
+        self._hand_over(res)
         res.lines = reader.next_line - res.first_line
         res.unparsed = reader.stats.unparsed - unparsed0
         res.last_oom = reader._last_oom
         res.blind_check = reader.first_blind_oom_check
         return res
 
+    def _hand_over(self, res: ChunkResult) -> None:
+        """The range's window into the chunk: its buckets, rank spans and de-duplication state."""
+        for part in self._window.hand_over():
+            replica = (part.rank.dp, part.rank.pp)
+            for start, b in part.buckets:
+                res.buckets[(*replica, start)] = b
+            res.rank_span[replica] = [part.first_seen, part.last_seen]
+            key = part.event_keys.get("retraction")
+            if key is not None:
+                res.retract_keys[replica] = key
+            if res.first_t is None or part.first_seen < res.first_t:
+                res.first_t = part.first_seen
+            if res.last_t is None or part.last_seen > res.last_t:
+                res.last_t = part.last_seen
+        self._window = self._new_window()
+        res.summed_events += self._summed
+        self._summed = 0
+        floor = self._floors.version
+        if floor is not None and floor.startswith(">="):
+            res.version_floor = floor[2:]
+
     def _sum_retractions(self, res: ChunkResult) -> None:
-        """Sum the retractions read in C into their buckets (the parent then converts no event per
-        retraction), with the window's TP de-duplication (signals.tp_dedup) in the parent's order (by
-        time, stable).  Per replica, the leading prints that share the first one's time and value depend
-        on the previous chunk's last retraction: they stay events for the parent, and the state after
-        the rest is handed over in `retract_keys`."""
-        evs, self._c_retracts = self._c_retracts, []
+        """Sum the chunk's retractions into the range's window, in the parent's order (by time, stable),
+        so the window's TP de-duplication counts them as the parent would.  Per replica, the leading
+        prints that share the first one's time and value depend on the previous chunk's last retraction:
+        they stay events for the parent, and the window's state after the rest is handed over."""
+        evs, self._retracts = self._retracts, []
         if not evs:
             return
-        timed = [(event_seconds(e.time), number(e.fields.get("num_retracted_reqs", 1)), e) for e in evs]
-        if any(e.kind == RETRACT for e in res.events) or any(
-                t is None or v is None or not math.isfinite(v) for t, v, _ in timed) or _set_back(
+        timed = [(plausible_seconds(e.time) if has_date(e.time) else None,
+                  number(e.fields.get("num_retracted_reqs", 1)), e) for e in evs]
+        if any(t is None or v is None or not math.isfinite(v) for t, v, _ in timed) or _set_back(
                 [t for t, _, _ in timed]):
-            # Retractions read in Python interleave with these (or one is odd): all go to the parent.
+            # An undated or odd one: the parent's log clock times them all.
             res.events = list(heapq.merge(res.events, evs, key=operator.attrgetter("line")))
             return
-        if any("num_new_tokens_gained" in e.fields for e in evs):
-            _note_floor(res, "0.5.7")
         lead: list[Event] = []
-        first: dict[tuple[int | None, int | None], tuple[float, float]] = {}
-        known = res.retract_keys
-        timed.sort(key=operator.itemgetter(0))
-        for t, v, e in cast(list[tuple[float, float, Event]], timed):
+        first: dict[tuple[int | None, int | None], tuple[float | None, float | None]] = {}
+        past_lead: set[tuple[int | None, int | None]] = set()  # the window de-duplicates from here
+        summed: list[Event] = []
+        timed.sort(key=lambda x: x[0] or 0.0)
+        for t, v, e in timed:
             rank = e.rank
-            replica = (rank.get("dp"), rank.get("pp"))
-            tp = rank.get("tp")
-            if tp is not None:
-                prev = known.get(replica)
-                if prev is None:
+            if rank.get("tp") is not None:
+                replica = (rank.get("dp"), rank.get("pp"))
+                if replica not in past_lead:
                     if first.setdefault(replica, (t, v)) == (t, v):
                         lead.append(e)  # the parent de-duplicates it against the previous chunk
                         continue
-                    known[replica] = (t, v, frozenset({tp}))  # differs from the lead: counts whatever came before
-                else:
-                    counts, known[replica] = tp_dedup(prev, t, v, tp)
-                    if not counts:
-                        continue
-            key = (replica[0], replica[1], bucket_start(t, self.res, self.origin))
-            b = res.buckets.get(key)
-            if b is None:
-                b = res.buckets[key] = Bucket()
-            b.retractions += 1
-            b.retracted += v
-            self._span_bounds(res, key, t, t)
-        res.summed_events = len(evs) - len(lead)
+                    past_lead.add(replica)  # differs from the lead: counts whatever came before
+            summed.append(e)
+        self._window.add_items(self._retract_conv.convert_batch(summed))
+        self._summed += len(summed)
         if lead:
             lead.sort(key=operator.attrgetter("line"))
             res.events = list(heapq.merge(res.events, lead, key=operator.attrgetter("line")))
+
+    def _take(self, events: Iterable[Event], res: ChunkResult) -> None:
+        """Events of the event reader: dated Decode/Prefill lines (within the clock's tolerance) through
+        the sidecar's conversion into the window, retractions kept for `_sum_retractions`, every other
+        event to the parent (timed as the parent would)."""
+        if not self.use_fast:
+            res.events.extend(self._timed(e, res) for e in events)
+            return
+        batch: list[Event] = []
+        for e in events:
+            kind = e.kind
+            if kind in (DECODE, PREFILL):
+                t = plausible_seconds(e.time) if has_date(e.time) else None
+                last = self._last_t
+                if t is not None and (last is None or t >= last - BACKWARD_TOLERANCE_S):
+                    if last is None or t > last:
+                        self._last_t = t
+                    batch.append(e)
+                    continue
+            elif kind == RETRACT:
+                self._retracts.append(self._timed(e, res))
+                continue
+            res.events.append(self._timed(e, res))
+        if batch:
+            self._summed += len(batch)
+            self._window.add_items(self._conv.convert_batch(batch))
 
     def _feed(self, lines: list[str], res: ChunkResult) -> None:
         """Lines that hold no fast-path head, through the event reader (which numbers them)."""
         for line in lines:
             if "\x00" in line:
                 res.nul_lines += 1
-        out = self.reader.feed_lines(lines)
-        for e in out:
-            res.events.append(self._timed(e, res))
+        self._take(self.reader.feed_lines(lines), res)
 
     def scan_text(self, text: str, *, final: bool = True) -> ChunkResult:
         """Scan text made of whole lines (the last may lack its newline) through the event reader."""
@@ -212,6 +258,23 @@ class Scanner:
         self._feed(list(lines), res)
         return self._end(res, unparsed0, final)
 
+    def _scan_blocks(self, data: bytes | mmap.mmap, start: int, final: bool) -> ChunkResult:
+        """Without the accelerator: the bytes decoded a block of whole lines at a time (memory stays
+        that of a block however large the range)."""
+        res, unparsed0 = self._begin()
+        size = len(data)
+        pos = start
+        while pos < size:
+            cut = data.rfind(b"\n", pos, min(size, pos + _TEXT_BLOCK)) + 1 if pos + _TEXT_BLOCK < size else size
+            if cut <= pos:  # a line longer than a block
+                cut = data.find(b"\n", pos) + 1 or size
+            lines = data[pos:cut].decode("utf-8", errors="replace").split("\n")
+            if lines[-1] == "":
+                lines.pop()
+            self._feed(lines, res)
+            pos = cut
+        return self._end(res, unparsed0, final)
+
     def scan_bytes(self, data: bytes | mmap.mmap, *, final: bool = True, start: int = 0) -> ChunkResult:
         """Scan UTF-8 bytes from offset `start` (invalid bytes replaced). With the C accelerator (the
         optional drop-in), runs of lines no multi-line record needs are read in C: access and chatter lines
@@ -220,7 +283,7 @@ class Scanner:
         reader.  `data` may be a read-only mmap of the file (the workers' way: no copy of the range)."""
         scan = SCAN
         if scan is None or not self.use_fast:
-            return self.scan_text(data[start:].decode("utf-8", errors="replace"), final=final)
+            return self._scan_blocks(data, start, final)
         res, unparsed0 = self._begin()
         reader = self.reader
         groups = self._cols
@@ -236,7 +299,7 @@ class Scanner:
                 reader._next = n
                 res.fast += nd + np_
                 for e in out:  # retractions, read in C as the reader would
-                    self._c_retracts.append(self._timed(e, res))
+                    self._retracts.append(self._timed(e, res))
                 if last_t is not None:
                     self._last_t = last_t if self._last_t is None else max(self._last_t, last_t)
                 if pos >= size:
@@ -245,8 +308,7 @@ class Scanner:
             blk = reader._block
             if blk is not None and (blk.count >= MAX_BLOCK_LINES or not blk.accepts(line)):
                 # The line ends the open record: emit it now, then read the line again.
-                for e in reader.flush():
-                    res.events.append(self._timed(e, res))
+                self._take(reader.flush(), res)
                 continue
             pos = nxt
             self._feed([line], res)
@@ -279,14 +341,6 @@ def _set_back(times: list[float | None]) -> bool:
             return True
         top = max(top, t)
     return False
-
-
-def _note_floor(res: ChunkResult, version: str) -> None:
-    cur = res.version_floor
-    if cur == version:
-        return  # the common case: once per bucket group, the same floor
-    if cur is None or version_tuple(version) > version_tuple(cur):
-        res.version_floor = version
 
 
 _Job = tuple[str, int, int, float, float, float, float, tuple[int, str] | None, float]

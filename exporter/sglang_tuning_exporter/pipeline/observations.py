@@ -184,7 +184,7 @@ class EventConverter:
         if self.server is not None:
             apply_to_server(e, self.server)
         t = self._time(e)
-        rank = Rank.from_dict(e.rank)
+        rank = self._rank(e.rank)
         f = e.fields
         out: list[Observation] = []
 
@@ -313,6 +313,17 @@ class EventConverter:
         server, ranks = self.server, self._ranks
         for e in events:
             kind = e.kind
+            if kind == "retract":
+                # What `convert` does for a retraction (diagnose sums many), without its general steps.
+                f = e.fields
+                t = self._time(e)
+                if server is not None and "num_new_tokens_gained" in f:
+                    self.note_version_floor("0.5.7")
+                v = number(f.get("num_retracted_reqs", 1))
+                if v is not None:
+                    append(Observation(t, "retraction", v, ranks.get(tuple(e.rank.items())) or self._rank(e.rank),
+                                       "log"))
+                continue
             if kind != "decode" and kind != "prefill":
                 out.extend(self.convert(e))
                 continue

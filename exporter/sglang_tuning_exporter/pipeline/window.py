@@ -63,6 +63,19 @@ class _RankState:
     summed: _WindowSum | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class RankPart:
+    """One rank's share of a window filled elsewhere (diagnose's workers): its buckets (oldest first),
+    the times it was seen between, and its de-duplication state, for another window's `add_bucket` and
+    `carry_event_key`."""
+
+    rank: Rank
+    first_seen: float
+    last_seen: float
+    buckets: tuple[tuple[float, Bucket], ...]
+    event_keys: Mapping[str, EventKey]
+
+
 def tp_dedup(prev: EventKey | None, t: float, value: float, tp: int) -> tuple[bool, EventKey]:
     """The same event printed by every TP rank of a replica counts once: whether this print counts,
     and the replica's state after it (the one rule for the window and diagnose's workers)."""
@@ -390,6 +403,14 @@ class Window:
         st = self._ranks.get(self._fold(rank))
         if st is not None:
             st.last_event_key[name] = key
+
+    def hand_over(self) -> list[RankPart]:
+        """Every rank's buckets (pending samples committed), span and de-duplication state: what a
+        window filled over one range of a log hands to the window that merges the ranges."""
+        for st in self._ranks.values():
+            self._commit(st)
+        return [RankPart(rank, st.first_seen, st.last_seen, tuple(st.buckets), dict(st.last_event_key))
+                for rank, st in self._ranks.items()]
 
     def _commit(self, st: _RankState) -> None:
         p = st.pending

@@ -1,0 +1,121 @@
+"""diagnose's reader: a range runs the sidecar's own intake (conversion into a window of its own) and
+hands over frozen buckets and only the events the parent must see in order."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import pytest
+
+from helpers.scenario_logs import LogWriter
+from sglang_tuning_exporter.core.model import Rank
+from sglang_tuning_exporter.offline import scanner
+from sglang_tuning_exporter.offline.scanner import ChunkResult, Scanner
+from sglang_tuning_exporter.pipeline.observations import EventConverter
+from sglang_tuning_exporter.pipeline.signals import SignalParams
+from sglang_tuning_exporter.pipeline.window import Window
+from sglang_tuning_exporter.sources.accel import SCAN
+from sglang_tuning_exporter.sources.logreader import scan_text
+
+ACCEL = [pytest.param(True, id="accelerator"), pytest.param(False, id="pure-python")]
+
+
+def _log() -> str:
+    w = LogWriter("0.5.23", tp_size=2)
+    w.server_args().startup()
+    for i in range(400):
+        w.decode(100 + i % 90, 0.5 + (i % 40) / 100, i % 300, graph=i % 5 != 0, dp=i % 2, tp=0)
+        if i % 3 == 0:
+            w.prefill(3000, 900, 0.7, 120, i % 200, dp=i % 2, tp=0)
+            w.access()
+        if i % 11 == 0:
+            for tp in (0, 1):
+                w.retract(2, dp=0, tp=tp)  # printed by both TP ranks: counted once
+        w.tick(3)
+    return w.text()
+
+
+def _scan(text: str, accelerated: bool, monkeypatch: pytest.MonkeyPatch) -> ChunkResult:
+    if accelerated and SCAN is None:
+        pytest.skip("the C accelerator is not built (or SGLANG_TUNING_PURE_PYTHON is set)")
+    if not accelerated:
+        monkeypatch.setattr(scanner, "SCAN", None)
+    return Scanner(600.0, 0.9).scan_bytes(text.encode())
+
+
+def _window() -> Window:
+    return Window(600.0, params=SignalParams(), expire_s=math.inf, resolution_s=600.0)
+
+
+def _signals(w: Window, now: float) -> dict[Rank, dict[str, Any]]:
+    return {r: {k: "nan" if isinstance(v, float) and math.isnan(v) else v for k, v in s.items()}
+            for r, s in w.signals(now).items()}
+
+
+@pytest.mark.parametrize("accelerated", ACCEL)
+def test_a_range_ships_buckets_not_batch_lines(accelerated: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Dated Decode/Prefill lines and retractions are summed in the range; the parent gets the startup
+    facts (in line order) and no batch line, and still counts every event."""
+    text = _log()
+    res = _scan(text, accelerated, monkeypatch)
+    events, _ = scan_text(text)
+    kinds = {e.kind for e in res.events}
+    assert not kinds & {"decode", "prefill"}, kinds
+    # Only the leading prints of a replica's first retraction: whether they count depends on the range before.
+    lead = [e for e in res.events if e.kind == "retract"]
+    assert [e.rank.get("tp") for e in lead] == [0, 1] and len({e.time for e in lead}) == 1
+    assert {"server_args", "startup_memory"} <= kinds
+    assert [e.line for e in res.events] == sorted(e.line for e in res.events)
+    assert len(res.events) + res.summed_events + res.fast == len(events)
+    assert res.buckets and set(res.rank_span) == {(0, None), (1, None)}
+    assert res.retract_keys[(0, None)][2] == frozenset({0, 1})  # the window's de-dup state, handed over
+    assert res.version_floor == "0.5.7"  # `#new_tokens_gained`, noted by the sidecar's conversion
+
+
+@pytest.mark.parametrize("accelerated", ACCEL)
+def test_range_buckets_are_the_window_intake(accelerated: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The buckets a range hands over, merged into a window, give the signals of that window fed the
+    same events through the sidecar's conversion (the accelerator replaces parse, convert and sum only)."""
+    text = _log()
+    res = _scan(text, accelerated, monkeypatch)
+    merged, direct = _window(), _window()
+    for (dp, pp, start), b in sorted(res.buckets.items(), key=lambda kv: kv[0][2]):
+        span = res.rank_span[(dp, pp)]
+        merged.add_bucket(Rank(dp=dp, pp=pp), start, b, first=span[0], last=span[1])
+    merged.add_items(EventConverter().convert_batch([e for e in res.events if e.kind == "retract"]))  # the lead
+    conv = EventConverter()
+    events, _ = scan_text(text)
+    direct.add_items(conv.convert_batch([e for e in events if e.kind in ("decode", "prefill", "retract")]))
+    end = (conv.last_time or 0.0) + 1.0  # the last window holds 100 Decode lines of each replica
+    assert res.last_t == conv.last_time
+    got, want = _signals(merged, end), _signals(direct, end)
+    assert got == want and want[Rank(dp=0)]["decode_samples"] == 100
+    assert want[Rank(dp=0)]["retractions_per_minute"] is not None
+
+
+def test_a_range_is_decoded_a_block_at_a_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without the accelerator the bytes are decoded in blocks cut at line ends (never the whole range
+    at once), with the same result, lines longer than a block included."""
+    monkeypatch.setattr(scanner, "SCAN", None)
+    text = _log().replace("\n", "\n" + "x" * 300 + "\n", 3)  # a line longer than the block
+    whole = Scanner(600.0, 0.9).scan_bytes(text.encode())
+    monkeypatch.setattr(scanner, "_TEXT_BLOCK", 256)
+    decoded: list[int] = []
+    real = bytes.decode
+
+    class Spy(bytes):
+        def __getitem__(self, key: Any) -> Any:
+            got = bytes.__getitem__(self, key)
+            return Spy(got) if isinstance(key, slice) else got
+
+        def decode(self, *args: Any, **kw: Any) -> str:  # type: ignore[override]
+            decoded.append(len(self))
+            return real(self, *args, **kw)
+
+    blocks = Scanner(600.0, 0.9).scan_bytes(Spy(text.encode()))
+    assert decoded and max(decoded) < 1024 and sum(decoded) == len(text.encode())
+    assert (blocks.lines, blocks.summed_events, len(blocks.events)) == \
+        (whole.lines, whole.summed_events, len(whole.events))
+    assert sorted(blocks.buckets) == sorted(whole.buckets)
+    assert blocks.rank_span == whole.rank_span and blocks.retract_keys == whole.retract_keys
