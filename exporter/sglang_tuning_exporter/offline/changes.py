@@ -13,7 +13,7 @@ import html
 import json
 import math
 import mmap
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from sglang_tuning_exporter.guide.advisor import aggregate_signals
@@ -21,9 +21,9 @@ from sglang_tuning_exporter.guide.changes import (
     Section,
     WindowSummary,
     compare_sections,
+    detect,
     last_change,
     last_change_text,
-    tracked_flags,
     worst_statuses,
 )
 from sglang_tuning_exporter.guide.checks import CheckTable
@@ -33,6 +33,7 @@ from sglang_tuning_exporter.offline.diagnosis import Diagnosis, FileDiagnosis
 from sglang_tuning_exporter.offline.scanner import Scanner
 
 MARK = b"server_args="
+BLOCK_BYTES = 1 << 20  # bytes read at once from an input read for its sections
 
 
 class _Recording(Diagnosis):
@@ -53,27 +54,43 @@ class _Recording(Diagnosis):
         self.summaries.append(WindowSummary(start, now, aggregate_signals(sig), worst))
 
 
-def read_bytes(path: str) -> bytes:
-    """The whole input (gunzipped when it is gzip)."""
+def _blocks(path: str) -> Iterator[bytes]:
+    """The input (gunzipped when it is gzip) as blocks of whole lines (the last may lack its newline):
+    never more than a block and a line in memory."""
     with open(path, "rb") as fh:
-        head = fh.read(2)
-    if head == b"\x1f\x8b":
-        with gzip.open(path, "rb") as gz:
-            return gz.read()
-    with open(path, "rb") as fh:
-        return fh.read()
+        gz = fh.read(2) == b"\x1f\x8b"
+    with (gzip.open(path, "rb") if gz else open(path, "rb")) as f:
+        carry = b""
+        while block := f.read(BLOCK_BYTES):
+            buf = carry + block if carry else block
+            cut = buf.rfind(b"\n") + 1
+            carry = buf[cut:]
+            if cut:
+                yield buf[:cut]
+        if carry:
+            yield carry
 
 
-def section_starts(data: bytes) -> list[int]:
-    """Byte offsets of the lines holding `server_args=` (0 is always a start)."""
-    starts = [0]
-    pos = data.find(MARK)
-    while pos >= 0:
-        line = data.rfind(b"\n", 0, pos) + 1
-        if line > starts[-1]:
-            starts.append(line)
-        pos = data.find(MARK, pos + len(MARK))
-    return starts
+def _section_pieces(path: str) -> Iterator[bytes | None]:
+    """The input's bytes in order, None where a startup section ends: before each line holding
+    `server_args=` that is not the first line of its section, and at the end."""
+    fed = False  # the current section holds bytes
+    for block in _blocks(path):
+        pos = 0
+        found = block.find(MARK)
+        while found >= 0:
+            line = block.rfind(b"\n", 0, found) + 1
+            if line > pos or fed:  # the section so far holds bytes: this line starts the next one
+                if line > pos:
+                    yield block[pos:line]
+                yield None
+                pos, fed = line, False
+            nl = block.find(b"\n", found)
+            found = block.find(MARK, nl + 1) if nl >= 0 else -1
+        if pos < len(block):
+            yield block[pos:]
+            fed = True
+    yield None
 
 
 def restarts(path: str) -> bool:
@@ -104,37 +121,33 @@ def restarts(path: str) -> bool:
         return False
 
 
-def _section(data: bytes, table: CheckTable, cfg: Config, profile: str, workload: str,
-             overrides: dict[str, Any]) -> Section | None:
-    d = _Recording(table, cfg, profile, workload, overrides)
-    scanner = Scanner(d.res, d.cfg.usage_good, d.window.params.queue_band, origin_s=d.origin)
-    d.add_chunk(scanner.scan_bytes(data, final=True))
-    if d.lines == 0 or d.first_t is None:
-        return None
-    d.finish("section")
-    args = {**d.server.args, **overrides}
-    return Section(d.first_t, args, tuple(d.summaries))
-
-
 def sections_of(paths: Sequence[str], table: CheckTable, cfg: Config, profile: str, workload: str,
                 overrides: dict[str, Any]) -> list[Section]:
-    """The startup sections of the inputs, in order; consecutive sections whose tracked flags agree (a
-    restart with the same arguments, a file without a `server_args=` line) are one."""
+    """The startup sections of the inputs, in order (each streamed through its own diagnosis: memory
+    stays flat however long the log); consecutive sections whose tracked flags agree as
+    guide/changes.detect compares them (a restart with the same arguments, a file without a
+    `server_args=` line) are one."""
     raw: list[Section] = []
     for path in paths:
-        data = read_bytes(path)
-        starts = section_starts(data)
-        for a, b in zip(starts, [*starts[1:], len(data)], strict=True):
-            s = _section(data[a:b], table, cfg, profile, workload, overrides)
-            if s is not None:
-                raw.append(s)
-    tracked = {f.lstrip("-").replace("-", "_") for f in tracked_flags(table)}
+        d: _Recording | None = None
+        scanner: Scanner | None = None
+        for piece in _section_pieces(path):
+            if d is None or scanner is None:
+                d = _Recording(table, cfg, profile, workload, overrides)
+                scanner = Scanner(d.res, d.cfg.usage_good, d.window.params.queue_band, origin_s=d.origin)
+            if piece is not None:
+                d.add_chunk(scanner.scan_bytes(piece, final=False))
+                continue
+            d.add_chunk(scanner.scan_bytes(b"", final=True))
+            if d.lines and d.first_t is not None:
+                d.finish("section")
+                raw.append(Section(d.first_t, {**d.server.args, **overrides}, tuple(d.summaries)))
+            d = scanner = None
     merged: list[Section] = []
     for s in raw:
         if merged:
             prev = merged[-1]
-            keys = tracked & set(prev.args) & set(s.args)
-            if not s.args or all(str(prev.args[k]) == str(s.args[k]) for k in keys):
+            if not s.args or not detect(prev.args, s.args, table):
                 merged[-1] = Section(prev.start, {**prev.args, **s.args}, prev.windows + s.windows)
                 continue
         merged.append(s)
@@ -257,7 +270,6 @@ __all__ = [
     "markdown_section",
     "render",
     "restarts",
-    "section_starts",
     "sections_of",
     "text_section",
 ]

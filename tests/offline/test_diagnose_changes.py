@@ -1,0 +1,105 @@
+"""diagnose over restarts: a log's startup sections are streamed (never read whole), and sections whose
+tracked flags agree as guide/changes.detect compares them (1, 1.0, "1") are one."""
+
+from __future__ import annotations
+
+import builtins
+import gzip
+from pathlib import Path
+from typing import IO, Any
+
+import pytest
+
+from helpers import paths
+from helpers.scenario_logs import LogWriter
+from sglang_tuning_exporter.guide.changes import Section
+from sglang_tuning_exporter.guide.checks import load_table
+from sglang_tuning_exporter.guide.config import Config
+from sglang_tuning_exporter.offline import changes
+
+TABLE = load_table()
+FIX = paths.FIXTURES / "changes"
+
+
+def _sections(*files: Path) -> list[Section]:
+    return changes.sections_of([str(f) for f in files], TABLE, Config(), "docs-2025", "throughput", {})
+
+
+def _shape(secs: list[Section]) -> list[tuple[Any, ...]]:
+    return [(s.start, sorted(s.args.items()), [(w.start, w.end, sorted(w.statuses.items())) for w in s.windows])
+            for s in secs]
+
+
+class _BoundedReads:
+    """A file whose every read asks for at most `limit` bytes (a whole read fails the test)."""
+
+    def __init__(self, fh: IO[bytes], limit: int, sizes: list[int]) -> None:
+        self._fh, self._limit, self._sizes = fh, limit, sizes
+
+    def read(self, n: int = -1) -> bytes:
+        assert 0 <= n <= self._limit, f"read({n}): the input is read whole"
+        got = self._fh.read(n)
+        self._sizes.append(len(got))
+        return got
+
+    def __enter__(self) -> _BoundedReads:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._fh.close()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._fh, name)
+
+
+def test_a_restarting_log_is_streamed_not_read_whole(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every read of the input is a block; the sections (arguments, windows, statuses) are those of one
+    read of the whole file, plain or gzip."""
+    log = tmp_path / "improved.log"
+    log.write_bytes((FIX / "improved.log").read_bytes())
+    gz = tmp_path / "improved.log.gz"
+    gz.write_bytes(gzip.compress(log.read_bytes()))
+    whole = _sections(log)
+    assert len(whole) == 2 and whole[1].args["schedule_conservativeness"] == 1.3
+
+    block = 4096
+    sizes: list[int] = []
+    real_open = builtins.open
+
+    def bounded_open(path: Any, mode: str = "r", *args: Any, **kw: Any) -> Any:
+        return _BoundedReads(real_open(path, mode, *args, **kw), block, sizes)
+
+    monkeypatch.setattr(changes, "BLOCK_BYTES", block)
+    monkeypatch.setattr(changes, "open", bounded_open, raising=False)  # the module's own `open`
+    assert _shape(_sections(log)) == _shape(whole)
+    assert sum(sizes) >= log.stat().st_size > 10 * block
+    assert _shape(_sections(gz)) == _shape(whole)
+
+
+def _restart_log(first: object, second: object) -> str:
+    w = LogWriter("0.5.23")
+    for value in (first, second):
+        w.server_args(schedule_conservativeness=value, chunked_prefill_size=8192)
+        for _ in range(200):
+            w.decode(200, 0.9, 150)
+            w.tick(5)
+    return w.text()
+
+
+@pytest.mark.parametrize(("first", "second"), [(1, 1.0), (1, "1"), (8192, 8192.0)])
+def test_numerically_equal_arguments_are_no_restart_with_other_flags(tmp_path: Path, first: object,
+                                                                     second: object) -> None:
+    log = tmp_path / "x.log"
+    log.write_text(_restart_log(first, second), encoding="utf-8")
+    assert changes.restarts(str(log))
+    (one,) = _sections(log)
+    assert len(one.windows) > 1
+    assert changes.changes_of([str(log)], TABLE, Config(), "docs-2025", "throughput", {}) == []
+
+
+def test_a_changed_value_is_still_a_change(tmp_path: Path) -> None:
+    log = tmp_path / "x.log"
+    log.write_text(_restart_log(1, 1.3), encoding="utf-8")
+    assert [s.args["schedule_conservativeness"] for s in _sections(log)] == [1, 1.3]
+    (c,) = changes.changes_of([str(log)], TABLE, Config(), "docs-2025", "throughput", {})
+    assert (c["flag"], c["from"], c["to"]) == ("--schedule-conservativeness", 1, 1.3)
