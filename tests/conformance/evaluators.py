@@ -134,6 +134,12 @@ def _metrics_get(sc: Scenario, now: Callable[[], float]) -> Callable[[str, float
     return get
 
 
+def _append(path: Path, lines: list[str]) -> None:
+    if lines:
+        with path.open("a", encoding="utf-8", newline="") as fh:
+            fh.write("".join(f"{line}\n" for line in lines))
+
+
 def live(sc: Scenario, tmp: Path, *, lines: list[str] | None = None, from_end_of: Path | None = None) -> Reading:
     """Lines arrive when their stamp is due on a wall clock SKEW_S ahead; ticks every TICK_S; our
     /metrics is rendered every SCRAPE_S (the history a Prometheus would have scraped)."""
@@ -143,15 +149,14 @@ def live(sc: Scenario, tmp: Path, *, lines: list[str] | None = None, from_end_of
         argv += ["--sglang.url", "http://127.0.0.1:30000"]
     log_input = None
     feed_lines = sc.lines if lines is None else lines
-    if feed_lines or from_end_of is not None:
-        log = from_end_of if from_end_of is not None else tmp / f"{sc.name}.live.log"
-        argv += ["--sglang.log-file", str(log)]
-        follower = _Feeder(feed_lines, lambda: wall[0])
-        if from_end_of is not None:
-            from sglang_tuning_exporter.sources.startup_section import WithStartup, startup_lines
-            log_input = log_input_for(WithStartup(follower, startup_lines(str(from_end_of))), EventReader())
-        else:
-            log_input = log_input_for(follower, EventReader())
+    follower = _Feeder(feed_lines, lambda: wall[0])
+    if feed_lines and from_end_of is None:
+        argv += ["--sglang.log-file", str(tmp / f"{sc.name}.live.log")]
+        log_input = log_input_for(follower, EventReader())
+    elif from_end_of is not None:
+        # The file the server writes, appended to as its lines fall due; the sidecar's log input is the
+        # one `serve` wires (serve.build_log_input: followed from the end, its last startup section first).
+        argv += ["--sglang.log-file", str(from_end_of)]
     cfg = build_config(_args(*argv))
     side = build_sidecar(cfg, timer=lambda: 0.0, http_get=_metrics_get(sc, lambda: wall[0]), log_input=log_input)
     web = make_web(build_config(_args("--sglang.url", "http://x:1")), side, clock=lambda: wall[0], build=BUILD,
@@ -161,7 +166,12 @@ def live(sc: Scenario, tmp: Path, *, lines: list[str] | None = None, from_end_of
     expositions: list[tuple[float, str]] = []
     next_scrape = wall[0]
     while wall[0] <= last + SKEW_S + TICK_S:
+        if from_end_of is not None and wall[0] > START + SKEW_S:
+            _append(from_end_of, follower.poll())
         side.tick(wall[0])
+        if from_end_of is not None and wall[0] == START + SKEW_S:
+            # Written just after the sidecar's first poll (which opened the file at its end).
+            _append(from_end_of, follower.poll())
         if wall[0] >= next_scrape:
             expositions.append((wall[0] - SKEW_S, web.handle("GET", "/metrics").body.decode()))
             next_scrape += SCRAPE_S
@@ -171,7 +181,8 @@ def live(sc: Scenario, tmp: Path, *, lines: list[str] | None = None, from_end_of
 
 
 def sidecar_restarted(sc: Scenario, tmp: Path) -> Reading:
-    """A sidecar started (without --from-start) when the log already holds lines [0, split)."""
+    """A sidecar started (without --from-start) when the log already holds lines [0, split): the log
+    input is serve's own (build_sidecar -> build_log_input), the rest of the lines appended to the file."""
     assert sc.sidecar_starts_at is not None
     before = tmp / f"{sc.name}.before.log"
     before.write_text("\n".join(sc.lines[: sc.sidecar_starts_at]) + "\n", encoding="utf-8")
