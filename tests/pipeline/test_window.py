@@ -31,3 +31,15 @@ def test_hand_over_commits_pending_and_carries_spans_and_dedup_state() -> None:
     merged.add(Observation(80.0, "retraction", 2.0, Rank(dp=1, tp=2), "log"))  # another print of that event
     got = merged.signals(100.0)
     assert got == expected and got[Rank(dp=1)]["decode_samples"] == 3
+
+
+def test_late_data_joins_its_bucket_or_takes_its_place_in_order() -> None:
+    """Data older than the newest bucket (diagnose's ranges add retractions after their lines) lands in
+    its own bucket, found or inserted in time order."""
+    w = Window(600.0, resolution_s=60.0)
+    rank = Rank(dp=0)
+    w.add_items([_sample(t, rank) for t in (10.0, 130.0, 250.0, 370.0)])
+    w.add_items([Observation(t, "retraction", 1.0, rank, "log") for t in (135.0, 70.0, 15.0, 300.0, 380.0)])
+    (part,) = w.hand_over()
+    assert [(s, b.decode.running_n, b.retractions) for s, b in part.buckets] == [
+        (0.0, 1, 1), (60.0, 0, 1), (120.0, 1, 1), (240.0, 1, 0), (300.0, 0, 1), (360.0, 1, 1)]

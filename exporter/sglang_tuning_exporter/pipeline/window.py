@@ -165,16 +165,20 @@ class Window:
             nb = Bucket()
             b.append((start, nb))
             return nb
-        # Late data (rare): an older bucket changes, so the sums kept for signals() start over.
+        # Late data (rare live; diagnose's ranges add their retractions after their lines): an older
+        # bucket changes, so the sums kept for signals() start over. Found (or placed) by bisection.
         st.summed = None
-        for s, bucket in reversed(b):  # merge into its bucket
-            if s == start:
-                return bucket
+        lo, hi = 0, len(b)
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if b[mid][0] < start:
+                lo = mid + 1
+            else:
+                hi = mid
+        if b[lo][0] == start:  # lo < len(b): the newest bucket starts after `start`
+            return b[lo][1]
         nb = Bucket()
-        b.append((start, nb))
-        b2 = sorted(b, key=lambda x: x[0])
-        b.clear()
-        b.extend(b2)
+        b.insert(lo, (start, nb))
         return nb
 
     def add(self, obs: Observation) -> None:
