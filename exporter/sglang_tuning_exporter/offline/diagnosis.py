@@ -168,7 +168,7 @@ class Diagnosis:
         self.conv.hint_time(chunk.first_t)  # lines before any stamp take the first one read
         for e in chunk.events:
             if off:
-                e = Event(e.line + off, e.kind, e.time, e.rank, e.fields)  # dataclasses.replace, cheaper
+                e = Event(e.line + off, e.kind, e.time, e.rank, e.fields)  # cheaper than e._replace(line=...)
             for o in self.conv.convert(e):
                 items.append((o.time, 0, o))
         if self.end_aligned and self.conv.log_clock.jumps:

@@ -7,7 +7,6 @@ bucket-sum for the Decode/Prefill lines it reads (the same sums, merged into tha
 
 from __future__ import annotations
 
-import dataclasses
 import gc
 import heapq
 import math
@@ -325,7 +324,7 @@ class Scanner:
                 res.last_t = t
             return e
         if e.time is None and self._last_t is not None:
-            return dataclasses.replace(e, time=_iso_of(self._last_t))
+            return e._replace(time=_iso_of(self._last_t))
         return e
 
 

@@ -54,7 +54,7 @@ static int n_markers;
 static unsigned char pair_bits[65536 / 8]; /* first two bytes of some marker */
 static int configured;
 
-static PyObject *event_type; /* called with (line, kind, time, rank, fields): Event's own constructor */
+static PyTypeObject *event_type; /* Event: a tuple subclass of (line, kind, time, rank, fields) */
 static PyObject *kind_decode, *kind_prefill;
 static PyObject *name_forward_iter, *name_token_usage, *name_graph_backend;
 static PyObject *pool_names[N_POOLS];
@@ -399,13 +399,23 @@ static int parse_batch(const char *s, Py_ssize_t len, Py_ssize_t h, Line *L) {
     return parse_pairs(s, i + 2, len, L, keys, n_keys);
 }
 
-/* Event(n, kind, time, rank, fields); borrows kind, time, rank and fields. */
+/* A new Event(n, kind, time, rank, fields); borrows kind, time, rank and fields. Event is a tuple
+ * subclass (checked by configure): built the way CPython's own tuple.__new__ builds a subclass
+ * instance, allocated by the type (GC-tracked, its items NULL until set) and its five items filled
+ * before anyone else can see it. Nothing writes into an Event once it is returned. */
 static PyObject *new_event(long long n, PyObject *kind, PyObject *time, PyObject *rank, PyObject *fields) {
     PyObject *line = PyLong_FromLongLong(n);
     if (line == NULL) return NULL;
-    PyObject *args[5] = {line, kind, time, rank, fields};
-    PyObject *e = PyObject_Vectorcall(event_type, args, 5, NULL);
-    Py_DECREF(line);
+    PyObject *e = event_type->tp_alloc(event_type, 5);
+    if (e == NULL) {
+        Py_DECREF(line);
+        return NULL;
+    }
+    PyTuple_SET_ITEM(e, 0, line); /* SET_ITEM steals: line is handed over, the rest get a reference */
+    PyTuple_SET_ITEM(e, 1, Py_NewRef(kind));
+    PyTuple_SET_ITEM(e, 2, Py_NewRef(time));
+    PyTuple_SET_ITEM(e, 3, Py_NewRef(rank));
+    PyTuple_SET_ITEM(e, 4, Py_NewRef(fields));
     return e;
 }
 
@@ -1038,7 +1048,7 @@ static int ascii_copy(PyObject *str, char *dst, Py_ssize_t cap, Py_ssize_t *len,
 #define KEEP(var, value) do { PyObject *_v = (value); Py_INCREF(_v); Py_XSETREF(var, _v); } while (0)
 
 /* configure(event_type, kinds, keys, markers, names, pools, ranks)
- *   event_type: called with the five values of an event (line, kind, time, rank, fields)
+ *   event_type: Event, a tuple subclass holding (line, kind, time, rank, fields) and nothing else
  *   kinds: (decode, prefill) kind strings; keys: [(raw, name, conv, label or None)]
  *   markers: substrings that send a line to Python; names: (forward_iter, token_usage, graph_backend)
  *   pools: the four pool-usage names, in Python's order; ranks: names of DP PP TP EP ATTN_CP MOE_DP */
@@ -1052,6 +1062,14 @@ static PyObject *configure(PyObject *self, PyObject *args) {
     if (!PyType_Check(etype) || PyTuple_GET_SIZE(kinds) != 2
         || PyTuple_GET_SIZE(names) != 3 || PyTuple_GET_SIZE(pools) != N_POOLS || PyTuple_GET_SIZE(ranks) != N_RANKS) {
         PyErr_SetString(PyExc_ValueError, "configure: wrong argument shapes");
+        return NULL;
+    }
+    /* new_event fills a tuple's items and nothing more: a type with state of its own (a __dict__,
+     * slots, weak references) would need its __new__, so it is refused (the reader then stays Python). */
+    PyTypeObject *et = (PyTypeObject *)etype;
+    if (!PyType_IsSubtype(et, &PyTuple_Type) || et->tp_basicsize != PyTuple_Type.tp_basicsize
+        || et->tp_itemsize != PyTuple_Type.tp_itemsize || et->tp_dictoffset != 0 || et->tp_weaklistoffset != 0) {
+        PyErr_SetString(PyExc_TypeError, "configure: the event type must be a tuple subclass without state of its own");
         return NULL;
     }
     if (PyList_GET_SIZE(key_list) > MAX_KEYS || PyList_GET_SIZE(marker_list) > MAX_MARKERS) {
@@ -1090,7 +1108,8 @@ static PyObject *configure(PyObject *self, PyObject *args) {
         pair_bits[pair >> 3] |= (unsigned char)(1u << (pair & 7));
         n_markers++;
     }
-    KEEP(event_type, etype);
+    Py_INCREF(etype);
+    Py_XSETREF(event_type, et);
     KEEP(kind_decode, PyTuple_GET_ITEM(kinds, 0));
     KEEP(kind_prefill, PyTuple_GET_ITEM(kinds, 1));
     KEEP(name_forward_iter, PyTuple_GET_ITEM(names, 0));
