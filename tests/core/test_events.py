@@ -97,18 +97,22 @@ def test_the_c_reader_builds_the_event_type_it_is_given(monkeypatch: pytest.Monk
 
 @pytest.mark.skipif(SCAN is None, reason="the C accelerator is not built (or turned off)")
 def test_the_c_reader_refuses_an_event_type_it_cannot_fill() -> None:
-    """C only fills a tuple's items: a type that is no tuple, or carries state a constructor would set
-    (a __dict__), is refused and the working configuration stays."""
+    """C only fills a tuple's items: a type that is no tuple, carries state a constructor would set (a
+    __dict__) or is hashable (a hash cache to set) is refused, and the working configuration stays."""
     assert SCAN is not None
 
     class WithDict(Event):
         pass
 
+    class Hashable(Event):
+        __slots__ = ()
+        __hash__ = tuple.__hash__
+
     @dataclass(frozen=True)
     class NotATuple:
         line: int
 
-    for bad in (WithDict, NotATuple, int):
+    for bad in (WithDict, Hashable, NotATuple, int):
         with pytest.raises(TypeError):
             SCAN.configure(bad, (ev.DECODE, ev.PREFILL), [], [], ("a", "b", "c"), ("p", "q", "r", "s"),
                            ("dp", "pp", "tp", "ep", "attn_cp", "moe_dp"))

@@ -1065,11 +1065,14 @@ static PyObject *configure(PyObject *self, PyObject *args) {
         return NULL;
     }
     /* new_event fills a tuple's items and nothing more: a type with state of its own (a __dict__,
-     * slots, weak references) would need its __new__, so it is refused (the reader then stays Python). */
+     * member slots, weak references) would need its __new__, and a hashable one a hash cache (tuples
+     * have one since CPython 3.14), so those are refused (accel.load then keeps the Python reader). */
     PyTypeObject *et = (PyTypeObject *)etype;
     if (!PyType_IsSubtype(et, &PyTuple_Type) || et->tp_basicsize != PyTuple_Type.tp_basicsize
-        || et->tp_itemsize != PyTuple_Type.tp_itemsize || et->tp_dictoffset != 0 || et->tp_weaklistoffset != 0) {
-        PyErr_SetString(PyExc_TypeError, "configure: the event type must be a tuple subclass without state of its own");
+        || et->tp_itemsize != PyTuple_Type.tp_itemsize || et->tp_dictoffset != 0 || et->tp_weaklistoffset != 0
+        || et->tp_hash != PyObject_HashNotImplemented) {
+        PyErr_SetString(PyExc_TypeError,
+                        "configure: the event type must be an unhashable tuple subclass without state of its own");
         return NULL;
     }
     if (PyList_GET_SIZE(key_list) > MAX_KEYS || PyList_GET_SIZE(marker_list) > MAX_MARKERS) {
