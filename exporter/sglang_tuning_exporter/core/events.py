@@ -49,8 +49,8 @@ class Event(_EventRecord):
         return tuple.__new__(cls, (line, kind, time, {} if rank is None else rank,
                                    {} if fields is None else fields))
 
-    # Equal only to an Event of the same class (not to a bare tuple of the same values), as the
-    # dataclass it replaces was; unhashable, its dicts being mutable.
+    # Equal only to an Event of the same class, never to a bare tuple of the same values (a record,
+    # not a sequence). Unhashable: its dicts are mutable (and _scan.configure relies on it).
     def __eq__(self, other: object) -> bool:
         return other.__class__ is self.__class__ and tuple.__eq__(self, other)
 
