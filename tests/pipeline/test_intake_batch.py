@@ -15,7 +15,7 @@ import pytest
 from sglang_tuning_exporter.core.events import Event
 from sglang_tuning_exporter.core.model import Observation, Rank, Sample, ServerState
 from sglang_tuning_exporter.pipeline.observations import EventConverter
-from sglang_tuning_exporter.pipeline.signals import Bucket
+from sglang_tuning_exporter.pipeline.stats import Bucket
 from sglang_tuning_exporter.pipeline.window import Window
 from sglang_tuning_exporter.sidecar.serve import build_advisor, build_sidecar, log_input_for, make_web
 from sglang_tuning_exporter.sidecar.serveconfig import add_serve_flags, build_config

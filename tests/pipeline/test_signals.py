@@ -12,7 +12,8 @@ from hypothesis import strategies as st
 from sglang_tuning_exporter.core.events import Event
 from sglang_tuning_exporter.core.model import Observation, Rank, ServerState
 from sglang_tuning_exporter.pipeline.observations import EventConverter, events_to_observations
-from sglang_tuning_exporter.pipeline.signals import Bucket, SampleStats, SignalParams, hist_quantile, quantile
+from sglang_tuning_exporter.pipeline.signals import SignalParams
+from sglang_tuning_exporter.pipeline.stats import Bucket, SampleStats, hist_quantile, quantile
 from sglang_tuning_exporter.pipeline.window import Window
 
 NO_RANK = Rank()

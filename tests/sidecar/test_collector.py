@@ -16,8 +16,8 @@ from helpers.scenario_logs import LogWriter
 from sglang_tuning_exporter.core.catalog import BY_NAME, CATALOG, DEPRECATED, PROCESS_METRICS, SIGNAL_UNITS
 from sglang_tuning_exporter.core.events import Event
 from sglang_tuning_exporter.core.model import Finding, Observation, Rank
-from sglang_tuning_exporter.pipeline.signals import SIGNAL_NAMES, hist_quantile
-from sglang_tuning_exporter.pipeline.stats import quantile
+from sglang_tuning_exporter.pipeline.signals import SIGNAL_NAMES
+from sglang_tuning_exporter.pipeline.stats import hist_quantile, quantile
 from sglang_tuning_exporter.sidecar.collector import (
     BuildInfo,
     TuningCollector,

@@ -5,7 +5,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-STATUSES = ("ok", "warning", "critical", "unknown")
 # Numeric encoding of a status on /metrics (sglang_tuning_check_level; ordered so max = the worst).
 STATUS_CODE = {"unknown": -1.0, "ok": 0.0, "warning": 1.0, "critical": 2.0}
 

@@ -101,11 +101,10 @@ class Window:
 
 @dataclass(frozen=True, slots=True)
 class PlannedQuery:
-    """One instant query of the plan and the signal it yields (`label` names a label to fan out on)."""
+    """One instant query of the plan and the signal it yields."""
 
     key: str
     expr: str
-    fan_out_label: str | None = None  # e.g. `signal` or `phase`: one signal per label value
 
 
 def _sources(*exprs: str) -> str:
@@ -261,10 +260,9 @@ def plan(w: Window, params: SignalParams | None = None) -> list[PlannedQuery]:
             *(capped(a, b, c, d) for a, b, c, d in zip(running_sg, cap_sg, usage_sg, queue_sg, strict=True)))),
         PlannedQuery("decode_batch_p90", _sources(
             *[f"max by ({GROUP}) (quantile_over_time(0.9, {x}[{r}]))" for x in (running_ours, *running_sg)])),
-        PlannedQuery("oom", f"max by ({GROUP}, phase) (increase({series('sglang_tuning_oom_events_total', sel)}[{r}]))",
-                     fan_out_label="phase"),
+        PlannedQuery("oom", f"max by ({GROUP}, phase) (increase({series('sglang_tuning_oom_events_total', sel)}[{r}]))"),
         # The sidecar's own windowed signals: used only for names no query above produced.
-        PlannedQuery("sidecar_signals", sidecar_signals_expr(sel, r), fan_out_label="signal"),
+        PlannedQuery("sidecar_signals", sidecar_signals_expr(sel, r)),
     ]
 
 

@@ -28,7 +28,8 @@ from sglang_tuning_exporter.core.timeparse import (
     plausible_seconds,
 )
 from sglang_tuning_exporter.pipeline.observations import EventConverter, number
-from sglang_tuning_exporter.pipeline.signals import Bucket, FrozenHist, SignalParams, use_freezer
+from sglang_tuning_exporter.pipeline.signals import SignalParams
+from sglang_tuning_exporter.pipeline.stats import Bucket, FrozenHist, use_freezer
 from sglang_tuning_exporter.pipeline.window import EventKey, Window
 from sglang_tuning_exporter.sources.accel import SCAN
 from sglang_tuning_exporter.sources.logreader import EventReader, line_at

@@ -113,7 +113,6 @@ class EventConverter:
         self.clock = clock
         self.server = server
         self.synthetic_time = False  # some events were timed by line order
-        self.timed_events = 0
         # Live (`clock` given) the log's own stamps still time its lines; the wall clock ages them.
         self.log_clock = LogClock(arrival=clock)
         self._hint: float | None = None
@@ -125,9 +124,7 @@ class EventConverter:
 
     def _time(self, e: Event) -> float:
         t = self.log_clock.take(e.time)
-        if t is not None:
-            self.timed_events += 1
-        else:
+        if t is None:
             # No usable stamp: the neighbour's time (the latest log time; live, aged by the wall
             # clock), the time the reader says comes next, or, before any stamp, arrival (live) or line
             # order (offline).

@@ -9,16 +9,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sglang_tuning_exporter.pipeline.stats import (  # re-exported: what callers of the signals read
+from sglang_tuning_exporter.pipeline.stats import (
     Bucket,
-    FrozenHist,
     SampleStats,
     _pairs,
     hist_at_least,
     hist_max,
     hist_quantile,
-    quantile,
-    use_freezer,
 )
 
 # Per-sample values of a Decode line (or a scrape); observations of one line share a time.
@@ -184,5 +181,3 @@ def compute_signals(total: Bucket, facts: dict[str, float], p: SignalParams, *, 
         out["cuda_graph_ceiling_ratio"] = captured / cap
     return out
 
-
-__all__ = ['Bucket', 'FrozenHist', 'SampleStats', 'hist_at_least', 'hist_max', 'hist_quantile', 'quantile', 'use_freezer']
