@@ -300,30 +300,30 @@ def test_frozen_hist_answers_as_the_dict_it_froze(hist: dict[int, int], q: float
     import pickle
 
     from sglang_tuning_exporter.offline import scanner  # noqa: F401  (wires the accelerator's freeze_hist)
-    from sglang_tuning_exporter.pipeline import signals, stats
+    from sglang_tuning_exporter.pipeline import stats
     from sglang_tuning_exporter.sources.accel import SCAN
 
     assert (stats._freezer is not None) == (SCAN is not None)
-    for frozen in (signals.FrozenHist.of(hist), _python_frozen(hist)):
+    for frozen in (stats.FrozenHist.of(hist), _python_frozen(hist)):
         assert dict(frozen) == hist and list(frozen.pairs()) == sorted(hist.items()) and len(frozen) == len(hist)
         assert "x" not in frozen and frozen.get(2**41 + 1) is None  # absent, as in a dict
         assert hist_quantile(frozen, q) == hist_quantile(hist, q)
-        assert signals.hist_at_least(frozen, floor) == signals.hist_at_least(hist, floor)
+        assert stats.hist_at_least(frozen, floor) == stats.hist_at_least(hist, floor)
         if hist:
-            assert signals.hist_max(frozen) == max(hist)
+            assert stats.hist_max(frozen) == max(hist)
         back = pickle.loads(pickle.dumps(frozen))
-        assert type(back) is signals.FrozenHist and dict(back) == hist
+        assert type(back) is stats.FrozenHist and dict(back) == hist
 
 
 def _python_frozen(hist: dict[int, int]) -> Any:
-    from sglang_tuning_exporter.pipeline import signals, stats
+    from sglang_tuning_exporter.pipeline import stats
 
     saved = stats._freezer
-    signals.use_freezer(None)
+    stats.use_freezer(None)
     try:
-        return signals.FrozenHist.of(hist)
+        return stats.FrozenHist.of(hist)
     finally:
-        signals.use_freezer(saved)
+        stats.use_freezer(saved)
 
 
 def test_frozen_stats_thaw_on_write_and_merge_like_dicts() -> None:

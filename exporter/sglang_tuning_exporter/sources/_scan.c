@@ -1,6 +1,6 @@
 /* Optional accelerator of the log reader: the commonest lines of a busy SGLang log, in C.
  *
- * Contract (tests/test_scan_accel.py checks it against the pure-Python reader): for every line it is
+ * Contract (tests/sources/test_scan_accel.py checks it against the pure-Python reader): for every line it is
  * given, this module either
  *   - skips it, when the pure-Python reader would produce nothing for it (uvicorn access lines, and
  *     lines holding none of the parser's dispatch markers),
@@ -10,7 +10,7 @@
  *   - stops, handing the line back to Python (anything else: other heads, odd values, non-ASCII,
  *     `\r`, ANSI colours, unknown keys...).
  * For diagnose, scan_buckets sums Decode/Prefill lines per (rank, time bucket) instead of making
- * Events, with signals.SampleStats.add's semantics (tests/test_diagnose.py holds it to the Python path).
+ * Events, with stats.SampleStats.add's semantics (tests/offline/test_diagnose.py holds it to the Python path).
  * Between lines it keeps only caches that cannot change a result (the last time string, the key seen
  * at each position, recent bucket groups), and it holds no table of its own: keys, markers, names,
  * kinds and the Event type come from logparse through accel.configure(), so Python stays the one
@@ -490,7 +490,7 @@ done:
 }
 
 /* ---- bucket accumulator (diagnose) ------------------------------------------------------------
- * Per (kind, dp, pp, time bucket) group, what signals.SampleStats.add does per sample, in C: the
+ * Per (kind, dp, pp, time bucket) group, what stats.SampleStats.add does per sample, in C: the
  * group is [acc (bytearray of ACC_N doubles), queue hist, running hist, missed hist, capped hist]. */
 #define N_COLS 5
 /* Column roles, in configure_columns' order: decode (running, usage, graph, throughput, queue);
