@@ -7,8 +7,9 @@ import re
 import socket
 import subprocess
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 import requests
 
@@ -56,3 +57,40 @@ def wait_ready(proc: subprocess.Popen[bytes], url: str, log_file: Path, *, name:
         if time.monotonic() > deadline:
             raise RuntimeError(f"{name} did not become ready in time")
         time.sleep(0.1)  # waiting for a real process to come up (integration harness, not a unit test)
+
+
+@contextlib.contextmanager
+def oversized_body_server(body: bytes, monkeypatch: Any) -> Iterator[tuple[str, list[int]]]:
+    """A loopback HTTP server answering every GET with `body`; yields its base URL and a one-item list
+    counting the response bytes this process's http.client read (through HTTPResponse.read1)."""
+    import http.client
+    import http.server
+    import threading
+
+    class Big(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            with contextlib.suppress(OSError):  # the client stops reading
+                self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    srv = http.server.ThreadingHTTPServer((LOOPBACK, 0), Big)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    read = [0]
+    real = http.client.HTTPResponse.read1
+
+    def counting(self: http.client.HTTPResponse, n: int = -1) -> bytes:
+        data = real(self, n)
+        read[0] += len(data)
+        return data
+
+    monkeypatch.setattr(http.client.HTTPResponse, "read1", counting)
+    try:
+        yield f"http://{LOOPBACK}:{srv.server_address[1]}", read
+    finally:
+        srv.shutdown()
+        srv.server_close()

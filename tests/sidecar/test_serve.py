@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from helpers.netutil import oversized_body_server
 from helpers.paths import FIXTURES
 from sglang_tuning_exporter import cli
 from sglang_tuning_exporter.core.events import Event
@@ -500,41 +501,10 @@ def test_log_only_sidecar_names_flags_by_the_release_its_lines_reveal(tmp_path: 
 def test_server_info_is_read_no_further_than_its_own_cap(monkeypatch: pytest.MonkeyPatch) -> None:
     """The real getter reads server info up to MAX_SERVER_INFO_BYTES (+1 byte that says "too large"),
     not up to the far larger /metrics cap: an oversized document costs 4 MiB of reading, not 16."""
-    import contextlib
-    import http.client
-    import http.server
-
     from sglang_tuning_exporter.core import limits
 
     body = b"{" + b" " * (limits.MAX_SERVER_INFO_BYTES + (1 << 20)) + b"}"
-
-    class Big(http.server.BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            self.send_response(200)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            with contextlib.suppress(OSError):  # the client stops reading
-                self.wfile.write(body)
-
-        def log_message(self, *args: object) -> None:
-            pass
-
-    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Big)
-    threading.Thread(target=srv.serve_forever, daemon=True).start()
-    read = [0]
-    real = http.client.HTTPResponse.read1
-
-    def counting(self: http.client.HTTPResponse, n: int = -1) -> bytes:
-        data = real(self, n)
-        read[0] += len(data)
-        return data
-
-    monkeypatch.setattr(http.client.HTTPResponse, "read1", counting)
-    try:
-        sc = build_sidecar(build_config(_args("--sglang.url", f"http://127.0.0.1:{srv.server_address[1]}")))
-        res = sc._info.fetch()
-    finally:
-        srv.shutdown()
-        srv.server_close()
+    with oversized_body_server(body, monkeypatch) as (url, read):
+        res = build_sidecar(build_config(_args("--sglang.url", url)))._info.fetch()
     assert res.info is None and res.reason == "too_large", res
     assert limits.MAX_SERVER_INFO_BYTES < read[0] <= limits.MAX_SERVER_INFO_BYTES + 1 < len(body)

@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+from helpers.netutil import oversized_body_server
 from helpers.paths import FIXTURES
 from sglang_tuning_exporter.sources.serverinfo import HttpError, ServerInfoClient, parse_server_info
 
@@ -161,42 +162,10 @@ def test_a_long_string_is_clipped_as_a_scraped_label_is() -> None:
 
 def test_the_body_is_read_no_further_than_one_byte_past_the_cap(monkeypatch: pytest.MonkeyPatch) -> None:
     """A body larger than the cap is refused (too_large) after reading at most cap + 1 bytes of it."""
-    import contextlib
-    import http.client
-    import http.server
-    import threading
-
     from sglang_tuning_exporter.sources.serverinfo import urllib_get
 
     cap, body = 100_000, b"x" * 1_000_000
-
-    class Big(http.server.BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            self.send_response(200)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            with contextlib.suppress(OSError):  # the client stops reading
-                self.wfile.write(body)
-
-        def log_message(self, *args: object) -> None:
-            pass
-
-    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Big)
-    threading.Thread(target=srv.serve_forever, daemon=True).start()
-    got = [0]
-    real = http.client.HTTPResponse.read1
-
-    def counting(self: http.client.HTTPResponse, n: int = -1) -> bytes:
-        data = real(self, n)
-        got[0] += len(data)
-        return data
-
-    monkeypatch.setattr(http.client.HTTPResponse, "read1", counting)
-    try:
-        with pytest.raises(HttpError) as err:
-            urllib_get(f"http://127.0.0.1:{srv.server_address[1]}/server_info", 5.0, max_bytes=cap)
-    finally:
-        srv.shutdown()
-        srv.server_close()
+    with oversized_body_server(body, monkeypatch) as (url, read), pytest.raises(HttpError) as err:
+        urllib_get(f"{url}/server_info", 5.0, max_bytes=cap)
     assert err.value.reason == "too_large"
-    assert got[0] == cap + 1
+    assert read[0] == cap + 1
