@@ -160,3 +160,14 @@ def test_hurts_must_name_known_checks() -> None:
     raw["checks"][0]["hurts"] = ["no_such_check"]
     with pytest.raises(TableError, match="hurts names unknown check 'no_such_check'"):
         parse_table(raw)
+
+
+def test_detect_compares_numbers_however_they_are_spelt() -> None:
+    """1, 1.0 and "1" are one value (server args from the log, server info and a config file spell them
+    differently); a real change, or a word, is still a change."""
+    same = detect({"schedule_conservativeness": 1, "mem_fraction_static": "0.85"},
+                  {"schedule_conservativeness": "1.0", "mem_fraction_static": 0.85}, TABLE)
+    assert same == []
+    moved = detect({"schedule_conservativeness": "1", "schedule_policy": "lpm"},
+                   {"schedule_conservativeness": 1.3, "schedule_policy": "fcfs"}, TABLE)
+    assert moved == [("--schedule-conservativeness", "1", 1.3), ("--schedule-policy", "lpm", "fcfs")]

@@ -76,10 +76,24 @@ def watched_checks(table: CheckTable, flag: str) -> list[str]:
     return out
 
 
+def _number(x: Any) -> float | None:
+    """A flag value as a number: a number, or a string that spells one (`"1"` from a config file)."""
+    if isinstance(x, bool):
+        return None
+    if isinstance(x, (int, float)):
+        return float(x)
+    if isinstance(x, str):
+        try:
+            return float(x)
+        except ValueError:
+            return None
+    return None
+
+
 def _same(a: Any, b: Any) -> bool:
-    if isinstance(a, (int, float)) and isinstance(b, (int, float)) and not isinstance(a, bool) \
-            and not isinstance(b, bool):
-        return float(a) == float(b)
+    x, y = _number(a), _number(b)
+    if x is not None and y is not None:
+        return x == y  # 1, 1.0 and "1" are one value
     return str(a) == str(b)
 
 
