@@ -291,3 +291,26 @@ def test_configure_rejects_bad_tables() -> None:
         SCAN.scan_buffer(b"x\n", 0, 1, [])
     accel.configure(SCAN)
     assert holds_contract(POOL[1].replace("{r}", "0")) == "emit"
+
+
+def test_a_stale_build_falls_back_to_python_and_says_so(monkeypatch: pytest.MonkeyPatch,
+                                                         caplog: pytest.LogCaptureFixture) -> None:
+    """A `_scan` built from another version of _scan.c (an entry point missing, or a configure taking
+    other arguments) is not used: the reader runs pure Python and a warning says to rebuild."""
+    if accel.SCAN is None:
+        pytest.skip("the C accelerator is not built (or SGLANG_TUNING_PURE_PYTHON is set)")
+    from sglang_tuning_exporter.sources import _scan
+
+    def old_configure(*args: object) -> None:
+        raise TypeError("configure() takes 6 positional arguments but 7 were given")
+
+    with caplog.at_level("WARNING", logger="sglang_tuning_exporter.sources.accel"):
+        monkeypatch.setattr(_scan, "configure", old_configure)
+        assert accel.load(disabled=False) is None
+        monkeypatch.undo()
+        monkeypatch.delattr(_scan, "scan_buckets")
+        assert accel.load(disabled=False) is None
+    assert [r.getMessage().count("rebuild") for r in caplog.records] == [1, 1], caplog.text
+    assert "7 were given" in caplog.records[0].getMessage() and "no scan_buckets" in caplog.records[1].getMessage()
+    monkeypatch.undo()
+    assert accel.load(disabled=False) is _scan  # the current build is taken again

@@ -8,6 +8,7 @@ tests/sources/test_scan_accel.py holds it to: the same events, line numbers and 
 from __future__ import annotations
 
 import array
+import logging
 import os
 from types import ModuleType
 from typing import Any
@@ -17,6 +18,8 @@ from sglang_tuning_exporter.core.events import Event
 from sglang_tuning_exporter.sources import logline, logmessages, logparse
 
 ENV_DISABLE = "SGLANG_TUNING_PURE_PYTHON"
+log = logging.getLogger(__name__)
+_STALE = "the C accelerator was built from another version of _scan.c (%s): running the pure-Python reader; rebuild it with `python3 setup.py build_ext --inplace` or reinstall"
 # logparse's converters by the code the C side knows them by; keys with any other stay in Python.
 _CONV_CODES: dict[Any, int] = {int: 0, float: 1, logline._to_bool: 2, logline._to_ratio: 3}
 
@@ -58,12 +61,17 @@ def load(disabled: bool | None = None) -> ModuleType | None:
         from sglang_tuning_exporter.sources import _scan
     except ImportError:
         return None
-    if not all(hasattr(_scan, name) for name in _ENTRY_POINTS) or array.array("i").itemsize != 4:
-        return None  # a stale build from an older source (or an odd platform): the Python path is safe
+    if array.array("i").itemsize != 4:
+        return None  # an odd platform: the Python path is safe
+    missing = [name for name in _ENTRY_POINTS if not hasattr(_scan, name)]
+    if missing:
+        log.warning(_STALE, "no " + ", ".join(missing))
+        return None
     try:
         configure(_scan)
-    except (TypeError, ValueError):
-        return None  # built from another version of _scan.c (its configure takes other arguments)
+    except (TypeError, ValueError) as exc:  # its configure takes other arguments
+        log.warning(_STALE, exc)
+        return None
     return _scan
 
 
