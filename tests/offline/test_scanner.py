@@ -119,3 +119,30 @@ def test_a_range_is_decoded_a_block_at_a_time(monkeypatch: pytest.MonkeyPatch) -
         (whole.lines, whole.summed_events, len(whole.events))
     assert sorted(blocks.buckets) == sorted(whole.buckets)
     assert blocks.rank_span == whole.rank_span and blocks.retract_keys == whole.retract_keys
+
+
+def test_a_partial_line_is_completed_across_a_chunk_boundary() -> None:
+    """A Decode line missing a field is completed by the next line of the same rank and second, as in
+    the sidecar's one window, even when a chunk of the stream ends between the two lines."""
+    first = "[2025-03-01 10:00:00] Decode batch, #running-req: 3, #token: 10, token usage: 0.10, cuda graph: True, "
+    second = ("[2025-03-01 10:00:00] Decode batch, #running-req: 5, #token: 20, token usage: 0.20, cuda graph: True, "
+              "gen throughput (token/s): 9.00, #queue-req: 700")
+    tail = "[2025-03-01 10:00:09] Decode batch, #running-req: 4, #token: 30, token usage: 0.30, cuda graph: True, " \
+           "gen throughput (token/s): 8.00, #queue-req: 1"
+
+    def buckets(chunks: list[list[str]]) -> dict[Any, tuple[Any, ...]]:
+        """The chunks' buckets merged by start, as the parent's window merges them."""
+        sc = Scanner(10.0, 0.9, (100.0, 2000.0))  # lines through the event reader into the range's window
+        out: dict[Any, tuple[Any, ...]] = {}
+        for i, lines in enumerate(chunks):
+            res = sc.scan(lines, final=i == len(chunks) - 1)
+            for key, b in res.buckets.items():
+                d = b.decode
+                qn, kn, us, q, r = out.get(key, (0, 0, 0.0, {}, {}))
+                out[key] = (qn + d.queue_n, kn + d.kv_n, round(us + d.usage_sum, 9),
+                            {k: q.get(k, 0) + dict(d.queue).get(k, 0) for k in {*q, *dict(d.queue)}},
+                            {k: r.get(k, 0) + dict(d.running).get(k, 0) for k in {*r, *dict(d.running)}})
+        return out
+
+    whole = buckets([[first, second, tail]])
+    assert whole and whole == buckets([[first], [second, tail]]) == buckets([[first, second], [tail]])

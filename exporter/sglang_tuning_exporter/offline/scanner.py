@@ -98,7 +98,7 @@ class Scanner:
         self._conv = EventConverter(server=self._floors)
         self._retract_conv = EventConverter(server=self._floors)
         self._window = self._new_window()
-        self._summed = 0  # Decode/Prefill events of this chunk summed into the window
+        self._summed = 0  # events of this chunk summed into the window (Decode/Prefill lines, retractions)
         # Decode and Prefill lines summed by the C accelerator: bucket key -> [totals, 4 histograms]
         self._cols: tuple[dict[_BucketKey, list[Any]], dict[_BucketKey, list[Any]]] = ({}, {})
         self._retracts: list[Event] = []  # retraction events of this chunk (summed in _end when possible)
@@ -148,16 +148,19 @@ class Scanner:
             self._take(reader.flush(), res)
         self._flush_columns()  # first: the window adopts these buckets whole, retractions only add counts
         self._sum_retractions(res)
-        self._hand_over(res)
+        self._hand_over(res, final)
         res.lines = reader.next_line - res.first_line
         res.unparsed = reader.stats.unparsed - unparsed0
         res.last_oom = reader._last_oom
         res.blind_check = reader.first_blind_oom_check
         return res
 
-    def _hand_over(self, res: ChunkResult) -> None:
-        """The range's window into the chunk: its buckets, rank spans and de-duplication state."""
-        for part in self._window.hand_over():
+    def _hand_over(self, res: ChunkResult, final: bool) -> None:
+        """The range's window into the chunk: its buckets, rank spans and de-duplication state. Before
+        the stream's end, a sample still open goes on to the next chunk's window (its next line may
+        complete it, as in the sidecar's one window)."""
+        still_open = {} if final else self._window.open_samples()
+        for part in self._window.hand_over(keep_open=not final):
             replica = (part.rank.dp, part.rank.pp)
             for start, b in part.buckets:
                 res.buckets[(*replica, start)] = b
@@ -170,6 +173,7 @@ class Scanner:
             if res.last_t is None or part.last_seen > res.last_t:
                 res.last_t = part.last_seen
         self._window = self._new_window()
+        self._window.reopen(still_open)
         res.summed_events += self._summed
         self._summed = 0
         floor = self._floors.version
@@ -195,7 +199,7 @@ class Scanner:
         first: dict[tuple[int | None, int | None], tuple[float | None, float | None]] = {}
         past_lead: set[tuple[int | None, int | None]] = set()  # the window de-duplicates from here
         summed: list[Event] = []
-        timed.sort(key=lambda x: x[0] or 0.0)
+        timed.sort(key=operator.itemgetter(0))
         for t, v, e in timed:
             rank = e.rank
             if rank.get("tp") is not None:

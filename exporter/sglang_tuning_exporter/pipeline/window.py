@@ -408,13 +408,25 @@ class Window:
         if st is not None:
             st.last_event_key[name] = key
 
-    def hand_over(self) -> list[RankPart]:
+    def hand_over(self, *, keep_open: bool = False) -> list[RankPart]:
         """Every rank's buckets (pending samples committed), span and de-duplication state: what a
-        window filled over one range of a log hands to the window that merges the ranges."""
-        for st in self._ranks.values():
-            self._commit(st)
+        window filled over one range of a log hands to the window that merges the ranges.
+        `keep_open`: a sample the next line may still complete stays out (see `open_samples`)."""
+        if not keep_open:
+            for st in self._ranks.values():
+                self._commit(st)
         return [RankPart(rank, st.first_seen, st.last_seen, tuple(st.buckets), dict(st.last_event_key))
                 for rank, st in self._ranks.items()]
+
+    def open_samples(self) -> dict[Rank, _Pending]:
+        """The samples still open (a partial line the next line of the same time may complete)."""
+        return {rank: st.pending for rank, st in self._ranks.items() if st.pending is not None}
+
+    def reopen(self, samples: Mapping[Rank, _Pending]) -> None:
+        """Take over another window's open samples: the next chunk of a log completes them as one
+        window reading the whole log would."""
+        for rank, p in samples.items():
+            self._state(rank, p.time).pending = p
 
     def _commit(self, st: _RankState) -> None:
         p = st.pending
