@@ -3,6 +3,7 @@ import cycles, small modules."""
 
 from __future__ import annotations
 
+import ast
 import shutil
 import subprocess
 import sys
@@ -65,7 +66,19 @@ def test_tests_mirror_the_folders() -> None:
     assert sorted(p.name for p in TESTS.glob("*.py")) == ["conftest.py", "test_cli.py", "test_layers.py"]
     for folder in folders:
         assert any((TESTS / folder).glob("test_*.py")), f"tests/{folder} holds no test"
-    importers = [p.relative_to(TESTS).as_posix() for p in TESTS.rglob("*.py")
-                 if any(line.startswith(("from test_", "import test_")) or line.lstrip().startswith("from test_")
-                        for line in p.read_text(encoding="utf-8").splitlines())]
+    importers = sorted(p.relative_to(TESTS).as_posix() for p in TESTS.rglob("*.py") if _imports_a_test(p))
     assert not importers, importers
+
+
+def _imports_a_test(path: Path) -> bool:
+    """Whether a module imports a test module (`test_*`, absolute or relative, at any depth)."""
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            names = [node.module or ""] + [f"{node.module or ''}.{a.name}" for a in node.names]
+        else:
+            continue
+        if any(part.startswith("test_") for name in names for part in name.split(".")):
+            return True
+    return False

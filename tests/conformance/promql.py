@@ -291,3 +291,12 @@ def fleet_report(prom: PromHistory, start: float, end: float) -> dict[str, Any]:
         raise AssertionError(f"report exited with {code}")
     doc: dict[str, Any] = json.loads(out.read_text(encoding="utf-8"))
     return doc
+
+
+SCRAPE_STEP_S = 15.0  # the scrape interval of the synthetic histories
+
+
+def tolerance(rate_per_min: float, window_s: float, step_s: float = SCRAPE_STEP_S) -> float:
+    """How far PromQL's rate() may be from the true rate of evenly spaced events (docs/signals.md): one event
+    per window, plus the extrapolation to the window's edges (up to one scrape interval of events)."""
+    return 60.0 / window_s + rate_per_min * step_s / window_s

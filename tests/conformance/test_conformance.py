@@ -15,7 +15,6 @@ from sglang_tuning_exporter.core.model import STATUS_CODE
 from . import promql
 from .evaluators import TABLE, Reading, diagnose, live, replay, sidecar_restarted
 from .scenarios import ALL, START, Scenario
-from .test_promql_tp import tolerance
 
 WINDOW_S = 600.0
 NATIVE_ALERTS = {c.alert for c in TABLE.checks if c.promql.get("sglang")}  # checks SGLang's own metrics can judge
@@ -146,7 +145,7 @@ def test_dashboards_and_report_agree(name: str, histories: dict[str, tuple[Scena
         got = [v for k, v in panel.items() if dict(k).get("instance") in instances]
         assert got, f"no retraction series for {sc.name}"
         # Grafana's $__rate_interval (4 scrapes) counts few events: one event per minute of tolerance.
-        assert max(got) == pytest.approx(want, abs=tolerance(want, 4 * STEP_S)), got
+        assert max(got) == pytest.approx(want, abs=promql.tolerance(want, 4 * STEP_S)), got
     doc = promql.fleet_report(prom, end - WINDOW_S, end)
     found = [i for i in doc["instances"] if i["instance"] in instances]
     assert found, f"the report has no instance of {sc.name}"
@@ -162,7 +161,7 @@ def test_dashboards_and_report_agree(name: str, histories: dict[str, tuple[Scena
         if want is not None:
             vals = [s.get("retractions_per_minute") for s in inst["signals"].values()]
             vals = [v for v in vals if v is not None]
-            assert vals and max(vals) == pytest.approx(want, abs=tolerance(want, WINDOW_S)), vals
+            assert vals and max(vals) == pytest.approx(want, abs=promql.tolerance(want, WINDOW_S)), vals
 
 
 # Checks no scenario states yet, each with the reason; a new check in the table must join a scenario

@@ -23,12 +23,14 @@ import pytest
 
 from conformance.promql import (
     EXPORTER_JOB,
+    SCRAPE_STEP_S,
     SGLANG_JOB,
     PromHistory,
     Scrape,
     dashboard_values,
     fleet_report,
     rules_check,
+    tolerance,
 )
 from helpers.tsdb import missing_prometheus
 from sglang_tuning_exporter.guide.checks import load_table
@@ -38,18 +40,12 @@ REASON = missing_prometheus()
 pytestmark = [pytest.mark.integration, pytest.mark.skipif(REASON is not None, reason=REASON or "")]
 
 T0 = 1_793_491_200.0  # 2026-11-01T00:00:00Z
-STEP = 15.0
+STEP = SCRAPE_STEP_S
 LENGTH = 2400.0
 AT = T0 + LENGTH  # the instant the rules, dashboards and the report's range end are evaluated at
 REPORT_START = T0 + 600.0
 GIB = float(1 << 30)
 WINDOW_S = 600.0  # the retraction check's window (checks.yaml)
-
-
-def tolerance(rate_per_min: float, window_s: float) -> float:
-    """How far PromQL's rate() may be from the true rate of evenly spaced events (docs/signals.md): one event
-    per window, plus the extrapolation to the window's edges (up to one scrape interval of events)."""
-    return 60.0 / window_s + rate_per_min * STEP / window_s
 
 
 @dataclass(frozen=True)

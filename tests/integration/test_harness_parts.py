@@ -9,10 +9,10 @@ import pytest
 import yaml
 
 from helpers.paths import ROOT
+from integration.dashboard_queries import concrete, older_release_fallback, or_branches, recorded_sglang_names
 from integration.scenario_log import SCENARIOS, startup_messages, tick_messages, with_prefix
 from integration.stack import AM_EXAMPLE, Timing, alertmanager_config, render_rules
 from integration.standin_sglang import METRICS_FILE, MetricsState, Selector, spell
-from integration.test_dashboards import concrete, older_release_fallback, or_branches, recorded_sglang_names
 
 
 class FakeClock:
