@@ -210,7 +210,7 @@ def test_natural_sort() -> None:
 
 @pytest.mark.parametrize(("argv", "message"), [
     ([], "--prometheus.url is required"),
-    (["--prometheus.url", "prometheus:9090"], "must start with http"),
+    (["--prometheus.url", "prometheus:9090"], "is not an http:// or https:// URL"),
     (["--prometheus.url", "http://p", "--range", "week"], "not a duration"),
     (["--prometheus.url", "http://p", "--selector", "job=sglang"], "expected label"),
     (["--prometheus.url", "http://p", "--prometheus.header", "NoColon"], "invalid --prometheus.header"),
@@ -234,7 +234,7 @@ def test_usage_errors_all_listed(capsys: pytest.CaptureFixture[str]) -> None:
                  "--guide-profile", "nope", "--server-arg", "novalue", "--prometheus.concurrency", "0"])
     err = capsys.readouterr().err
     assert code == 2 and "Traceback" not in err
-    for message in ("must start with http", "--range: not a duration", "invalid --prometheus.header",
+    for message in ("is not an http:// or https:// URL", "--range: not a duration", "invalid --prometheus.header",
                     "unknown --guide-profile", "KEY=VALUE", "--prometheus.concurrency"):
         assert message in err
     assert err.count("report: ") == 6

@@ -13,10 +13,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
 
+from sglang_tuning_exporter.core.catalog import GIB
 from sglang_tuning_exporter.fleet.queries import RULE_DECODE_SAMPLES, RULE_RETRACTIONS
 
 BLOCK_S = 7200
-GIB = float(1 << 30)
 # A fixed end keeps the generated data, and the report on it, the same from run to run.
 HISTORY_END = 1_793_491_200.0  # 2026-11-01T00:00:00Z
 MODEL_A = "meta-llama/Llama-3.1-8B-Instruct"

@@ -19,7 +19,7 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from sglang_tuning_exporter.core.catalog import SIGNAL_FAMILIES, SIGNAL_FAMILY_UNITS
+from sglang_tuning_exporter.core.catalog import GIB, SIGNAL_FAMILIES, SIGNAL_FAMILY_UNITS
 from sglang_tuning_exporter.core.model import Rank, ServerState
 from sglang_tuning_exporter.core.recording import recorded
 from sglang_tuning_exporter.core.versions import merge_version
@@ -30,7 +30,6 @@ GROUP = "instance, dp_rank, pp_rank"
 TF = '"true|false"'
 FACT_LOOKBACK = "1h"  # startup constants are re-exposed on every scrape; an hour bridges scrape gaps
 NEW = '"new"'
-GIB = float(1 << 30)  # SGLang's "GB" in logs and *_gb metrics is bytes / 2**30
 SGLANG_SPELLINGS = ("sglang:", "sglang_")
 # Server arguments that differ between healthy servers by design; never reported as drift.
 DRIFT_IGNORED_ARGS = frozenset({"port", "nccl_port", "random_seed", "base_gpu_id", "dist_init_addr",

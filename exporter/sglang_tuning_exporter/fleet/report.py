@@ -320,7 +320,7 @@ def prom_config(args: argparse.Namespace) -> PromConfig:
     if not url:
         problems.append("--prometheus.url is required (or set SGLANG_TUNING_PROMETHEUS_URL)")
     elif not is_http_url(url):
-        problems.append(f"--prometheus.url {url!r} must start with http:// or https://")
+        problems.append(f"--prometheus.url {url!r} is not an http:// or https:// URL with a host")
     password = args.prometheus_password
     if args.prometheus_password_file:
         password = check(lambda: _read_secret(args.prometheus_password_file, "password file"))

@@ -353,7 +353,7 @@ def _with_verdict(parts: dict[str, Any], findings: Sequence[Finding]) -> dict[st
 
 
 __all__ = ["FIRING", "build_plan", "command_diff", "coverage", "document_parts", "indications", "plan_step_change",
-           "plan_step_markdown", "plan_step_text", "unplanned_parts", "verdict_line"]
+           "plan_step_markdown", "plan_step_text", "plan_step_values", "unplanned_parts", "verdict_line"]
 
 
 def _value_text(x: Any) -> str:

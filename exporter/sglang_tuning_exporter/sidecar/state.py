@@ -248,7 +248,7 @@ class LiveState:
         """Counters from log events: decode samples, retractions, prefill tokens, OOMs."""
         with self._lock:
             # A poll's events share `now`: each rank is looked up and touched once per call.
-            seen: dict[tuple[tuple[str, int], ...], list[Any]] = {}  # -> [rank, data, its counters or None]
+            seen: dict[tuple[tuple[str, int], ...], list[Any]] = {}  # -> [rank, its counters or None]
             expired = self._expired
             counters = self._counters
             for e in events:
@@ -265,20 +265,20 @@ class LiveState:
                     rank = self._rank_of.get(key)
                     if rank is None:
                         rank = self._rank_of[key] = Rank.from_dict(e.rank)
-                    data = self._touch(rank, now)
+                    self._touch(rank, now)
                     if self._expired != expired:
                         seen.clear()  # a rank was evicted to make room: cached entries may be gone
                         expired = self._expired
-                    hit = seen[key] = [rank, data, counters.get(rank)]
+                    hit = seen[key] = [rank, counters.get(rank)]
                 else:
-                    rank, data = hit[0], hit[1]
+                    rank = hit[0]
                 f = e.fields
                 if kind == "decode":
                     cg = f.get("cuda_graph")
                     k = _DECODE_TRUE if cg is True else (_DECODE_FALSE if cg is False else _DECODE_UNKNOWN)
-                    per_rank = hit[2]
+                    per_rank = hit[1]
                     if per_rank is None:
-                        per_rank = hit[2] = counters.setdefault(rank, {})
+                        per_rank = hit[1] = counters.setdefault(rank, {})
                     per_rank[k] = per_rank.get(k, 0.0) + 1
                 elif kind == "prefill":
                     for field_name, k in _PREFILL_KEYS:
@@ -286,18 +286,18 @@ class LiveState:
                         if isinstance(v, (int, float)) and not isinstance(v, bool):
                             amount = float(v)
                             if amount > 0 and math.isfinite(amount):  # as `_count`: counters only grow
-                                per_rank = hit[2]
+                                per_rank = hit[1]
                                 if per_rank is None:
-                                    per_rank = hit[2] = counters.setdefault(rank, {})
+                                    per_rank = hit[1] = counters.setdefault(rank, {})
                                 per_rank[k] = per_rank.get(k, 0.0) + amount
                 elif kind == "retract":
                     self._count(rank, "retractions", "", 1)
                     n = f.get("num_retracted_reqs")
                     self._count(rank, "retracted_requests", "", float(n) if isinstance(n, (int, float)) else 0)
-                    hit[2] = counters.get(rank)
+                    hit[1] = counters.get(rank)
                 elif kind == "oom":
                     self._count(rank, "oom_events", oom_phase(f), 1)  # the window's rule
-                    hit[2] = counters.get(rank)
+                    hit[1] = counters.get(rank)
 
     def count_log_lines(self, lines: int, events_by_kind: Mapping[str, int], now: float | None) -> None:
         """Lines read; each event counts for its kind, the remaining lines as `other`."""

@@ -79,9 +79,8 @@ def findings_json(snap: Snapshot) -> dict[str, Any]:
     doc: dict[str, Any] = {"profile": None, "workload": None,
                            "server": {"version": snap.version, "args": dict(snap.args)},
                            "window": {"start": None, "end": None}, "signals": {},
-                           "findings": [f.to_json_dict() for f in snap.findings],
-                           "coverage": plan.coverage(snap.findings), "indications": [], "plan": []}
-    doc["verdict"] = plan.verdict_line(doc)
+                           "findings": [f.to_json_dict() for f in snap.findings]}
+    doc.update(plan.unplanned_parts(snap.findings))  # the parts every document carries, spelt once
     return doc
 
 
@@ -165,10 +164,11 @@ class WebApp:
                  "action": f.action, "current": _fmt(f.current), "suggested": _fmt(f.suggested),
                  "summary": f.summary, "evidence": f.evidence, "guide": f.guide, "tradeoff": f.tradeoff}
                 for f in findings]
+        steps = [{**st, "values": plan.plan_step_values(st)} for st in doc.get("plan") or []]
         return self._template.render(
             verdict=doc.get("verdict") or (plan.verdict_line({"coverage": cov, "findings": []}) if snap.findings
                                            else ""),
-            blind=blind, unknown_checks=unknown_checks, plan_steps=[{**st, "values": plan.plan_step_values(st)} for st in doc.get("plan") or []],
+            blind=blind, unknown_checks=unknown_checks, plan_steps=steps,
             command_diff=doc.get("command_diff") or [], indications=doc.get("indications") or [],
             firing=[r for r in rows if r["status"] in ("warning", "critical")],
             unknown_rows=[r for r in rows if r["status"] == "unknown"],
