@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import io
 import json
 from pathlib import Path
 
 import pytest
 
 from helpers.paths import ROOT
-from sglang_tuning_exporter.cli import build_parser
+from helpers.runners import diagnose_run
 from sglang_tuning_exporter.core.model import Finding, Rank, ServerState
 from sglang_tuning_exporter.guide.advisor import evaluate, findings_document
 from sglang_tuning_exporter.guide.checks import load_table
@@ -22,7 +21,6 @@ from sglang_tuning_exporter.guide.plan import (
     plan_step_text,
     verdict_line,
 )
-from sglang_tuning_exporter.offline import diagnose
 
 TABLE = load_table()
 DECODE = ("[2025-06-01 10:00:{s:02d}] Decode batch. #running-req: 256, #token: 370959, token usage: 0.82, "
@@ -33,13 +31,6 @@ def F(check: str, status: str, rank: dict[str, int], flag: str | None, action: s
       suggested: object = None, summary: str = "", evidence: str = "") -> Finding:
     """A finding with only what the plan reads."""
     return Finding(check, status, rank, flag, action, current, suggested, summary, evidence)
-
-
-def run(argv: list[str]) -> tuple[int, str]:
-    parser, _ = build_parser()
-    out, err = io.StringIO(), io.StringIO()
-    code = diagnose.run(parser.parse_args(["diagnose", *argv]), stdout=out, stderr=err)
-    return code, out.getvalue()
 
 
 def doc_of(signals: dict[Rank, dict[str, float | None]], server: ServerState) -> dict[str, object]:
@@ -60,7 +51,7 @@ def test_nothing_judged_never_reads_healthy(tmp_path: Path) -> None:
     """One Decode line: every document says how little was judged; text never says 'No findings:'."""
     log = tmp_path / "one.log"
     log.write_text(DECODE.format(s=0, q=12279))
-    code, out = run([str(log), "--format", "json"])
+    code, out, _ = diagnose_run([str(log), "--format", "json"])
     d = json.loads(out)
     cov = d["coverage"]
     checks = len(load_table().for_workload("throughput"))
@@ -68,7 +59,7 @@ def test_nothing_judged_never_reads_healthy(tmp_path: Path) -> None:
     assert set(cov["unknown_why"]) >= {"queue_overloaded", "kv_underused", "gpu_mem_headroom_high"}
     assert "1 batch lines with #queue-req" in cov["unknown_why"]["queue_overloaded"]
     for fmt in ("text", "markdown", "html"):
-        _, text = run([str(log), "--format", fmt])
+        _, text, _ = diagnose_run([str(log), "--format", fmt])
         assert "No findings: nothing" not in text and "could not be judged" in text, fmt
         assert "queue_overloaded" in text.split("Indications", 1)[1], fmt
 
@@ -84,7 +75,7 @@ def test_one_sample_far_past_the_band_is_an_indication_not_a_finding(tmp_path: P
     """#queue-req 12279 in the only sample: an indication with the evidence; --fail-on still passes."""
     log = tmp_path / "one.log"
     log.write_text(DECODE.format(s=0, q=12279))
-    code, out = run([str(log), "--format", "json", "--fail-on", "warning"])
+    code, out, _ = diagnose_run([str(log), "--format", "json", "--fail-on", "warning"])
     d = json.loads(out)
     assert code == 0  # indications never fail CI
     ind = next(i for i in d["indications"] if i["check"] == "queue_overloaded")
@@ -98,7 +89,7 @@ def test_mixed_samples_are_no_indication(tmp_path: Path) -> None:
     """One sample inside the band: not every sample points past the threshold."""
     log = tmp_path / "two.log"
     log.write_text(DECODE.format(s=0, q=12279) + DECODE.format(s=1, q=500))
-    _, out = run([str(log), "--format", "json"])
+    _, out, _ = diagnose_run([str(log), "--format", "json"])
     assert not [i for i in json.loads(out)["indications"] if i["check"] == "queue_overloaded"]
 
 
@@ -152,7 +143,7 @@ def test_same_direction_takes_the_value_every_finding_agrees_with() -> None:
 @pytest.mark.skipif(not (ROOT / "examples" / "recorded.log").exists(), reason="examples/recorded.log missing")
 def test_recorded_log_plan_has_one_mem_fraction_value() -> None:
     """The issue's example: no '(and lower --mem-fraction-static a little)' next to a raise."""
-    code, out = run([str(ROOT / "examples" / "recorded.log"), "--format", "json"])
+    code, out, _ = diagnose_run([str(ROOT / "examples" / "recorded.log"), "--format", "json"])
     d = json.loads(out)
     flags = [s["flag"] for s in d["plan"]]
     assert code == 0 and len(flags) == len(set(flags)) and "--mem-fraction-static" in flags

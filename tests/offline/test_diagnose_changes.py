@@ -52,28 +52,40 @@ class _BoundedReads:
         return getattr(self._fh, name)
 
 
-def test_a_restarting_log_is_streamed_not_read_whole(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Every read of the input is a block; the sections (arguments, windows, statuses) are those of one
-    read of the whole file, plain or gzip."""
+@pytest.mark.parametrize("block", [64, 333, 4096])
+def test_a_restarting_log_is_streamed_not_read_whole(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                     block: int) -> None:
+    """Every read of the input is a block, plain or gzip; the sections (arguments, windows, statuses) are
+    those of one read of the whole file, however the blocks fall (one starts exactly at a section's
+    `server_args=` line)."""
     log = tmp_path / "improved.log"
-    log.write_bytes((FIX / "improved.log").read_bytes())
+    text = (FIX / "improved.log").read_bytes()
+    at = text.index(b"server_args=", text.index(b"server_args=") + 1)
+    at = text.rindex(b"\n", 0, at) + 1  # the second section's first line
+    pad = (-at) % block  # blank lines before it put that line at a block's start
+    log.write_bytes(text[:at] + b"\n" * pad + text[at:])
     gz = tmp_path / "improved.log.gz"
     gz.write_bytes(gzip.compress(log.read_bytes()))
     whole = _sections(log)
     assert len(whole) == 2 and whole[1].args["schedule_conservativeness"] == 1.3
 
-    block = 4096
     sizes: list[int] = []
-    real_open = builtins.open
+    real_open, real_gzip_open = builtins.open, gzip.open
 
     def bounded_open(path: Any, mode: str = "r", *args: Any, **kw: Any) -> Any:
         return _BoundedReads(real_open(path, mode, *args, **kw), block, sizes)
+
+    def bounded_gzip_open(path: Any, mode: str = "rb", *args: Any, **kw: Any) -> Any:
+        return _BoundedReads(real_gzip_open(path, mode, *args, **kw), block, sizes)
 
     monkeypatch.setattr(changes, "BLOCK_BYTES", block)
     monkeypatch.setattr(changes, "open", bounded_open, raising=False)  # the module's own `open`
     assert _shape(_sections(log)) == _shape(whole)
     assert sum(sizes) >= log.stat().st_size > 10 * block
+    sizes.clear()
+    monkeypatch.setattr(changes.gzip, "open", bounded_gzip_open)
     assert _shape(_sections(gz)) == _shape(whole)
+    assert sum(sizes) >= log.stat().st_size  # the gunzipped text, a block at a time
 
 
 def _restart_log(first: object, second: object) -> str:
