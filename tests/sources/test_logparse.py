@@ -455,3 +455,18 @@ def test_no_corpus_file_has_unparsed_lines(shared_dir: Path) -> None:
     assert c.stats.unparsed == 0, c.stats.unparsed_examples
     assert c.stats.by_kind["decode"] > 150 and c.stats.by_kind["startup_memory"] > 50
 
+
+
+def test_every_pool_too_small_wording_is_a_startup_oom() -> None:
+    """SGLang's "Not enough memory. Please try to increase ..." in any wording is one `oom` event of the
+    startup phase (the rule the window's oom_startup_count and the sidecar's oom_events_total both read),
+    never a plain error only the window would count."""
+    from sglang_tuning_exporter.sources.logmessages import POOL_TOO_SMALL
+
+    for text in ("Exception in run_scheduler_process: Not enough memory. Please try to increase the memory.",
+                 "RuntimeError: Not enough memory. Please try to increase --mem-fraction-static.",
+                 "ValueError: The weights leave no GPU memory for the KV cache"):
+        assert POOL_TOO_SMALL.search(text)
+        e = parse_line(f"[2025-01-01 10:00:00] {text}", 1)
+        assert e is not None and e.kind == "oom", (text, e)
+        assert (e.fields["phase"], e.fields["reason"]) == ("startup", "mem_fraction_static_too_small"), e

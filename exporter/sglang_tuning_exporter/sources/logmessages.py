@@ -61,8 +61,7 @@ _OOM = re.compile(
     r"|(?P<reqslots>alloc_req_slots runs out of memory)"
     r"|(?P<cuda>CUDA out of memory|OutOfMemoryError|CUDA error: out of memory)"
     r"|(?P<capture>Capture (?:cuda |CUDA )?graph failed)"
-    r"|(?P<startup>Not enough memory\. Please try to increase --mem-fraction-static"
-    r"|leave no GPU memory for the KV cache)"
+    r"|(?P<startup>" + POOL_TOO_SMALL.pattern + ")"  # the one rule the window's startup OOM follows too
     r"|(?P<abort>due to OOM|Out of memory even after retracting)")
 # Bounded and anchored to a token start: an unbounded `\w*...Error` search is quadratic on long words.
 _EXC_HEAD = re.compile(r"(?<![\w.])((?:[A-Za-z_]\w{0,60}\.){0,8}[A-Z]\w{0,60}?(?:Error|Exception)): ")
