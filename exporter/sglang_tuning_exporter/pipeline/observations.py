@@ -75,6 +75,9 @@ def oom_phase(fields: Mapping[str, Any]) -> str:
     return phase if phase in ("prefill", "decode") else "unknown"
 
 
+SERVER_EVENT_KINDS = frozenset({"server_args", "oom", "version"})  # the only kinds server_update reads
+
+
 def server_update(event: Event, args: Mapping[str, Any]) -> dict[str, Any] | None:
     """What an event says of the server (the one rule for the sidecar and diagnose): `args` to merge, a
     `version`, a `model_name` (the latest startup's), or None when it says nothing. `args` is what is

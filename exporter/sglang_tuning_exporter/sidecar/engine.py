@@ -18,7 +18,7 @@ from sglang_tuning_exporter.core.events import Event
 from sglang_tuning_exporter.core.model import Finding, Observation, Rank, Sample, ServerState
 from sglang_tuning_exporter.core.timeparse import plausible_seconds
 from sglang_tuning_exporter.core.versions import merge_version
-from sglang_tuning_exporter.pipeline.observations import server_update
+from sglang_tuning_exporter.pipeline.observations import SERVER_EVENT_KINDS, server_update
 from sglang_tuning_exporter.sidecar.change_tracker import ChangeTracker
 from sglang_tuning_exporter.sidecar.state import LiveState
 from sglang_tuning_exporter.sources.scrape import COUNTED, ScrapeInterpreter, parse_exposition, wanted
@@ -293,6 +293,8 @@ class Sidecar:
 
     def _apply_config_events(self, events: Iterable[Event]) -> None:
         for e in events:
+            if e.kind not in SERVER_EVENT_KINDS:
+                continue  # Decode/Prefill lines: no copy of the server's args per line
             upd = server_update(e, self.state.server_state().args)  # diagnose's rule too
             if upd is None:
                 continue
