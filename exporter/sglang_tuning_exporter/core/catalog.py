@@ -8,6 +8,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+# The phases an OOM is filed under (pipeline/observations.oom_phase): one counter and one signal each.
+OOM_PHASES = ("prefill", "decode", "startup", "unknown", "capture")
+
 PREFIX = "sglang_tuning_"
 RANK_LABELS = ("model_name", "dp_rank", "pp_rank", "tp_rank", "moe_ep_rank")
 
@@ -153,7 +156,7 @@ _RATIO = ("queue_empty_ratio", "queue_over_band_ratio", "queue_under_band_ratio"
 _GB = ("available_gpu_mem_gb", "gpu_mem_total_gb", "weights_gb", "kv_cache_gb", "cuda_graph_gb")
 _PER_MINUTE = ("retractions_per_minute", "retracted_requests_per_minute")
 _COUNT = ("queue_p50", "decode_batch_p90", "running_max", "cuda_graph_miss_batch_p90",
-          *(f"oom_{p}_count" for p in ("prefill", "decode", "startup", "unknown", "capture")),
+          *(f"oom_{p}_count" for p in OOM_PHASES),
           "max_total_num_tokens", "max_running_requests", "cuda_graph_max_bs_captured", "chunked_prefill_size",
           "context_len", "cuda_graph_disabled_steps",
           "decode_samples", "queue_samples", "kv_samples", "graph_samples", "prefill_samples")

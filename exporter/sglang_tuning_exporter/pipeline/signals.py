@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from sglang_tuning_exporter.core.catalog import OOM_PHASES
 from sglang_tuning_exporter.pipeline.stats import (
     Bucket,
     SampleStats,
@@ -25,7 +26,6 @@ SAMPLE_NAMES = frozenset({"num_queue_reqs", "num_running_reqs", "token_usage", "
 PREFILL_SAMPLE_NAMES = {"prefill_num_queue_reqs": "num_queue_reqs",
                         "prefill_num_running_reqs": "num_running_reqs",
                         "prefill_token_usage": "token_usage"}
-OOM_PHASES = ("prefill", "decode", "startup", "unknown", "capture")
 # One observation = one thing that happened (value = its size).
 EVENT_NAMES = frozenset({"retraction", *(f"oom_{p}" for p in OOM_PHASES), "prefill_new_tokens",
                          "prefill_cached_tokens", "decode_cuda_graph_passes", "decode_eager_passes",

@@ -23,6 +23,7 @@ from sglang_tuning_exporter import __version__
 from sglang_tuning_exporter.core.catalog import (
     BY_NAME,
     CATALOG,
+    OOM_PHASES,
     PREFIX,
     RANK_GAUGES,
     RANK_LABELS,
@@ -57,7 +58,7 @@ RANK_COUNTERS: tuple[tuple[str, str, str | None], ...] = (
 # has no increase() in Prometheus, so the first OOM or retraction would never page.
 ZERO_COUNTERS: dict[tuple[str, str], float] = {
     ("retractions", ""): 0.0, ("retracted_requests", ""): 0.0,
-    **{("oom_events", phase): 0.0 for phase in ("prefill", "decode", "startup", "unknown", "capture")},
+    **{("oom_events", phase): 0.0 for phase in OOM_PHASES},
 }
 
 
