@@ -104,8 +104,7 @@ class Diagnosis:
         self.last_t: float | None = None
         self.worst: dict[tuple[str, tuple[Any, ...]], tuple[Finding, float, float]] = {}
         self.last_signals: dict[Rank, dict[str, float | None]] = {}
-        self.final_statuses: dict[Rank, dict[str, str]] = {}
-        self.last_statuses: dict[Rank, dict[str, str]] = {}  # the latest evaluation's  # at the log's end: what the sidecar shows
+        self.last_statuses: dict[Rank, dict[str, str]] = {}  # the latest evaluation's: at the log's end, what the sidecar shows
         self.evaluations = 0
         self.lines = self.events = self.fast = self.unparsed = self.nul = 0
         self.series = {k: Series(k) for k, _ in diagnose_formats.CHARTS}  # the charts drawn, no more
@@ -128,8 +127,6 @@ class Diagnosis:
         # Full findings (with text) only for ranks where some check got worse, and at the end.
         quick = statuses(self.table, sig, server, **kw)
         self.last_statuses = quick
-        if final:
-            self.final_statuses = quick
         for rank, st in quick.items():
             key_r = tuple(sorted(rank.as_dict().items()))
             worse = final or any(
@@ -228,7 +225,7 @@ class Diagnosis:
         return FileDiagnosis(source=source, document=doc, findings=findings, lines=self.lines, events=self.events,
                              fast_lines=self.fast, unparsed=self.unparsed, synthetic_time=self.conv.synthetic_time,
                              evaluations=self.evaluations, series=self.series,
-                             final_statuses=self.final_statuses, final_signals=self.last_signals)
+                             final_statuses=self.last_statuses, final_signals=self.last_signals)
 
 
 def _iso(t: float | None) -> Any:
