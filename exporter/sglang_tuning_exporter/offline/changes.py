@@ -16,6 +16,7 @@ import mmap
 from collections.abc import Iterator, Sequence
 from typing import Any
 
+from sglang_tuning_exporter.core.markdown import md_text
 from sglang_tuning_exporter.guide.advisor import aggregate_signals
 from sglang_tuning_exporter.guide.changes import (
     Section,
@@ -204,7 +205,7 @@ def markdown_last(note: dict[str, Any] | None) -> str:
     """The last change's verdict as the first paragraph."""
     if not note:
         return ""
-    return "> **" + last_change_text(note).replace("|", "\\|") + "**\n\n"
+    return "> **" + md_text(last_change_text(note)) + "**\n\n"
 
 
 def html_last(note: dict[str, Any] | None, page: str) -> str:
@@ -246,8 +247,8 @@ def markdown_section(changes: Sequence[dict[str, Any]]) -> str:
         return ""
     out = ["", "## Changes", "", "| at | flag | from | to | verdict | why |", "|---|---|---|---|---|---|"]
     for c in changes:
-        why = str(c["why"]).replace("|", "\\|")
-        out.append(f"| {c['at']} | `{c['flag']}` | {_v(c['from'])} | {_v(c['to'])} | **{c['verdict']}** | {why} |")
+        out.append(f"| {md_text(c['at'])} | `{c['flag']}` | {md_text(_v(c['from']))} | {md_text(_v(c['to']))} "
+                   f"| **{c['verdict']}** | {md_text(c['why'])} |")
     return "\n".join(out) + "\n"
 
 
