@@ -171,3 +171,19 @@ def test_detect_compares_numbers_however_they_are_spelt() -> None:
     moved = detect({"schedule_conservativeness": "1", "schedule_policy": "lpm"},
                    {"schedule_conservativeness": 1.3, "schedule_policy": "fcfs"}, TABLE)
     assert moved == [("--schedule-conservativeness", "1", 1.3), ("--schedule-policy", "lpm", "fcfs")]
+
+
+def test_a_flag_value_is_spelt_alike_in_every_output() -> None:
+    """A boolean or whole-number change reads the same in the last-change line, diagnose's changes
+    section and the plan (guide/plan.value_text): `false -> true`, `8192`, never `False` or `8192.0`."""
+    from sglang_tuning_exporter.guide.changes import last_change_text
+    from sglang_tuning_exporter.guide.plan import plan_step_values
+    from sglang_tuning_exporter.offline.changes import text_section
+
+    note = {"flag": "--enable-torch-compile", "from": False, "to": True, "at": "2025-03-01T10:33:00Z",
+            "verdict": "improved", "why": "faster", "then": "watch", "checks": {}}
+    assert "--enable-torch-compile false -> true at" in last_change_text(note)
+    assert "--enable-torch-compile false -> true: IMPROVED" in text_section([note])
+    assert plan_step_values({"current": False, "to": True}) == ("false", "true")
+    big = {**note, "flag": "--chunked-prefill-size", "from": 8192.0, "to": 4096}
+    assert "--chunked-prefill-size 8192 -> 4096" in last_change_text(big) and "8192 -> 4096" in text_section([big])

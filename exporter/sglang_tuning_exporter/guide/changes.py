@@ -23,6 +23,7 @@ from typing import Any
 from sglang_tuning_exporter.core.model import STATUS_CODE
 from sglang_tuning_exporter.guide.advisor import time_text
 from sglang_tuning_exporter.guide.checks import Check, CheckTable
+from sglang_tuning_exporter.guide.plan import value_text
 
 VERDICTS = ("improved", "worse", "no_change", "inconclusive")
 SOURCES = ("log", "server_info", "prometheus")
@@ -355,14 +356,10 @@ def last_change(changes: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
             "with": [x["flag"] for x in latest if x is not c]}
 
 
-def _value(v: Any) -> str:
-    return f"{v:g}" if isinstance(v, float) else str(v)
-
-
 def last_change_text(note: Mapping[str, Any]) -> str:
     """`last change: --flag 1 -> 1.3 at ...: IMPROVED (why). Then: ...` (one line)."""
     also = f" (with {', '.join(note['with'])})" if note.get("with") else ""
-    return (f"last change: {note['flag']} {_value(note['from'])} -> {_value(note['to'])}{also} at {note['at']}: "
+    return (f"last change: {note['flag']} {value_text(note['from'])} -> {value_text(note['to'])}{also} at {note['at']}: "
             f"{str(note['verdict']).upper().replace('_', ' ')} ({note['why']}). Then: {note['then']}.")
 
 

@@ -353,10 +353,11 @@ def _with_verdict(parts: dict[str, Any], findings: Sequence[Finding]) -> dict[st
 
 
 __all__ = ["FIRING", "build_plan", "command_diff", "coverage", "document_parts", "indications", "plan_step_change",
-           "plan_step_markdown", "plan_step_text", "plan_step_values", "unplanned_parts", "verdict_line"]
+           "plan_step_markdown", "plan_step_text", "plan_step_values", "unplanned_parts", "value_text", "verdict_line"]
 
 
-def _value_text(x: Any) -> str:
+def value_text(x: Any) -> str:
+    """A flag value as every output spells it: `true`/`false`, `8192` for 8192.0, `0.85`."""
     if isinstance(x, bool):
         return "true" if x else "false"
     return f"{x:g}" if isinstance(x, float) else str(x)
@@ -364,8 +365,8 @@ def _value_text(x: Any) -> str:
 
 def plan_step_values(step: Mapping[str, Any]) -> tuple[str, str]:
     """A flag step's current and proposed values as every format shows them (`8192`, not `8192.0`)."""
-    cur = "?" if step.get("current") is None else _value_text(step["current"])
-    to = "a value not computed (see why)" if step.get("to") is None else _value_text(step["to"])
+    cur = "?" if step.get("current") is None else value_text(step["current"])
+    to = "a value not computed (see why)" if step.get("to") is None else value_text(step["to"])
     return cur, to
 
 

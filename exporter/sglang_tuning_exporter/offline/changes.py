@@ -11,7 +11,6 @@ from __future__ import annotations
 import gzip
 import html
 import json
-import math
 import mmap
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -29,6 +28,7 @@ from sglang_tuning_exporter.guide.changes import (
 )
 from sglang_tuning_exporter.guide.checks import CheckTable
 from sglang_tuning_exporter.guide.config import Config
+from sglang_tuning_exporter.guide.plan import value_text
 from sglang_tuning_exporter.offline import formats as diagnose_formats
 from sglang_tuning_exporter.offline.diagnosis import Diagnosis, FileDiagnosis
 from sglang_tuning_exporter.offline.scanner import Scanner
@@ -221,10 +221,6 @@ def html_last(note: dict[str, Any] | None, page: str) -> str:
     return para + page
 
 
-def _v(x: Any) -> str:
-    if isinstance(x, float) and math.isfinite(x):
-        return f"{x:g}"
-    return str(x)
 
 
 def text_section(changes: Sequence[dict[str, Any]]) -> str:
@@ -233,7 +229,7 @@ def text_section(changes: Sequence[dict[str, Any]]) -> str:
         return ""
     out = ["", "== changes (before/after each flag change)"]
     for c in changes:
-        out.append(f"  {c['at']}  {c['flag']} {_v(c['from'])} -> {_v(c['to'])}: {c['verdict'].upper()}")
+        out.append(f"  {c['at']}  {c['flag']} {value_text(c['from'])} -> {value_text(c['to'])}: {c['verdict'].upper()}")
         out.append(f"      {c['why']}")
         for cid, st in c["checks"].items():
             if st["before"] != st["after"] or st["after"] in ("warning", "critical"):
@@ -247,7 +243,7 @@ def markdown_section(changes: Sequence[dict[str, Any]]) -> str:
         return ""
     out = ["", "## Changes", "", "| at | flag | from | to | verdict | why |", "|---|---|---|---|---|---|"]
     for c in changes:
-        out.append(f"| {md_text(c['at'])} | `{c['flag']}` | {md_text(_v(c['from']))} | {md_text(_v(c['to']))} "
+        out.append(f"| {md_text(c['at'])} | `{c['flag']}` | {md_text(value_text(c['from']))} | {md_text(value_text(c['to']))} "
                    f"| **{c['verdict']}** | {md_text(c['why'])} |")
     return "\n".join(out) + "\n"
 
@@ -258,7 +254,7 @@ def html_section(changes: Sequence[dict[str, Any]]) -> str:
         return ""
     rows = "".join(
         f"<tr><td>{html.escape(str(c['at']))}</td><td><code>{html.escape(str(c['flag']))}</code></td>"
-        f"<td>{html.escape(_v(c['from']))}</td><td>{html.escape(_v(c['to']))}</td>"
+        f"<td>{html.escape(value_text(c['from']))}</td><td>{html.escape(value_text(c['to']))}</td>"
         f"<td><b>{html.escape(str(c['verdict']))}</b></td><td>{html.escape(str(c['why']))}</td></tr>"
         for c in changes)
     return ("<section id=\"changes\"><h2>Changes</h2><table><tr><th>at</th><th>flag</th><th>from</th><th>to</th>"
