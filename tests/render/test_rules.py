@@ -154,15 +154,17 @@ def test_threshold_and_window_written_in_the_expression() -> None:
             assert "[10m]" in a["expr"]
 
 
-def test_native_rules_read_both_spellings() -> None:
-    """Each SGLang-native recording rule reads sglang:x or sglang_x, filtered to SGLang's job."""
+def test_native_rules_read_every_spelling() -> None:
+    """Each SGLang-native recording rule reads sglang:x, sglang_x or Ray Serve's ray_sglang_x, filtered to
+    SGLang's job."""
     records = [r for g in loaded_groups() if g["name"] == "sglang-tuning.native" for r in g["rules"]
                if "record" in r]
     assert len(records) >= 5
     for r in records:
         colon = set(re.findall(r"sglang:([a-z_]+)\{", r["expr"]))
         under = set(re.findall(r"(?<![\w:])sglang_([a-z_]+)\{", r["expr"]))
-        assert colon and colon == under, r
+        ray = set(re.findall(r"(?<![\w:])ray_sglang_([a-z_]+)\{", r["expr"]))
+        assert colon and colon == under == ray, r
         assert "\nor\n" in r["expr"] and 'job="sglang"' in r["expr"]
 
 
@@ -253,6 +255,23 @@ def test_native_dedup_on_a_shared_target_label(tmp_path: Path) -> None:
               _headroom_series("10.0.0.6:30000", ',pod="b"')]
     opts = RenderOptions(dedup_on=("pod", "model_name", "dp_rank"))
     res = _promtool_native(tmp_path, opts, series, ["10.0.0.6:30000"])
+    assert res.returncode == 0, res.stdout + res.stderr
+
+
+@needs_promtool
+def test_native_rules_read_ray_serve_replicas_apart(tmp_path: Path) -> None:
+    """Under Ray Serve (`ray_sglang_x{ReplicaId=...}` behind one Ray agent) each replica is judged alone:
+    the replica with 13.5 GB of headroom pages, its neighbour with 2 GB does not."""
+    for rel, text in render_rules.generate(load_table(), RenderOptions()).items():
+        (tmp_path / Path(rel).name).write_text(text, encoding="utf-8")
+    series = "\n".join(
+        f"      - series: 'ray_sglang_startup_available_gpu_memory_gb{{job=\"sglang\",instance=\"ray-head:8080\","
+        f"model_name=\"qwen\",tp_rank=\"{tp}\",ReplicaId=\"{rid}\"}}'\n        values: '{gb}x5'"
+        for rid, gb in (("r-a", 13.5), ("r-b", 2)) for tp in (0, 1))
+    test = _DEDUP_TEST.replace("count by (instance)", "count by (instance, ReplicaId)") % (
+        series, "          - labels: '{instance=\"ray-head:8080\",ReplicaId=\"r-a\"}'\n            value: 1")
+    (tmp_path / "ray.test.yaml").write_text(test, encoding="utf-8")
+    res = _run([str(PROMTOOL), "test", "rules", "ray.test.yaml"], cwd=tmp_path)
     assert res.returncode == 0, res.stdout + res.stderr
 
 

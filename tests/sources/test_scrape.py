@@ -226,3 +226,43 @@ def test_late_2026_memory_and_retry_metrics() -> None:
     assert {(o.name, o.value) for o in second.observations} >= {("prefill_retries", 3.0)}
     assert all(wanted(n) for n in ("sglang:graph_memory_usage_gb", "sglang_kv_cache_memory_usage_gb",
                                    "sglang:num_prefill_retries_total"))
+
+
+RAY = (FIX / "sglang-0.5.23-metrics-ray.txt").read_text()
+
+
+def _ray_replica(text: str, replica: str) -> str:
+    return text.replace('ReplicaId="x7k2m9q1"', f'ReplicaId="{replica}"')
+
+
+def test_ray_serve_spelling_reads_like_sglangs_own() -> None:
+    """Ray Serve's `ray_sglang_x{ReplicaId=...}` (the 0.5.23 fixture renamed) gives the observations of
+    `sglang:x`, the replica as its dp index."""
+    assert "sglang:" not in RAY and "ReplicaId" in RAY
+    assert base_name("ray_sglang_token_usage") == "token_usage" and wanted("ray_sglang_num_queue_reqs")
+    assert base_name("ray_sglang_tuning_up") is None and base_name("ray_tasks") is None
+    colon, ray = ScrapeInterpreter(), ScrapeInterpreter()
+    for i in range(2):
+        a = colon.interpret(parse_exposition(REAL), float(i))
+        b = ray.interpret(parse_exposition(RAY), float(i))
+        assert a.observations
+        assert [(o.name, o.value, o.rank.as_dict()) for o in b.observations] == \
+            [(o.name, o.value, {"dp": 0, **o.rank.as_dict()}) for o in a.observations]
+        assert b.model_name == a.model_name
+
+
+def test_ray_replicas_stay_apart() -> None:
+    """Two replicas behind one Ray agent: each its own dp index (first seen first), kept across scrapes,
+    so a replica's counters never pair with another's."""
+    interp = ScrapeInterpreter()
+    both = _ray_replica(RAY, "r-b") + "\n" + _ray_replica(RAY, "r-a").replace(
+        'ray_sglang_num_queue_reqs{engine_type="unified",model_name="Qwen/Qwen2.5-7B-Instruct",moe_ep_rank="0",'
+        'pp_rank="0",tp_rank="0",ReplicaId="r-a"} 412.0',
+        'ray_sglang_num_queue_reqs{engine_type="unified",model_name="Qwen/Qwen2.5-7B-Instruct",moe_ep_rank="0",'
+        'pp_rank="0",tp_rank="0",ReplicaId="r-a"} 7.0')
+    res = interp.interpret(parse_exposition(both), 1.0)
+    queues = {o.rank.dp: o.value for o in res.observations if o.name == "num_queue_reqs"}
+    assert queues == {0: 412.0, 1: 7.0}
+    # the next scrape lists r-a first: r-a keeps its index
+    res = interp.interpret(parse_exposition(_ray_replica(RAY, "r-a")), 2.0)
+    assert {o.rank.dp for o in res.observations if o.name == "num_queue_reqs"} == {1}

@@ -1,5 +1,5 @@
 """PromQL of the rules, check by check: the exporter's and SGLang's selectors (job matchers, both
-spellings of SGLang's names), each check's signal expression, window, `for:`, levels and thresholds for
+spellings of SGLang's names, Ray Serve's third), each check's signal expression, window, `for:`, levels and thresholds for
 the chosen profile and workload, and the derived host label that joins a sidecar to its SGLang.
 """
 
@@ -44,8 +44,13 @@ def ours(expr: str, opts: RenderOptions) -> str:
     return _OURS.sub(lambda m: m.group(1) + _add_matcher(m.group(2), job), expr)
 
 
+# SGLang's own names as a server exposes them: `sglang:x`, `sglang_x` (Prometheus 3 escaping, a gateway) and
+# Ray Serve's `ray_sglang_x` (0.5.15+, with a `ReplicaId` label that `without (...)` keeps apart).
+SPELLINGS = ("sglang:", "sglang_", "ray_sglang_")
+
+
 def native(expr: str, opts: RenderOptions, spelling: str) -> str:
-    """Rewrite `sglang:x` selectors to one spelling (':' or '_'), with the SGLang job matcher."""
+    """Rewrite `sglang:x` selectors to one spelling (a prefix of SPELLINGS), with the SGLang job matcher."""
     job = job_matcher(opts.sglang_job)
 
     def sub(m: re.Match[str]) -> str:
@@ -54,7 +59,7 @@ def native(expr: str, opts: RenderOptions, spelling: str) -> str:
             braces = _add_matcher(braces, 'priority=""')
         if job:
             braces = _add_matcher(braces, job)
-        return f"sglang{spelling}{name}{braces or ''}"
+        return f"{spelling}{name}{braces or ''}"
 
     return _NATIVE.sub(sub, expr)
 
@@ -99,10 +104,10 @@ def exporter_signal_expr(check: Check, table: CheckTable, opts: RenderOptions) -
     return ours(fill(str(check.promql["exporter"]), check, table, opts), opts)
 
 
-def native_signal_exprs(check: Check, table: CheckTable, opts: RenderOptions) -> tuple[str, str]:
-    """The SGLang-native signal PromQL in both spellings (colon, underscore)."""
+def native_signal_exprs(check: Check, table: CheckTable, opts: RenderOptions) -> tuple[str, ...]:
+    """The SGLang-native signal PromQL in each of SPELLINGS."""
     raw = fill(str(check.promql["sglang"]), check, table, opts)
-    return native(raw, opts, ":"), native(raw, opts, "_")
+    return tuple(native(raw, opts, spelling) for spelling in SPELLINGS)
 
 
 def has_native(check: Check) -> bool:

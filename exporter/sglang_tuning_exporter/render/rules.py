@@ -6,7 +6,7 @@ Five groups, one file each under `alerts/`:
 - `sglang-tuning.health` - guards: exporter down/absent, SGLang scrape failing or never up, log not advancing;
 - `sglang-tuning.checks` - one alert per check and level, on the exporter's guide signals;
 - `sglang-tuning.changes` - a flag change judged worse (the flag and the value to go back to);
-- `sglang-tuning.native` - the same checks on SGLang's own `/metrics` (both spellings), for servers
+- `sglang-tuning.native` - the same checks on SGLang's own `/metrics` (every spelling), for servers
   without the sidecar; silenced where the sidecar beside that SGLang (same host) already evaluates that
   model and DP rank.
 `rule_groups(table, options)` returns plain dicts (also used for Kubernetes PrometheusRule objects);
@@ -138,10 +138,10 @@ def native_group(table: CheckTable, opts: RenderOptions) -> Group:
         if name in recorded:
             continue
         recorded.add(name)
-        colon, under = native_signal_exprs(c, table, opts)
-        rules.append(Rule({"record": name, "expr": f"{paren(colon)}\nor\n{paren(under)}"},
+        exprs = native_signal_exprs(c, table, opts)
+        rules.append(Rule({"record": name, "expr": "\nor\n".join(paren(e) for e in exprs)},
                           f"{c.signal} from SGLang's own metrics; `or` keeps one series when a server "
-                          "exposes sglang:x or sglang_x"))
+                          "exposes sglang:x, sglang_x or (Ray Serve) ray_sglang_x"))
     dedup = ", ".join(opts.dedup_on)
     by_host = HOST_LABEL in opts.dedup_on
     for c in natives:
@@ -164,7 +164,8 @@ def native_group(table: CheckTable, opts: RenderOptions) -> Group:
                f"already has this signal for the same {dedup})"))
     return Group("sglang-tuning.native", "native.rules.yaml",
                  "The guide checks on SGLang's own /metrics (--enable-metrics), for servers without the "
-                 "exporter.\nEvery sglang: name is read in both spellings (sglang:x and sglang_x). An alert "
+                 "exporter.\nEvery sglang: name is read in its three spellings (sglang:x, sglang_x and Ray Serve's "
+                 "ray_sglang_x, whose ReplicaId label keeps replicas apart). An alert "
                  f"here is silenced when the exporter publishes the same signal for the same {dedup}"
                  + (f"\n({HOST_LABEL} = the host part of instance: a sidecar and its SGLang share it)."
                     if by_host else "."),

@@ -2,7 +2,8 @@
 
 Two layers: `parse_exposition` reads the Prometheus text format tolerantly (bad lines are counted,
 never fatal) and `ScrapeInterpreter` maps SGLang's metric names, in either spelling (`sglang:x` or
-`sglang_x`) and across releases, to the observation names the log parser also produces. Counters
+`sglang_x`, or Ray Serve's `ray_sglang_x`) and across releases, to the observation names the log parser
+also produces. Counters
 become deltas between scrapes; a counter going backwards means SGLang restarted.
 """
 
@@ -149,8 +150,18 @@ def parse_exposition(text: str, keep: Callable[[str], bool] | None = None) -> Ex
                       long_lines, clipped[0], dropped)
 
 
+# Under Ray Serve (0.5.15+, srt/observability/ray_wrappers.py) `sglang:x` is `sglang_x` with a `ReplicaId`
+# label, which Ray's metrics agent exposes as `ray_sglang_x`.
+RAY_PREFIX = "ray_"
+REPLICA_LABEL = "ReplicaId"
+
+
 def base_name(name: str) -> str | None:
-    """`sglang:token_usage` or `sglang_token_usage` -> `token_usage`; None for other families."""
+    """`sglang:token_usage`, `sglang_token_usage` or `ray_sglang_token_usage` -> `token_usage`; None for
+    other families."""
+    if name.startswith(RAY_PREFIX):
+        name = name[len(RAY_PREFIX):]
+        return name[7:] if name.startswith("sglang_") and not name.startswith("sglang_tuning_") else None
     if name.startswith("sglang:"):
         return name[7:]
     if name.startswith("sglang_") and not name.startswith("sglang_tuning_"):
@@ -215,6 +226,12 @@ def rank_of(labels: Mapping[str, str]) -> Rank:
     return Rank.from_dict(values)
 
 
+def replica_key(labels: Mapping[str, str]) -> tuple[str, str] | None:
+    """A Ray Serve replica and its SGLang DP rank (`ReplicaId`, `dp_rank`), or None off Ray."""
+    replica = labels.get(REPLICA_LABEL, "")
+    return (replica, labels.get("dp_rank", "")) if replica else None
+
+
 def model_of(labels: Mapping[str, str]) -> str | None:
     """`model_name`, or `name` in the first metrics release (0.3.x)."""
     return labels.get("model_name") or labels.get("name") or None
@@ -236,6 +253,17 @@ class ScrapeInterpreter:
     """Maps successive expositions to observations; remembers counters to produce deltas."""
 
     _last: dict[tuple[str, Rank], float] = field(default_factory=dict)
+    # Each Ray Serve replica (and DP rank within it) is a data-parallel copy of the server: it gets a dp
+    # index of its own, in the order first seen, kept for the interpreter's life so counters stay paired.
+    _replicas: dict[tuple[str, str], int] = field(default_factory=dict)
+
+    def _rank(self, labels: Mapping[str, str]) -> Rank:
+        rank = rank_of(labels)
+        key = replica_key(labels)
+        if key is None:
+            return rank
+        dp = self._replicas.setdefault(key, len(self._replicas))
+        return Rank(dp=dp, pp=rank.pp, tp=rank.tp, ep=rank.ep)
 
     def reset(self) -> None:
         """Forget counter baselines (e.g. after SGLang was found restarted by other means)."""
@@ -260,18 +288,18 @@ class ScrapeInterpreter:
             model = model or model_of(labels)
             if base in GAUGES:
                 if math.isfinite(s.value):
-                    obs.append(Observation(now, GAUGES[base], s.value, rank_of(labels), "metrics"))
+                    obs.append(Observation(now, GAUGES[base], s.value, self._rank(labels), "metrics"))
                 continue
             if base in PHASE_SUMS:
                 if math.isfinite(s.value):
-                    pk = (PHASE_SUMS[base], rank_of(labels))
+                    pk = (PHASE_SUMS[base], self._rank(labels))
                     phase_sums[pk] = phase_sums.get(pk, 0.0) + s.value
                 continue
             key = (base, labels.get("mode"))
             if key not in COUNTERS:
                 key = (base, None)
             if key in COUNTERS:
-                rank = rank_of(labels)
+                rank = self._rank(labels)
                 if base == "num_retracted_requests_total":
                     seen_new_retraction_counter.add(rank)
                 name = COUNTERS[key]
