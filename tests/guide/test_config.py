@@ -96,3 +96,32 @@ def test_server_arg_overrides() -> None:
                                                  "enable_metrics=true", "broken"])
     assert args == {"mem_fraction_static": 0.85, "schedule_policy": "lpm", "enable_metrics": True}
     assert problems == ["--server-arg 'broken': expected KEY=VALUE"]
+
+
+def test_deep_nesting_is_one_clear_problem(tmp_path: Path) -> None:
+    """100k-deep YAML nesting is a ConfigError of one line, not a RecursionError traceback."""
+    p = tmp_path / "deep.yaml"
+    p.write_text("checks: " + "[" * 100_000 + "]" * 100_000 + "\n", encoding="utf-8")
+    with pytest.raises(ConfigError) as err:
+        load_config(p, TABLE)
+    assert len(err.value.problems) == 1
+    assert "nested deeper than" in err.value.problems[0] and "\n" not in err.value.problems[0]
+
+
+def test_non_finite_and_negative_numbers_are_problems() -> None:
+    """.inf, .nan and negative values are refused in every numeric setting, each one listed."""
+    inf, nan = float("inf"), float("nan")
+    raw = {"window_s": inf, "max_ranks": nan, "expire_s": -5,
+           "signals": {"usage_good": nan, "capped_fraction": inf, "min_samples": inf},
+           "profiles": {"older-md": {"queue_band": [0, inf]}},
+           "checks": {"queue_empty": {"window_s": nan, "for_s": inf, "min_samples": -1,
+                                      "thresholds": {"warning": nan, "critical": inf}}}}
+    with pytest.raises(ConfigError) as err:
+        parse_config(raw, TABLE)
+    text = "\n".join(err.value.problems)
+    for needle in ("window_s", "max_ranks", "expire_s", "signals.usage_good", "signals.capped_fraction",
+                   "signals.min_samples", "older-md.queue_band", "checks.queue_empty.window_s",
+                   "checks.queue_empty.for_s", "checks.queue_empty.min_samples",
+                   "checks.queue_empty.thresholds.warning", "checks.queue_empty.thresholds.critical"):
+        assert needle in text, needle
+    assert len(err.value.problems) == 12, err.value.problems

@@ -508,3 +508,33 @@ def test_server_info_is_read_no_further_than_its_own_cap(monkeypatch: pytest.Mon
         res = build_sidecar(build_config(_args("--sglang.url", url)))._info.fetch()
     assert res.info is None and res.reason == "too_large", res
     assert limits.MAX_SERVER_INFO_BYTES < read[0] <= limits.MAX_SERVER_INFO_BYTES + 1 < len(body)
+
+
+@pytest.mark.parametrize("name, text, needles", [
+    ("deep", "checks: " + "[" * 100_000 + "]" * 100_000 + "\n", ("nested deeper than",)),
+    ("nonfinite", "window_s: .inf\nexpire_s: .nan\nmax_ranks: -3\nsignals: {usage_good: .nan}\n",
+     ("window_s", "expire_s", "max_ranks", "signals.usage_good")),
+], ids=["deep", "nonfinite"])
+def test_hostile_config_file_exits_2_with_every_problem(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                        name: str, text: str, needles: tuple[str, ...]) -> None:
+    """100k-deep nesting and .inf/.nan/negative settings: exit 2 at start, each problem on its own line of
+    stderr (no traceback, no crash later in the loop)."""
+    bad = tmp_path / f"{name}.yaml"
+    bad.write_text(text)
+    code = cli.main(["serve", "--sglang.log-file", str(tmp_path / "x.log"), "--config", str(bad)])
+    err = capsys.readouterr().err
+    assert code == 2 and "Traceback" not in err and "RecursionError" not in err, err[-2000:]
+    lines = err.strip().splitlines()
+    assert len(lines) == len(needles), lines
+    for needle in needles:
+        assert sum(needle in line for line in lines) == 1, (needle, lines)
+
+
+def test_deep_web_config_file_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """--web.config.file nested 100k deep: one clear line, exit 2."""
+    bad = tmp_path / "web.yml"
+    bad.write_text("basic_auth_users: " + "{a: " * 100_000 + "1" + "}" * 100_000 + "\n")
+    code = cli.main(["serve", "--sglang.log-file", str(tmp_path / "x.log"), "--web.config.file", str(bad)])
+    err = capsys.readouterr().err
+    assert code == 2 and "Traceback" not in err, err[-2000:]
+    assert len(err.strip().splitlines()) == 1 and "nested deeper than" in err

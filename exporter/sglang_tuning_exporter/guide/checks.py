@@ -6,6 +6,7 @@ through `load_table`; the schema is documented at the top of checks.yaml and in 
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, field
 from importlib import resources
@@ -14,6 +15,7 @@ from typing import Any
 
 import yaml
 
+from sglang_tuning_exporter.core import yamltext
 from sglang_tuning_exporter.core.problems import ProblemsError
 from sglang_tuning_exporter.core.versions import (  # re-exported: the table's users
     version_tuple,
@@ -219,7 +221,7 @@ def load_table(path: str | Path | None = None) -> CheckTable:
     """Load and validate a checks table (default: the packaged checks.yaml); raises TableError."""
     p = Path(path) if path is not None else default_path()
     try:
-        raw = yaml.safe_load(p.read_text(encoding="utf-8"))
+        raw = yamltext.load(p.read_text(encoding="utf-8"))
     except OSError as exc:
         raise TableError([f"{p}: cannot read: {exc.strerror or exc}"]) from None
     except yaml.YAMLError as exc:
@@ -227,8 +229,9 @@ def load_table(path: str | Path | None = None) -> CheckTable:
     return parse_table(raw)
 
 
-def _num(v: Any) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool)
+def is_number(v: Any) -> bool:
+    """A finite number, not a bool (YAML's .inf and .nan are numbers no threshold or setting can take)."""
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
 
 def _quotes(raw: Any, where: str, problems: list[str]) -> tuple[GuideQuote, ...]:
@@ -274,7 +277,7 @@ def _profiles(raw: Any, problems: list[str]) -> dict[str, Profile]:
             else:
                 parent = resolve(inherits, (*seen, inherits))
         band = spec.get("queue_band", parent.queue_band if parent else None)
-        if not (isinstance(band, (list, tuple)) and len(band) == 2 and all(_num(b) for b in band)
+        if not (isinstance(band, (list, tuple)) and len(band) == 2 and all(is_number(b) for b in band)
                 and band[0] < band[1]):
             problems.append(f"profiles.{name}: queue_band must be [low, high] with low < high")
             band = (0.0, 0.0)
@@ -308,8 +311,8 @@ def parse_levels(raw: Any, where: str, problems: list[str]) -> dict[str, float]:
     for level, v in raw.items():
         if level not in LEVELS:
             problems.append(f"{where}: unknown level {level!r} (warning|critical)")
-        elif not _num(v):
-            problems.append(f"{where}.{level}: must be a number, got {v!r}")
+        elif not is_number(v):
+            problems.append(f"{where}.{level}: must be a finite number, got {v!r}")
         else:
             out[level] = float(v)
     return out
@@ -380,7 +383,7 @@ def _check(raw: Any, i: int, profiles: dict[str, Profile], workloads: tuple[str,
     guards: list[Guard] = []
     for j, g in enumerate(raw.get("guard") or []):
         if (not isinstance(g, dict) or not isinstance(g.get("signal"), str)
-                or g.get("comparison") not in COMPARISONS or not _num(g.get("value"))):
+                or g.get("comparison") not in COMPARISONS or not is_number(g.get("value"))):
             problems.append(f"{where}.guard[{j}]: needs signal, comparison and a numeric value")
             continue
         guards.append(Guard(g["signal"], g["comparison"], float(g["value"])))
@@ -487,7 +490,7 @@ def parse_table(raw: Any) -> CheckTable:
     if raw.get("schema_version") != SCHEMA_VERSION:
         problems.append(f"schema_version must be {SCHEMA_VERSION}, got {raw.get('schema_version')!r}")
     defaults_raw = raw.get("defaults") or {}
-    defaults = {k: float(v) for k, v in defaults_raw.items() if _num(v)} if isinstance(defaults_raw, dict) else {}
+    defaults = {k: float(v) for k, v in defaults_raw.items() if is_number(v)} if isinstance(defaults_raw, dict) else {}
     if isinstance(defaults_raw, dict) and len(defaults) != len(defaults_raw):
         problems.append("defaults: every value must be a number")
     workloads_raw = raw.get("workloads")

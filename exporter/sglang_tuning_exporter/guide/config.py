@@ -24,8 +24,9 @@ from typing import Any
 
 import yaml
 
+from sglang_tuning_exporter.core import yamltext
 from sglang_tuning_exporter.core.problems import ProblemsError
-from sglang_tuning_exporter.guide.checks import CheckTable, load_table, parse_levels
+from sglang_tuning_exporter.guide.checks import CheckTable, is_number, load_table, parse_levels
 
 WORKLOADS = ("throughput", "latency", "long-context", "multi-turn")
 _TOP = {"guide_profile", "workload", "window_s", "max_ranks", "expire_s", "signals", "profiles", "checks",
@@ -72,18 +73,14 @@ class Config:
         return self.checks.get(check_id, CheckOverride())
 
 
-def _num(v: Any) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool)
-
-
 def _positive(raw: dict[str, Any], key: str, where: str, problems: list[str], *, integer: bool = False,
               allow_zero: bool = False) -> float | None:
     if key not in raw:
         return None
     v = raw[key]
-    ok = _num(v) and (v >= 0 if allow_zero else v > 0) and (not integer or float(v).is_integer())
+    ok = is_number(v) and (v >= 0 if allow_zero else v > 0) and (not integer or float(v).is_integer())
     if not ok:
-        kind = "an integer" if integer else "a number"
+        kind = "an integer" if integer else "a finite number"
         problems.append(f"{where}{key}: must be {kind} {'>= 0' if allow_zero else '> 0'}, got {v!r}")
         return None
     return float(v)
@@ -133,7 +130,7 @@ def parse_config(raw: Any, table: CheckTable, source: str = "config") -> Config:
             problems.append(f"profiles.{name}: only queue_band may be overridden")
             continue
         band = spec.get("queue_band")
-        if not (isinstance(band, list) and len(band) == 2 and all(_num(b) for b in band) and band[0] < band[1]):
+        if not (isinstance(band, list) and len(band) == 2 and all(is_number(b) for b in band) and band[0] < band[1]):
             problems.append(f"profiles.{name}.queue_band: must be [low, high] with low < high, got {band!r}")
             continue
         bands[name] = (float(band[0]), float(band[1]))
@@ -194,7 +191,7 @@ def load_config(path: str | Path | None, table: CheckTable | None = None) -> Con
     except UnicodeDecodeError:
         raise ConfigError([f"{p}: not UTF-8 text"]) from None
     try:
-        raw = yaml.safe_load(text)
+        raw = yamltext.load(text)
     except yaml.YAMLError as exc:
         raise ConfigError([f"{p}: not valid YAML: {exc}"]) from None
     return parse_config(raw, table, source=str(p))

@@ -15,6 +15,7 @@ from typing import Any
 
 import yaml
 
+from sglang_tuning_exporter.core import yamltext
 from sglang_tuning_exporter.core.exit_codes import EXIT_DRIFT, EXIT_OK, EXIT_USAGE
 from sglang_tuning_exporter.core.flags import WORKLOADS, add_flag
 from sglang_tuning_exporter.guide.checks import Check, CheckTable, TableError, load_table
@@ -66,7 +67,7 @@ def build_options(args: argparse.Namespace, table: CheckTable) -> render_options
     opts = render_options.RenderOptions()
     if args.render_options:
         try:
-            raw = yaml.safe_load(Path(args.render_options).read_text(encoding="utf-8"))
+            raw = yamltext.load(Path(args.render_options).read_text(encoding="utf-8"))
             if isinstance(raw, dict) and isinstance(raw.get("render"), dict):
                 raw = raw["render"]
             opts = render_options.options_from_mapping(raw, opts)

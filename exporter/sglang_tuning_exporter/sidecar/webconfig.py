@@ -26,6 +26,7 @@ from typing import Any
 import bcrypt
 import yaml
 
+from sglang_tuning_exporter.core import yamltext
 from sglang_tuning_exporter.core.problems import ProblemsError
 from sglang_tuning_exporter.sidecar.httpserver import BoundedHTTPServer
 
@@ -218,7 +219,7 @@ def make_ssl_context(tls: TLSConfig) -> ssl.SSLContext:
 def load_web_config(path: Path) -> WebConfig:
     """Read, validate and trial-load (certificates, keys, CA) a web config file; every problem listed."""
     try:
-        doc = yaml.safe_load(path.read_text())
+        doc = yamltext.load(path.read_text())
     except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
         raise WebConfigError([f"{path}: {exc}"]) from None
     cfg, problems = _validate(doc, path.parent)
