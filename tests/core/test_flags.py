@@ -18,7 +18,8 @@ RECORDED = ROOT / "examples" / "recorded.log"
 @pytest.mark.parametrize(("env", "value", "flag"), [
     ("SGLANG_TUNING_WORKLOAD", "bogus", "--workload"),
     ("SGLANG_TUNING_FAIL_ON", "bad", "--fail-on"),
-    ("SGLANG_TUNING_FORMAT", "xml", "--format"),
+    ("SGLANG_TUNING_DIAGNOSE_FORMAT", "xml", "--format"),
+    ("SGLANG_TUNING_DIAGNOSE_WORKLOAD", "bogus", "--workload"),
     ("SGLANG_TUNING_COLOR", "rainbow", "--color"),
 ])
 def test_bad_env_choice_is_a_usage_error(env: str, value: str, flag: str, monkeypatch: pytest.MonkeyPatch,
@@ -35,11 +36,26 @@ def test_bad_env_choice_is_a_usage_error(env: str, value: str, flag: str, monkey
 def test_good_env_choice_applies_and_the_flag_wins(monkeypatch: pytest.MonkeyPatch,
                                                    capsys: pytest.CaptureFixture[str]) -> None:
     """A valid mirrored choice is used; the command-line flag still overrides a bad mirror."""
-    monkeypatch.setenv("SGLANG_TUNING_FORMAT", "json")
+    monkeypatch.setenv("SGLANG_TUNING_DIAGNOSE_FORMAT", "json")
     assert main(["diagnose", str(RECORDED)]) == 0
     assert capsys.readouterr().out.lstrip().startswith("{")
     monkeypatch.setenv("SGLANG_TUNING_FAIL_ON", "bad")
     assert main(["diagnose", str(RECORDED), "--fail-on", "critical"]) == 3
+
+
+def test_mirrors_are_per_command(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """A format meant for diagnose no longer breaks report: --format and --output read only the command's own
+    mirror; a flag with one meaning everywhere reads the shared mirror, and the command's own wins over it."""
+    monkeypatch.setenv("SGLANG_TUNING_FORMAT", "text")  # diagnose's format, no report format
+    monkeypatch.setenv("SGLANG_TUNING_REPORT_PROMETHEUS_URL", "not a url")
+    assert main(["report"]) == 2
+    err = capsys.readouterr().err
+    assert "invalid choice" not in err and "--prometheus.url" in err
+    monkeypatch.setenv("SGLANG_TUNING_WORKLOAD", "bogus")
+    monkeypatch.setenv("SGLANG_TUNING_DIAGNOSE_WORKLOAD", "latency")
+    monkeypatch.setenv("SGLANG_TUNING_DIAGNOSE_FORMAT", "json")
+    assert main(["diagnose", str(RECORDED)]) == 0
+    assert '"workload": "latency"' in capsys.readouterr().out
 
 
 def test_help_names_every_guide_profile() -> None:

@@ -69,6 +69,17 @@ def test_every_problem_is_listed() -> None:
     assert len(err.value.problems) >= 14
 
 
+def test_server_args_the_advice_reads_are_checked() -> None:
+    """`server_args` in the file obey the same kinds as --server-arg: every wrong value is listed."""
+    raw = {"server_args": {"mem_fraction_static": "abc", "max_running_requests": 2.5, "enable_metrics": "yes",
+                           "chunked_prefill_size": -1, "some_future_arg": "anything"}}
+    with pytest.raises(ConfigError) as err:
+        parse_config(raw, TABLE)
+    assert err.value.problems == ["server_args.mem_fraction_static: 'abc' is not a finite number",
+                                  "server_args.max_running_requests: 2.5 is not an integer",
+                                  "server_args.enable_metrics: 'yes' is not true or false"]
+
+
 def test_unreadable_and_invalid_files(tmp_path: Path) -> None:
     """Missing file, broken YAML, non-mapping: clear ConfigError, no traceback from yaml."""
     with pytest.raises(ConfigError, match="cannot read"):

@@ -17,15 +17,34 @@ WORKLOADS = ("throughput", "latency", "long-context", "multi-turn")
 GUIDE_PROFILES = ("upstream-2026", "docs-2025", "older-web", "older-md", "older-fragment")
 
 
-def env_name(flag: str) -> str:
-    """`--sglang.log-file` -> `SGLANG_TUNING_SGLANG_LOG_FILE`."""
-    return ENV_PREFIX + re.sub(r"[^A-Za-z0-9]+", "_", flag.lstrip("-")).upper()
+# Flags whose values mean different things per command (diagnose's `text` format is no report format):
+# only their per-command mirror is read, so one variable set for one command cannot break another.
+PER_COMMAND_ONLY = frozenset({"--format", "--output"})
+
+
+def env_name(flag: str, command: str | None = None) -> str:
+    """`--sglang.log-file` -> `SGLANG_TUNING_SGLANG_LOG_FILE`; with `command="serve"`,
+    `SGLANG_TUNING_SERVE_SGLANG_LOG_FILE`."""
+    words = re.sub(r"[^A-Za-z0-9]+", "_", flag.lstrip("-")).upper()
+    return ENV_PREFIX + (f"{command.upper()}_" if command else "") + words
+
+
+def env_names(flag: str, command: str | None) -> list[str]:
+    """The mirrors of `flag` in `command`, the first set wins: the per-command one, then the shared one."""
+    names = [env_name(flag, command)] if command else []
+    if command is None or flag not in PER_COMMAND_ONLY:
+        names.append(env_name(flag))
+    return names
 
 
 def add_flag(parser: argparse.ArgumentParser, flag: str, *, help: str, **kwargs: Any) -> None:
-    """Add `flag`; its default comes from the environment mirror when set, shown in --help."""
-    env = env_name(flag)
-    if env in os.environ:
+    """Add `flag`; its default comes from an environment mirror when set, shown in --help.
+
+    The command is the parser's `command` default (cli sets it before the command adds its flags)."""
+    command = parser.get_default("command")
+    names = env_names(flag, command if isinstance(command, str) else None)
+    env = next((n for n in names if n in os.environ), None)
+    if env is not None:
         raw = os.environ[env]
         if kwargs.get("action") == "store_true":
             kwargs["default"] = raw.strip().lower() in ("1", "true", "yes", "on")
@@ -39,7 +58,7 @@ def add_flag(parser: argparse.ArgumentParser, flag: str, *, help: str, **kwargs:
                 kwargs["type"] = _choice_of(tuple(choices), env, raw)
     default = kwargs.get("default")
     shown = f" (default: {default})" if default not in (None, False, []) else ""
-    parser.add_argument(flag, help=f"{help}{shown} [env {env}]", **kwargs)
+    parser.add_argument(flag, help=f"{help}{shown} [env {' or '.join(names)}]", **kwargs)
 
 
 def _choice_of(choices: tuple[str, ...], env: str, raw: str) -> Any:

@@ -35,7 +35,6 @@ from sglang_tuning_exporter.fleet.promapi import PromConfig, PrometheusClient, P
 from sglang_tuning_exporter.guide.checks import CheckTable
 from sglang_tuning_exporter.pipeline.signals import SignalParams
 
-HELP = "fleet review from a Prometheus server: every instance x check, drift, mis-tuned servers and their flags"
 FORMATS = ("markdown", "html", "json")
 # Worst first; `unknown` only wins when no check had data.
 

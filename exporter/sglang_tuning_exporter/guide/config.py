@@ -18,6 +18,7 @@ Example::
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -166,6 +167,10 @@ def parse_config(raw: Any, table: CheckTable, source: str = "config") -> Config:
     if not isinstance(server_args, dict):
         problems.append("server_args: must be a mapping of argument name to value")
         server_args = {}
+    for key, value in server_args.items():
+        problem = server_arg_problem(str(key), value)
+        if problem is not None:
+            problems.append(f"server_args.{key}: {problem}")
     if problems:
         raise ConfigError(problems)
     return Config(guide_profile=profile, workload=workload,
@@ -197,8 +202,45 @@ def load_config(path: str | Path | None, table: CheckTable | None = None) -> Con
     return parse_config(raw, table, source=str(p))
 
 
+# The server arguments the advice computes from, with the values SGLang accepts: a value of another kind
+# would silently become the "current value" of a suggestion, so it is refused where it is given.
+SERVER_ARG_KINDS: dict[str, tuple[str, float | None, float | None]] = {
+    # name: (kind, minimum, maximum); kind is "number", "integer", "boolean" or "text"
+    "mem_fraction_static": ("number", 0.0, 1.0),
+    "schedule_conservativeness": ("number", 0.0, None),
+    "chunked_prefill_size": ("integer", -1, None),  # -1 disables chunked prefill
+    "max_prefill_tokens": ("integer", 1, None),
+    "max_running_requests": ("integer", 1, None),
+    "cuda_graph_max_bs": ("integer", 1, None),
+    "cuda_graph_max_bs_decode": ("integer", 1, None),
+    "schedule_policy": ("text", None, None),
+    "enable_metrics": ("boolean", None, None),
+}
+
+
+def server_arg_problem(key: str, value: Any) -> str | None:
+    """Why `value` cannot be SGLang's `key` (None when it can, or when the advice does not read `key`)."""
+    kind_of = SERVER_ARG_KINDS.get(key)
+    if kind_of is None or value is None:
+        return None
+    kind, low, high = kind_of
+    if kind == "boolean":
+        return None if isinstance(value, bool) else f"{value!r} is not true or false"
+    if kind == "text":
+        return None if isinstance(value, str) else f"{value!r} is not text"
+    number = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    if not number or (kind == "integer" and not float(value).is_integer()):
+        return f"{value!r} is not {'an integer' if kind == 'integer' else 'a finite number'}"
+    if low is not None and high is not None and not low <= value <= high:
+        return f"{value!r} is outside {low:g} to {high:g}"
+    if low is not None and value < low:
+        return f"{value!r} is below the minimum {low:g}"
+    return None
+
+
 def parse_server_arg_overrides(items: list[str]) -> tuple[dict[str, Any], list[str]]:
-    """`--server-arg KEY=VALUE` strings -> (args, problems); values parsed as YAML scalars."""
+    """`--server-arg KEY=VALUE` strings -> (args, problems); values parsed as YAML scalars, and the
+    arguments the advice reads checked against the values SGLang accepts."""
     args: dict[str, Any] = {}
     problems: list[str] = []
     for item in items:
@@ -211,4 +253,7 @@ def parse_server_arg_overrides(items: list[str]) -> tuple[dict[str, Any], list[s
             args[key] = yaml.safe_load(value) if value.strip() else None
         except yaml.YAMLError:
             args[key] = value
+        problem = server_arg_problem(key, args[key])
+        if problem is not None:
+            problems.append(f"--server-arg {item!r}: {problem}")
     return args, problems

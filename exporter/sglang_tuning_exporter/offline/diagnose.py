@@ -43,7 +43,6 @@ from sglang_tuning_exporter.sources.logfiles import split_ranges
 from sglang_tuning_exporter.sources.logrecords import DEDUP_DISTANCE
 from sglang_tuning_exporter.sources.tail import InputError
 
-HELP = "diagnose whole SGLang logs offline (plain, .gz or -) and print the tuning guide's findings"
 FORMATS = ("text", "json", "markdown", "html")
 PARALLEL_MIN_BYTES = 16 << 20  # plain files at least this big are scanned in a process pool
 CHUNK_BYTES = 32 << 20  # the most a worker maps at once
@@ -329,5 +328,5 @@ def run(args: argparse.Namespace, *, stdout: IO[str] | None = None, stderr: IO[s
     return EXIT_OK
 
 
-__all__ = ["HELP", "ChunkResult", "Diagnosis", "FileDiagnosis", "Scanner", "add_arguments", "diagnose_source",
+__all__ = ["ChunkResult", "Diagnosis", "FileDiagnosis", "Scanner", "add_arguments", "diagnose_source",
            "run"]

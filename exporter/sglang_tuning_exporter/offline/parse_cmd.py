@@ -15,7 +15,6 @@ from sglang_tuning_exporter.sources.logparse import ParseStats
 from sglang_tuning_exporter.sources.logreader import EventReader
 from sglang_tuning_exporter.sources.tail import MAX_LINE_BYTES, InputError
 
-HELP = "print every recognised event of an SGLang log (plain, .gz or - for stdin) as JSON lines"
 _PROG = "sglang-tuning-exporter parse"
 
 

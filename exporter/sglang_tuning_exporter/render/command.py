@@ -26,8 +26,6 @@ from sglang_tuning_exporter.render import rules as render_rules
 from sglang_tuning_exporter.render import runbook as render_runbook
 from sglang_tuning_exporter.render.expressions import profile_of
 
-HELP = "regenerate alerts/, the runbook, dashboards/ and Kubernetes manifests from the checks table"
-
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Flags of `render`."""

@@ -6,7 +6,6 @@ Register it on a private `CollectorRegistry`, never on the global REGISTRY.
 
 from __future__ import annotations
 
-import importlib
 import math
 import platform
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -20,6 +19,7 @@ from prometheus_client.registry import Collector, CollectorRegistry
 from prometheus_client.samples import Sample
 
 from sglang_tuning_exporter import __version__
+from sglang_tuning_exporter.core.build import build_revision
 from sglang_tuning_exporter.core.catalog import (
     BY_NAME,
     CATALOG,
@@ -69,16 +69,6 @@ class BuildInfo:
     version: str
     python_version: str
     revision: str = "unknown"
-
-
-def build_revision() -> str:
-    """The git revision setup.py recorded in `_build.py` at build time; "unknown" without one."""
-    try:
-        module = importlib.import_module("sglang_tuning_exporter.core._build")
-    except ImportError:
-        return "unknown"
-    rev = getattr(module, "REVISION", None)
-    return rev if isinstance(rev, str) and rev else "unknown"
 
 
 def current_build() -> BuildInfo:

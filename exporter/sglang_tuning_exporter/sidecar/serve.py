@@ -48,7 +48,6 @@ from sglang_tuning_exporter.sources.serverinfo import urllib_get
 from sglang_tuning_exporter.sources.startup_section import WithStartup, startup_lines
 from sglang_tuning_exporter.sources.tail import follow
 
-HELP = "run the sidecar: follow the log, scrape SGLang, serve /metrics, the status page and /api/findings"
 log = logging.getLogger("sglang_tuning_exporter.sidecar.serve")
 # Signals on /metrics besides the ones the checks use: the context a dashboard shows next to them.
 # (All signals stay in /api/findings; exporting every one per rank would double the series.)
