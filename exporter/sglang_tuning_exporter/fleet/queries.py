@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from sglang_tuning_exporter.core.catalog import GIB, SIGNAL_FAMILIES, SIGNAL_FAMILY_UNITS
 from sglang_tuning_exporter.core.model import Rank, ServerState
 from sglang_tuning_exporter.core.recording import recorded
+from sglang_tuning_exporter.core.redact import redact_text, redact_value
 from sglang_tuning_exporter.core.versions import merge_version
 from sglang_tuning_exporter.fleet.promapi import Sample, Series
 from sglang_tuning_exporter.pipeline.signals import SignalParams
@@ -355,11 +356,12 @@ def collect(results: Mapping[str, Sequence[Sample]]) -> dict[str, InstanceData]:
         name, arg = s.labels.get("instance"), s.labels.get("arg")
         v = _value(s.value)
         if name and arg and v is not None:
-            inst(name).args[arg] = _number(v)
+            # The exporters redact already; a series from elsewhere is held to the same rule (core/redact).
+            inst(name).args[arg] = redact_value(arg, _number(v))
     for s in results.get("models", ()):
         name = s.labels.get("instance")
         if name and s.labels.get("model_name"):
-            inst(name).model_name = s.labels["model_name"]
+            inst(name).model_name = redact_text(s.labels["model_name"])
     for s in results.get("native", ()):
         name = s.labels.get("instance")
         if name:
@@ -374,9 +376,9 @@ def collect(results: Mapping[str, Sequence[Sample]]) -> dict[str, InstanceData]:
             continue
         data = inst(name)
         data.version = merge_version(data.version, s.labels.get("version"))
-        data.model_name = s.labels.get("model_name") or data.model_name
+        data.model_name = redact_text(s.labels.get("model_name") or "") or data.model_name
         if s.labels.get("schedule_policy"):
-            data.args.setdefault("schedule_policy", s.labels["schedule_policy"])
+            data.args.setdefault("schedule_policy", redact_text(s.labels["schedule_policy"]))
     return fleet
 
 

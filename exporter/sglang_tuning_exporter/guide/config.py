@@ -27,6 +27,7 @@ import yaml
 
 from sglang_tuning_exporter.core import yamltext
 from sglang_tuning_exporter.core.problems import ProblemsError
+from sglang_tuning_exporter.core.redact import redact_args, redact_value
 from sglang_tuning_exporter.guide.checks import CheckTable, is_number, load_table, parse_levels
 
 WORKLOADS = ("throughput", "latency", "long-context", "multi-turn")
@@ -179,7 +180,7 @@ def parse_config(raw: Any, table: CheckTable, source: str = "config") -> Config:
                   usage_good=usage_good if usage_good is not None else 0.9,
                   capped_fraction=capped if capped is not None else 0.95,
                   min_samples=int(min_samples) if min_samples is not None else 3,
-                  queue_bands=bands, checks=overrides, server_args=dict(server_args))
+                  queue_bands=bands, checks=overrides, server_args=redact_args(server_args))
 
 
 def load_config(path: str | Path | None, table: CheckTable | None = None) -> Config:
@@ -239,8 +240,9 @@ def server_arg_problem(key: str, value: Any) -> str | None:
 
 
 def parse_server_arg_overrides(items: list[str]) -> tuple[dict[str, Any], list[str]]:
-    """`--server-arg KEY=VALUE` strings -> (args, problems); values parsed as YAML scalars, and the
-    arguments the advice reads checked against the values SGLang accepts."""
+    """`--server-arg KEY=VALUE` strings -> (args, problems); values parsed as YAML scalars, the
+    arguments the advice reads checked against the values SGLang accepts, and a secret's value
+    redacted (core/redact) as the server's own."""
     args: dict[str, Any] = {}
     problems: list[str] = []
     for item in items:
@@ -250,9 +252,10 @@ def parse_server_arg_overrides(items: list[str]) -> tuple[dict[str, Any], list[s
             problems.append(f"--server-arg {item!r}: expected KEY=VALUE")
             continue
         try:
-            args[key] = yaml.safe_load(value) if value.strip() else None
+            parsed = yaml.safe_load(value) if value.strip() else None
         except yaml.YAMLError:
-            args[key] = value
+            parsed = value
+        args[key] = redact_value(key, parsed)
         problem = server_arg_problem(key, args[key])
         if problem is not None:
             problems.append(f"--server-arg {item!r}: {problem}")

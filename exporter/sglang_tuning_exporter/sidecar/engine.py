@@ -16,6 +16,7 @@ from typing import Any, Protocol
 from sglang_tuning_exporter.core import limits
 from sglang_tuning_exporter.core.events import Event
 from sglang_tuning_exporter.core.model import Finding, Observation, Rank, Sample, ServerState
+from sglang_tuning_exporter.core.redact import redact_text
 from sglang_tuning_exporter.core.timeparse import plausible_seconds
 from sglang_tuning_exporter.core.versions import merge_version
 from sglang_tuning_exporter.pipeline.observations import SERVER_EVENT_KINDS, server_update
@@ -192,6 +193,7 @@ class Sidecar:
     def _record(self, source: str, *, ok: bool, duration_s: float | None, now: float, detail: str = "",
                 reason: str | None = None) -> None:
         """Record a source attempt (a failure counted under `reason`); log only when its health changes."""
+        detail = redact_text(detail)  # an error may quote a URL with credentials
         before = self.state.source_up(source)
         self.state.record_source(source, ok=ok, duration_s=duration_s, now=now, detail=detail, reason=reason)
         if before is None and ok:

@@ -20,6 +20,7 @@ from sglang_tuning_exporter.core import limits
 from sglang_tuning_exporter.core.events import Event
 from sglang_tuning_exporter.core.exit_codes import EXIT_OK, EXIT_RUNTIME, EXIT_USAGE
 from sglang_tuning_exporter.core.model import Finding, Observation, Rank, Sample, ServerState
+from sglang_tuning_exporter.core.redact import redact_text
 from sglang_tuning_exporter.guide import settings
 from sglang_tuning_exporter.guide.advisor import evaluate as evaluate_checks
 from sglang_tuning_exporter.guide.advisor import findings_document, window_for
@@ -281,7 +282,7 @@ def run(args: argparse.Namespace) -> int:
     web = cfg.web_config
     log.info("listening on %s:%s (metrics %s, %s%s); log=%s sglang=%s", host or "*", port, cfg.telemetry_path,
              "https" if web is not None and web.tls else "http",
-             ", basic auth" if web is not None and web.users else "", cfg.log_file or "-", cfg.sglang_url or "-")
+             ", basic auth" if web is not None and web.users else "", cfg.log_file or "-", redact_text(cfg.sglang_url or "-"))
     done = threading.Event()
 
     def on_signal(signum: int, frame: FrameType | None) -> None:

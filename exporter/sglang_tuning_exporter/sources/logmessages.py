@@ -9,6 +9,7 @@ from typing import Any
 
 from sglang_tuning_exporter.core import events as ev
 from sglang_tuning_exporter.core.events import Event
+from sglang_tuning_exporter.core.redact import redact_text
 from sglang_tuning_exporter.sources.logline import (
     _PARTIAL,
     _RETRACT_KEYS,
@@ -124,7 +125,7 @@ def _oom(s: str, n: int) -> _Result:
         if x.start() <= p:
             exception, p, msg_at = x.group(1), x.start(), x.end()
     message = s[msg_at if exception else p:].strip()
-    fields: dict[str, Any] = {"phase": oom_phase_from_text(message), "message": message}
+    fields: dict[str, Any] = {"phase": oom_phase_from_text(message), "message": redact_text(message)}
     if exception:
         fields["exception"] = exception
     if m.group("reqslots"):
@@ -151,7 +152,7 @@ def _error(s: str, n: int) -> _Result:
     rest = s[m.end():].lstrip(":. ").strip()
     fields: dict[str, Any] = {"error": head if not head.startswith("Traceback") else "Traceback"}
     if rest:
-        fields["message"] = rest
+        fields["message"] = redact_text(rest)  # a failed download's URL may carry a token
     return _event(n, ev.ERROR, s[:m.start()], fields)
 
 

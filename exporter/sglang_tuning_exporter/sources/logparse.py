@@ -17,6 +17,7 @@ from typing import Any, Final
 
 from sglang_tuning_exporter.core import events as ev
 from sglang_tuning_exporter.core.events import Event
+from sglang_tuning_exporter.core.redact import redact_text
 from sglang_tuning_exporter.sources.grammar import Grammar
 from sglang_tuning_exporter.sources.logline import (
     _ANSI,
@@ -250,7 +251,8 @@ class ParseStats:
         """Count a line with a recognised head and an unreadable body; keep the first few as examples."""
         self.unparsed += 1
         if len(self.unparsed_examples) < self.max_examples:
-            self.unparsed_examples.append((line_no, text.rstrip("\n")[:300]))
+            # Redacted before the cut: a cut could split a credential the rule would no longer see.
+            self.unparsed_examples.append((line_no, redact_text(text.rstrip("\n"))[:300]))
 
     def as_dict(self) -> dict[str, Any]:
         """A JSON-ready summary."""

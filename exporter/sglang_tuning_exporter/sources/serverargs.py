@@ -11,6 +11,8 @@ import warnings
 from collections.abc import Iterator
 from typing import Any
 
+from sglang_tuning_exporter.core.redact import redact_args
+
 _OPEN = {"(": ")", "[": "]", "{": "}"}
 _CLOSE = {")", "]", "}"}
 
@@ -119,13 +121,15 @@ def _from_dict(text: str) -> dict[str, Any]:
 
 
 def parse_server_args(text: str) -> dict[str, Any] | None:
-    """Parse the text from `server_args` onwards; None when no argument could be read."""
+    """Parse the text from `server_args` onwards; None when no argument could be read. Secrets
+    (`api_key`, `hf_token`, credentials in URLs...) are redacted here, where they enter (core/redact)."""
     # A stray backslash in a logged value (`'a\d'`) makes the compiler warn (a SyntaxWarning on
     # stderr from Python 3.12): the value is read all the same, so the warning is only noise.
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", SyntaxWarning)
         warnings.simplefilter("ignore", DeprecationWarning)
-        return _parse_server_args(text)
+        args = _parse_server_args(text)
+    return redact_args(args) if args else None
 
 
 def _parse_server_args(text: str) -> dict[str, Any] | None:

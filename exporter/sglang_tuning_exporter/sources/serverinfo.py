@@ -19,6 +19,7 @@ from typing import Any, Protocol
 from urllib.parse import urlsplit
 
 from sglang_tuning_exporter.core import limits
+from sglang_tuning_exporter.core.redact import redact_args, redact_text
 
 ENDPOINTS = ("/server_info", "/get_server_info", "/get_server_args")
 # Why a request failed: the `reason` label of sglang_tuning_source_failures_total (a fixed set).
@@ -160,7 +161,8 @@ def _num(v: Any) -> float | None:
 def parse_server_info(doc: Any) -> ServerInfo:
     """Extract version, model, scalar args and capacity from any release's server-info JSON.
 
-    Strings (they become label values and status-page text) are cut to MAX_LABEL_VALUE_CHARS and
+    Secrets are redacted first (core/redact: `api_key`, `hf_token`, credentials in URLs). Strings (they
+    become label values and status-page text) are then cut to MAX_LABEL_VALUE_CHARS and
     internal_states to MAX_INTERNAL_STATES entries; `truncated` says how many of each were cut."""
     if not isinstance(doc, dict):
         raise ValueError("server info is not a JSON object")
@@ -173,9 +175,10 @@ def parse_server_info(doc: Any) -> ServerInfo:
             cut["string"] += was_cut
         return v
 
-    args = {k: clip(v) for k, v in doc.items()
-            if isinstance(k, str) and len(k) <= limit and (v is None or isinstance(v, (int, float, str, bool)))
-            and k not in ("version", "launch_command")}
+    args = {k: clip(v) for k, v in redact_args({
+        k: v for k, v in doc.items()
+        if isinstance(k, str) and len(k) <= limit and (v is None or isinstance(v, (int, float, str, bool)))
+        and k not in ("version", "launch_command")}).items()}
     states = doc.get("internal_states")
     states = states if isinstance(states, list) else []
     if len(states) > limits.MAX_INTERNAL_STATES:
@@ -188,12 +191,12 @@ def parse_server_info(doc: Any) -> ServerInfo:
             if v is not None:
                 args["mem_fraction_static"] = v
                 break
-    model = doc.get("served_model_name") or doc.get("model_path")
+    model = args.get("served_model_name") or args.get("model_path")
     mtt = _num(doc.get("max_total_num_tokens"))
     version = doc.get("version")
     marker = doc.get("startup_time")
     return ServerInfo(
-        version=clip(str(version)) if version is not None else None,
+        version=clip(redact_text(str(version))) if version is not None else None,
         model_name=limits.clip_text(str(model))[0] if model is not None else None,  # an arg too: counted there
         args=args,
         max_total_num_tokens=int(mtt) if mtt is not None else None,
