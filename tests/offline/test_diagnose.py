@@ -348,7 +348,7 @@ def _scan_doc(text: str, *, fast: bool, cuts: list[int] | None = None, via_bytes
     """Signals, findings and line/event counts of `text` scanned line by line (fast=False: every event
     through the parent's window) or by scan_text (via_bytes: scan_bytes, the C accelerator's entry when
     built) over blocks cut after the given newlines."""
-    d = diagnose.Diagnosis(load_table(), Config(), "docs-2025", "throughput", {})
+    d = diagnose.Diagnosis(load_table(), Config(), "docs-2025", "throughput", {}, fast=fast)
     sc = diagnose.Scanner(d.res, 0.9, (100.0, 2000.0), fast=fast)
     if not fast:
         d.add_chunk(sc.scan(text.split("\n")[:-1] if text.endswith("\n") else text.split("\n")))

@@ -258,7 +258,7 @@ def test_fast_path_agrees_with_the_full_parser(make: Callable[[], str]) -> None:
     lines = make().split("\n")[:-1]
     docs = []
     for fast in (True, False):
-        d = Diagnosis(TABLE, Config(), "docs-2025", "throughput", {})
+        d = Diagnosis(TABLE, Config(), "docs-2025", "throughput", {}, fast=fast)
         d.add_chunk(Scanner(d.res, 0.9, (100.0, 2000.0), fast=fast).scan_bytes(("\n".join(lines) + "\n").encode()))
         docs.append(d.finish("x").document)
     fast_doc, full_doc = docs

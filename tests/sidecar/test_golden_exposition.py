@@ -24,7 +24,7 @@ from sglang_tuning_exporter.sources.serverinfo import HttpError
 
 FIX = FIXTURES
 BUILD = BuildInfo("0.0.0-golden", "3.x", "0000000")
-T0 = 1_767_225_600.0  # 2026-01-01T00:00:00Z
+T0 = 1_790_208_000.0  # 2026-09-24T00:00:00Z (after the log: live, a stamp far ahead of the wall clock is refused)
 LOG = FIX / "logs" / "sidecar-golden.log"
 METRICS = (FIX / "metrics" / "sglang-0.5.23-metrics.txt").read_text()
 RANK_LABELS = 'engine_type="unified",model_name="Qwen/Qwen2.5-7B-Instruct",moe_ep_rank="0",pp_rank="0",tp_rank="0"'

@@ -78,7 +78,7 @@ CATALOG: tuple[MetricSpec, ...] = (
     _m("log_lines_total", "counter", "Log lines read, by event kind (other = not an event).", ("kind",)),
     _m("log_unparsed_lines_total", "counter", "Lines with a recognised head that could not be parsed."),
     _m("log_implausible_times_total", "counter",
-       "Log stamps implausible against their neighbours (cut-off, 1970, set back), taken at a neighbour's time."),
+       "Log stamps implausible against their neighbours (cut-off, 1970, far off either way, ahead of the wall clock), taken at a neighbour's time."),
     _m("log_last_line_timestamp_seconds", "gauge", "Unix time at which the last log line was read."),
     _m("log_rotations_total", "counter", "Log rotations followed (new inode; rotated files in between counted too)."),
     _m("log_truncations_total", "counter", "Log truncations detected (size below read offset, or the bytes before it rewritten: copytruncate and regrowth)."),

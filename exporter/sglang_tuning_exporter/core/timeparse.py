@@ -74,8 +74,12 @@ def has_date(time: str | None) -> bool:
 # SGLang did not exist before 2015; a year outside this range is a cut-off or garbled stamp.
 EARLIEST_PLAUSIBLE = float(calendar.timegm((2015, 1, 1, 0, 0, 0, 0, 0, 0)))
 LATEST_PLAUSIBLE = float(calendar.timegm((2100, 1, 1, 0, 0, 0, 0, 0, 0)))
-BACKWARD_TOLERANCE_S = 600.0  # interleaved writers and late flushes stay within this
-REANCHOR_STAMPS = 3  # this many stamps in a row agreeing on an earlier time: the clock was set back
+BACKWARD_TOLERANCE_S = 600.0  # interleaved writers and late flushes stay within this (either way)
+REANCHOR_STAMPS = 3  # this many stamps in a row agreeing on another time: the clock moved (back or on)
+# Live: a stamp this far ahead of the wall clock is no log time yet (log time is read as UTC, so a log
+# written at UTC+14 runs 14 h ahead of a UTC wall clock; the hour on top is a margin).
+FUTURE_TOLERANCE_S = 15 * 3600.0
+MAX_FRAMES = 4  # clock offsets remembered: two interleaved hosts each keep theirs (no runaway)
 _DAY = 86400.0
 
 
@@ -88,20 +92,25 @@ def plausible_seconds(time: str | None) -> float | None:
 
 
 class LogClock:
-    """Log time for each line, from its stamp: time-only stamps roll over midnight, a stamp that is
-    implausible against its neighbours (outside the plausible years, or more than
-    BACKWARD_TOLERANCE_S before the latest time) gives no time (the caller takes the neighbour's) and
-    is counted; REANCHOR_STAMPS such stamps in a row that agree with each other are a clock set back:
-    the time continues from the latest, shifted.  Pure: `arrival` (live) is an injected wall clock."""
+    """Log time for each line, from its stamp (docs/signals.md, "Clocks"). Time-only stamps roll over
+    midnight. A stamp more than BACKWARD_TOLERANCE_S from the latest time, before or after it, is an
+    outlier (another host's clock, a garbled or future line): it gives no time (the caller takes the
+    neighbour's) and is counted in `implausible`, unless REANCHOR_STAMPS stamps in a row agree on it:
+    then the clock moved. On: an idle gap, time goes on as written. Back: a clock set back, time continues
+    from the latest, shifted (`jumps`). The offsets of earlier moves are remembered, so the lines of two
+    interleaved hosts each fit their own and the clock does not run away. So are stamps outside the
+    plausible years, and live (`arrival`, an injected wall clock) stamps far in the wall clock's future.
+    `judge_dated=False`: dated stamps were judged already (diagnose's scanner): taken as written."""
 
-    def __init__(self, arrival: Callable[[], float] | None = None) -> None:
+    def __init__(self, arrival: Callable[[], float] | None = None, *, judge_dated: bool = True) -> None:
         self.arrival = arrival
-        self.implausible = 0  # stamps taken at a neighbour's time
+        self.judge_dated = judge_dated
+        self.implausible = 0  # stamps taken at a neighbour's time (outliers settled as such)
         self.jumps = 0  # clocks set back (re-anchored)
         self.latest: float | None = None  # the latest log time given
         self._at: float | None = None  # wall time when `latest` was given (live)
-        self._offset = 0.0  # added to stamps after a clock was set back
-        self._behind: list[float] = []
+        self._offsets = [0.0]  # added to stamps: the current frame first, then earlier ones
+        self._pending: list[float] = []  # raw stamps in a row that agree with each other, off the clock
         self._day_offset = 0.0
         self._last_raw: float | None = None
 
@@ -114,37 +123,79 @@ class LogClock:
             self.implausible += 1  # unreadable
             return None
         if has_date(stamp):
-            if not EARLIEST_PLAUSIBLE <= raw < LATEST_PLAUSIBLE:
+            if not EARLIEST_PLAUSIBLE <= raw < LATEST_PLAUSIBLE or self._in_future(raw):
                 self.implausible += 1
                 return None
+            if not self.judge_dated:
+                self.note(raw)
+                return raw
         else:
             # Time-only stamps: a jump back of more than 12 h is the next day.
             if self._last_raw is not None and raw < self._last_raw - _DAY / 2:
                 self._day_offset += _DAY
             self._last_raw = raw
             raw += self._day_offset
-        t = raw + self._offset
+        return self._place(raw)
+
+    def _in_future(self, raw: float) -> bool:
+        if self.arrival is None:
+            return False
+        wall = self.arrival()
+        # A wall clock before 2015 is no real one (a host without one, a test's): nothing to judge by.
+        return wall >= EARLIEST_PLAUSIBLE and raw > wall + FUTURE_TOLERANCE_S
+
+    def _place(self, raw: float) -> float | None:
         latest = self.latest
-        if latest is not None and t < latest - BACKWARD_TOLERANCE_S:
-            behind = self._behind
-            if behind and abs(raw - behind[-1]) > BACKWARD_TOLERANCE_S:
-                behind.clear()
-            behind.append(raw)
-            if len(behind) < REANCHOR_STAMPS:
-                self.implausible += 1
-                return None
-            # The clock was set back: continue from the latest time, keeping the new stamps' spacing.
-            self._offset = latest - behind[0]
-            behind.clear()
-            self.jumps += 1
-            t = raw + self._offset
+        t: float | None = None
+        if latest is None:
+            t = raw + self._offsets[0]
         else:
-            self._behind.clear()
+            for i, off in enumerate(self._offsets):
+                if abs(raw + off - latest) <= BACKWARD_TOLERANCE_S:
+                    if i:
+                        self._offsets.insert(0, self._offsets.pop(i))  # this writer's frame is current
+                    t = raw + off
+                    break
+        pending = self._pending
+        if t is None:
+            assert latest is not None
+            if pending and abs(raw - pending[-1]) > BACKWARD_TOLERANCE_S:
+                self.settle()  # they disagree: the earlier ones were outliers
+            pending.append(raw)
+            if len(pending) < REANCHOR_STAMPS:
+                return None
+            first = pending[0]
+            pending.clear()
+            off = self._offsets[0]
+            if first + off < latest:
+                # Set back: continue from the latest, keeping the new stamps' spacing.
+                off = latest - first
+                self._offsets.insert(0, off)
+                del self._offsets[MAX_FRAMES:]
+                self.jumps += 1
+            t = raw + off  # moved on: an idle gap is real, time goes on as written
+        elif pending:
+            self.settle()
         if latest is None or t > latest:
             self.latest = t
             if self.arrival is not None:
                 self._at = self.arrival()
         return t
+
+    def note(self, t: float) -> None:
+        """A stamp that fits the clock, read elsewhere (diagnose's C reader): the latest time."""
+        if self._pending:
+            self.settle()
+        if self.latest is None or t > self.latest:
+            self.latest = t
+            if self.arrival is not None:
+                self._at = self.arrival()
+
+    def settle(self) -> None:
+        """Count the stamps held as a possible move of the clock as outliers (the clock did not move;
+        at the end of a log, call it so a last stray stamp is counted)."""
+        self.implausible += len(self._pending)
+        self._pending.clear()
 
     def now(self, wall: float) -> float:
         """The current log time live: the latest stamp plus the wall time since it arrived (a quiet

@@ -139,7 +139,7 @@ def diagnose_source(source: str, table: CheckTable, cfg: Config, profile: str, w
         except ClockSetBack:
             # The fast paths take stamps as written; a clock set back needs the log clock's re-anchoring
             # (timeparse.LogClock), which every line gets on the full path: read it again that way.
-            d = Diagnosis(table, cfg, profile, workload, server_overrides, live_grid=True)
+            d = Diagnosis(table, cfg, profile, workload, server_overrides, live_grid=True, fast=False)
             _run_sequential(source, plain, d, progress, fast=False)
         progress.close()
         if plain and os.path.getsize(source) < size:

@@ -24,6 +24,7 @@ from sglang_tuning_exporter.core.timeparse import (
     BACKWARD_TOLERANCE_S,
     EARLIEST_PLAUSIBLE,
     LATEST_PLAUSIBLE,
+    LogClock,
     has_date,
     plausible_seconds,
 )
@@ -64,6 +65,9 @@ class ChunkResult:
     blind_check: int | None = None  # line of a re-raised-OOM check made before any OOM was known
     summed_events: int = 0  # events summed into `buckets` here instead of sent (still events)
     retract_keys: dict[tuple[int | None, int | None], EventKey] = field(default_factory=dict)  # dedup state after
+    # Stamps more than the tolerance off the latest (either way): the log clock may take them as outliers
+    # or move, which only the full path decides as the sidecar does (the parent reads the file again).
+    clock_irregular: int = 0
 
 
 def _iso_of(t: float) -> str:
@@ -90,13 +94,17 @@ class Scanner:
         self.origin = origin_s
         self.usage_good = usage_good
         self.band = band
-        self._last_t: float | None = None  # last dated time seen (summed lines and dated events)
+        self._last_t: float | None = None  # the log clock's latest time (summed lines and dated events)
+        # The sidecar's log clock over the dated stamps read here (the C reader's only fit it): a stamp it
+        # holds or drops takes the latest time, as in the sidecar; a clock set back makes the chunk
+        # irregular (the parent reads the file again, every line through its own log clock).
+        self._clock = LogClock()
         # The sidecar's conversion; its server state only gathers the release floors line formats reveal.
-        # Decode/Prefill lines reach it in line order within the clock's tolerance, retractions (a
-        # converter of their own) in time order: their log clocks give each stamp as written.
+        # Decode/Prefill lines reach it in line order, retractions (a converter of their own) in time
+        # order, their stamps judged by `_clock` already: taken as written.
         self._floors = ServerState()
-        self._conv = EventConverter(server=self._floors)
-        self._retract_conv = EventConverter(server=self._floors)
+        self._conv = EventConverter(server=self._floors, judge_dated=False)
+        self._retract_conv = EventConverter(server=self._floors, judge_dated=False)
         self._window = self._new_window()
         self._summed = 0  # events of this chunk summed into the window (Decode/Prefill lines, retractions)
         # Decode and Prefill lines summed by the C accelerator: bucket key -> [totals, 4 histograms]
@@ -227,13 +235,11 @@ class Scanner:
         for e in events:
             kind = e.kind
             if kind in (DECODE, PREFILL):
-                t = plausible_seconds(e.time) if has_date(e.time) else None
-                last = self._last_t
-                if t is not None and (last is None or t >= last - BACKWARD_TOLERANCE_S):
-                    if last is None or t > last:
-                        self._last_t = t
-                    batch.append(e)
-                    continue
+                if has_date(e.time):
+                    e = self._judged(e, res)
+                    if has_date(e.time) and not res.clock_irregular:
+                        batch.append(e)
+                        continue
             elif kind == RETRACT:
                 self._retracts.append(self._timed(e, res))
                 continue
@@ -302,10 +308,11 @@ class Scanner:
                                                                 EARLIEST_PLAUSIBLE, LATEST_PLAUSIBLE)
                 reader._next = n
                 res.fast += nd + np_
-                for e in out:  # retractions, read in C as the reader would
-                    self._retracts.append(self._timed(e, res))
-                if last_t is not None:
-                    self._last_t = last_t if self._last_t is None else max(self._last_t, last_t)
+                for e in out:  # retractions, read in C as the reader would (and within the tolerance)
+                    self._retracts.append(self._timed(e, res, checked=True))
+                if last_t is not None:  # stamps that fit the clock (C hands back the others)
+                    self._clock.note(last_t)
+                    self._last_t = self._clock.latest
                 if pos >= size:
                     break
             line, nxt = line_at(data, pos)
@@ -318,11 +325,38 @@ class Scanner:
             self._feed([line], res)
         return self._end(res, unparsed0, final)
 
-    def _timed(self, e: Event, res: ChunkResult) -> Event:
+    def _judged(self, e: Event, res: ChunkResult) -> Event:
+        """A dated event timed by the log clock: as written, or (an outlier, held, implausible) stamped
+        with the latest time (the sidecar's neighbour's time), or undated before any time."""
+        clock = self._clock
+        jumps = clock.jumps
+        t = clock.take(e.time)
+        self._last_t = clock.latest
+        if clock.jumps != jumps:
+            res.clock_irregular += 1  # set back: only the full path re-anchors (LogClock's offsets)
+        if t is None:
+            return e._replace(time=None if clock.latest is None else _iso_of(clock.latest))
+        return e
+
+    def _timed(self, e: Event, res: ChunkResult, *, checked: bool = False) -> Event:
+        """An event for the parent. Fast path: a dated one judged by the log clock (`_judged`; the C
+        reader's `checked` ones fit it), an undated one stamped with the latest time. Full path: as read
+        (the parent's log clock times it), only the first stamp noted (lines before it take it)."""
+        if not self.use_fast:
+            t0 = plausible_seconds(e.time)
+            if t0 is not None and res.first_t is None and has_date(e.time):
+                res.first_t = t0
+            return e
+        if has_date(e.time):
+            if checked:
+                t1 = plausible_seconds(e.time)
+                if t1 is not None:
+                    self._clock.note(t1)
+                    self._last_t = self._clock.latest
+            else:
+                e = self._judged(e, res)
         t = plausible_seconds(e.time)
         if t is not None:
-            if e.time and "T" in e.time and (self._last_t is None or t > self._last_t):
-                self._last_t = t
             if res.first_t is None or t < res.first_t:
                 res.first_t = t
             if res.last_t is None or t > res.last_t:

@@ -112,12 +112,14 @@ def apply_to_server(event: Event, server: ServerState) -> bool:
 class EventConverter:
     """Stateful events -> observations mapping (timestamps carried across lines)."""
 
-    def __init__(self, clock: Callable[[], float] | None = None, server: ServerState | None = None) -> None:
+    def __init__(self, clock: Callable[[], float] | None = None, server: ServerState | None = None, *,
+                 judge_dated: bool = True) -> None:
         self.clock = clock
         self.server = server
         self.synthetic_time = False  # some events were timed by line order
         # Live (`clock` given) the log's own stamps still time its lines; the wall clock ages them.
-        self.log_clock = LogClock(arrival=clock)
+        # judge_dated=False: dated stamps come judged already (diagnose's scanner, LogClock).
+        self.log_clock = LogClock(arrival=clock, judge_dated=judge_dated)
         self._hint: float | None = None
         self._weight_begin: dict[Rank, float] = {}
         self._floor_seen: tuple[str | None, str] | None = None  # (server version, floor) last compared

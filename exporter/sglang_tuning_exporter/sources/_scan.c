@@ -781,6 +781,12 @@ static PyObject *new_group(void) {
 }
 
 
+/* timeparse.LogClock's tolerance: a stamp more than `backward` seconds before or after the latest
+ * (0: none yet) is not taken as written. */
+static int off_clock(double t, const Params *P) {
+    return t < *P->latest - P->backward || (*P->latest > 0.0 && t > *P->latest + P->backward);
+}
+
 /* Add the line to its group; STOP when running or queue is missing or the stamp is no calendar date
  * (Python reads that line), FAIL on an exception. */
 static int line_accumulate(const char *s, const Line *L, const Params *P, PyObject *groups[2], Hints *hint,
@@ -802,8 +808,8 @@ static int line_accumulate(const char *s, const Line *L, const Params *P, PyObje
     if (run == NULL || queue == NULL) return STOP;
     double t;
     if (!stamp_seconds(s, L, P, &t)) return STOP;
-    /* Stamped far before the latest: out of order or a clock set back; Python's log clock decides. */
-    if (t < *P->latest - P->backward) return STOP;
+    /* Stamped far off the latest: an outlier, a gap or a clock set back; Python's log clock decides. */
+    if (off_clock(t, P)) return STOP;
     if (t > *P->latest) *P->latest = t;
     double start = py_floordiv(t - P->origin, P->res) * P->res + P->origin;
     int has_dp = L->has_tag[0], has_pp = L->has_tag[1];
@@ -907,7 +913,8 @@ static int scan_line(const char *s, Py_ssize_t len, long long n, PyObject **out,
     if (r != EMIT) return r;
     *kind = L.kind;
     if (groups != NULL && L.kind != kind_retract) return line_accumulate(s, &L, P, groups, hint, t_out);
-    if (groups != NULL && !stamp_seconds(s, &L, P, t_out)) return STOP; /* an event diagnose cannot time */
+    if (groups != NULL && (!stamp_seconds(s, &L, P, t_out) || off_clock(*t_out, P)))
+        return STOP; /* an event diagnose cannot time, or not as written */
     if ((*out = line_event(s, &L, n)) == NULL) return FAIL;
     return EMIT;
 }
@@ -982,8 +989,8 @@ static PyObject *scan_buffer(PyObject *self, PyObject *args) {
 /* scan_buckets(data, pos, first_line, out, decode_groups, prefill_groups, resolution, usage_good,
  *              band_lo, band_hi[, latest, backward, origin, earliest, until])
  *   -> (stop, line, decode, prefill, retract, latest or None)
- * A Decode/Prefill line stamped more than `backward` seconds before `latest` (the latest stamp read, kept
- * across calls by the caller) is handed back.
+ * A Decode/Prefill line or retraction stamped more than `backward` seconds before or after `latest` (the
+ * latest stamp read, kept across calls by the caller; 0: none) is handed back.
  * As scan_buffer, but each Decode/Prefill line is added to its group
  * groups[(dp, pp, (t // resolution) * resolution)] = [acc, histograms (a capsule: group_hists)] (see
  * line_accumulate) instead of becoming an Event; last_time is the epoch time of the last line read. */
