@@ -262,6 +262,85 @@ def test_long_strings_in_server_info_are_cut() -> None:
     assert info.truncated == {"string": 3}
 
 
+def _flooding_sidecar(keys: int) -> tuple[Sidecar, list[int]]:
+    """A sidecar whose /server_info names `keys` new arguments at every fetch (after the real ones)."""
+    fetches = [0]
+
+    def http(url: str, timeout: float) -> bytes:
+        if url.endswith("/metrics"):
+            return GOOD_METRICS
+        if not url.endswith("/server_info"):
+            raise HttpError("HTTP 404", 404, reason="http_status")
+        n = fetches[0]
+        fetches[0] += 1
+        doc: dict[str, object] = {"version": "0.5.23", "served_model_name": "m", "tp_size": 1,
+                                  "mem_fraction_static": 0.85}
+        doc.update({f"flood{n}_{i}": i for i in range(keys)})
+        return json.dumps(doc).encode()
+
+    cfg = build_config(_args("--sglang.url", "http://sglang:30000", "--sglang.scrape-interval", "1s",
+                             "--evaluation-interval", "1s"))
+    return build_sidecar(cfg, timer=lambda: 0.0, http_get=http, advisor=_advisor()), fetches
+
+
+def test_a_flood_of_server_args_keeps_the_state_bounded() -> None:
+    """150,000 new argument names per server-info fetch (an adversarial run grew the sidecar from 77 to
+    949 MB in 60 s, then the page answered 500): the arguments kept stay within MAX_SERVER_ARGS, the real
+    ones first in the document are kept, every name dropped is counted, and the page answers 200."""
+    from helpers.runners import get
+    from sglang_tuning_exporter.sidecar.serve import make_web
+
+    sc, fetches = _flooding_sidecar(150_000)
+    cfg = build_config(_args("--sglang.url", "http://sglang:30000"))
+    clock = {"t": 0.0}
+    app = make_web(cfg, sc, clock=lambda: clock["t"])
+    for k in range(4):  # a fetch every 60 s
+        clock["t"] = 61.0 * k
+        sc.tick(clock["t"])
+    assert fetches[0] == 4
+    args = sc.state.server_state().args
+    assert len(args) <= limits.MAX_SERVER_ARGS and args["mem_fraction_static"] == 0.85
+    assert sc.changes is not None and len(sc.changes._args or {}) <= limits.MAX_SERVER_ARGS  # the tracker's copy
+    dropped = _counted(_exposition(sc, clock["t"]))[("server_info", "server_args")]
+    assert dropped == 4 * (150_003 - limits.MAX_SERVER_ARGS)
+    for path in ("/", "/api/findings", "/metrics"):
+        status, body = get(app, path)
+        assert status == 200 and len(body) < 2_000_000, (path, len(body))
+
+
+def test_a_changing_key_set_keeps_the_latest_document(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Keys that change at every fetch (each set under the limit): the kept arguments are the latest
+    document's, the older names evicted first, the total never past the limit."""
+    monkeypatch.setattr(limits, "MAX_SERVER_ARGS", 50)
+    sc, fetches = _flooding_sidecar(30)
+    for k in range(5):
+        sc.tick(61.0 * k)
+    assert fetches == [5]
+    args = sc.state.server_state().args
+    assert len(args) == 50
+    assert {f"flood4_{i}" for i in range(30)} <= set(args) and args["mem_fraction_static"] == 0.85
+    assert ("server_info", "server_args") not in _counted(_exposition(sc, 300.0))  # nothing of a document dropped
+
+
+def test_log_server_args_past_the_limit_are_dropped_and_counted(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`server_args=` lines naming ever new arguments (a log line can hold tens of thousands): the
+    state keeps at most MAX_SERVER_ARGS, names too long for a label are dropped, and both are counted."""
+    from helpers.runners import replay
+    from helpers.scenario_logs import LogWriter, steady
+
+    monkeypatch.setattr(limits, "MAX_SERVER_ARGS", 40)
+    w = LogWriter("0.5.23")
+    for n in range(3):
+        w.server_args(mem_fraction_static=0.85, **{f"flood{n}_{i}": i for i in range(60)},
+                      **{"x" * (limits.MAX_LABEL_VALUE_CHARS + 1): 1})
+        steady(w, 2, every_s=10.0)
+    sc, _ = replay(w.text())
+    args = sc.state.server_state().args
+    assert len(args) <= 40 and args["mem_fraction_static"] == 0.85
+    # each line names 63 arguments and one too long for a label: the 23 past the 40th and the long one
+    assert _counted(_exposition(sc, 0.0))[("log", "server_args")] == 3 * 24
+
+
 def test_a_large_exposition_costs_bounded_time() -> None:
     """A body of the maximum size made of hostile lines (`}` repeated, long unwanted families) is read
     in bounded time: no quadratic regex backtracking (a loose bound; bench/ measures precisely)."""

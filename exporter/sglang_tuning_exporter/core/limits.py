@@ -8,6 +8,9 @@ through the module (`limits.X`), not `from limits import X`, so tests can lower 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 # --- SGLang HTTP -------------------------------------------------------------------------------
 MAX_METRICS_BODY_BYTES = 16 * 1024 * 1024  # a /metrics body past this is refused (reason too_large)
 MAX_SERVER_INFO_BYTES = 4 * 1024 * 1024  # a server-info document past this is refused (too_large)
@@ -15,6 +18,9 @@ MAX_EXPOSITION_LINE_CHARS = 16 * 1024  # a longer exposition line is skipped, co
 MAX_LABEL_VALUE_CHARS = 256  # longer label values / server strings are cut, counted (label_value/string)
 MAX_SCRAPE_SAMPLES = 200_000  # samples of the families we read, per scrape; the rest skipped (samples)
 MAX_INTERNAL_STATES = 1024  # internal_states entries (one per DP rank) read; the rest ignored
+# Server arguments kept per server: SGLang 0.5.23's /server_info has 555 top-level keys (its
+# `server_args=` line fewer); past this a document's names are dropped, counted (limit=server_args).
+MAX_SERVER_ARGS = 1024
 MAX_JSON_DEPTH_HINT = "nested too deeply"  # the reason a server-info document hit the decoder's recursion
 
 # --- our HTTP server ---------------------------------------------------------------------------
@@ -35,3 +41,26 @@ def clip_text(value: str) -> tuple[str, bool]:
     if len(value) > MAX_LABEL_VALUE_CHARS:
         return value[:MAX_LABEL_VALUE_CHARS], True
     return value, False
+
+
+def merge_args(held: dict[str, Any], snapshot: Mapping[str, Any]) -> int:
+    """Merge a snapshot of server arguments into `held`, which then has at most MAX_SERVER_ARGS names;
+    returns how many names of the snapshot were dropped.
+
+    Of the snapshot, the first MAX_SERVER_ARGS names in its own order are kept (a name longer than
+    MAX_LABEL_VALUE_CHARS never: it would become a label). The snapshot is the newest word, so names held
+    from earlier snapshots that it lacks make room for it, oldest first: a server naming ever new
+    arguments cannot grow the state, and the names it sends now are the ones kept."""
+    cap = MAX_SERVER_ARGS
+    fresh: dict[str, Any] = {}
+    dropped = 0
+    for name, value in snapshot.items():
+        if len(fresh) >= cap or len(name) > MAX_LABEL_VALUE_CHARS:
+            dropped += 1
+        else:
+            fresh[name] = value
+    stale = [name for name in held if name not in fresh]
+    for name in stale[:max(0, len(stale) - (cap - len(fresh)))]:
+        del held[name]
+    held.update(fresh)
+    return dropped

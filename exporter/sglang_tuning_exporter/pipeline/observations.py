@@ -12,6 +12,7 @@ import functools
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
+from sglang_tuning_exporter.core import limits
 from sglang_tuning_exporter.core.events import Event
 from sglang_tuning_exporter.core.model import Observation, Rank, Sample, ServerState
 from sglang_tuning_exporter.core.timeparse import LogClock
@@ -101,7 +102,7 @@ def apply_to_server(event: Event, server: ServerState) -> bool:
     upd = server_update(event, server.args)
     if upd is None:
         return False
-    server.args.update(upd.get("args") or {})
+    limits.merge_args(server.args, upd.get("args") or {})  # at most MAX_SERVER_ARGS, as the sidecar's
     if upd.get("model_name"):
         server.model_name = upd["model_name"]
     if upd.get("version"):

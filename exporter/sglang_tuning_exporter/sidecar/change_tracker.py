@@ -12,6 +12,7 @@ from typing import Any
 
 from prometheus_client.registry import Collector
 
+from sglang_tuning_exporter.core import limits
 from sglang_tuning_exporter.core.catalog import CATALOG, PREFIX
 from sglang_tuning_exporter.core.model import Finding, Rank
 from sglang_tuning_exporter.guide.advisor import aggregate_signals
@@ -43,7 +44,8 @@ class ChangeTracker:
         new = {k: v for k, v in args.items() if not isinstance(v, (dict, list))}
         with self._lock:
             old = self._args
-            self._args = {**(old or {}), **new}
+            self._args = dict(old or {})
+            limits.merge_args(self._args, new)  # bounded as the state's (which counts the names dropped)
             if old is None:
                 return []
             found = detect(old, new, self.table)

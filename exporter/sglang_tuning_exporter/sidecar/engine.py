@@ -385,11 +385,13 @@ class Sidecar:
         if restarted:
             self.state.count_restart()
         self._start_marker, self._version = info.start_marker, info.version
-        args = dict(info.args)
+        # The overrides first in order (the names kept when a document fills MAX_SERVER_ARGS), last in value.
+        args = {**self.server_overrides, **info.args}
         if info.max_total_num_tokens is not None:
             args["max_total_num_tokens"] = info.max_total_num_tokens
         args.update(self.server_overrides)
-        self.state.set_server(version=info.version, args=args, model_name=info.model_name, endpoint=res.endpoint)
+        self.state.set_server(version=info.version, args=args, model_name=info.model_name, endpoint=res.endpoint,
+                              source="server_info")
         if self.changes is not None:  # the server answering other values
             self.changes.note_args(args, "server_info", self._log_now(now))
         # Per DP rank, as fallbacks of the ranks' own (log) facts: no rank of their own.

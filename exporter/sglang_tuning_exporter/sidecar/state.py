@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from sglang_tuning_exporter.core import limits
 from sglang_tuning_exporter.core.catalog import RANK_GAUGES
 from sglang_tuning_exporter.core.events import Event
 from sglang_tuning_exporter.core.model import Finding, Observation, Rank, Sample, ServerState
@@ -363,13 +364,17 @@ class LiveState:
             self._restarts += 1
 
     def set_server(self, *, version: str | None = None, args: Mapping[str, Any] | None = None,
-                   model_name: str | None = None, endpoint: str | None = None) -> None:
-        """Merge what we learned about the server's configuration."""
+                   model_name: str | None = None, endpoint: str | None = None, source: str = "log") -> None:
+        """Merge what we learned about the server's configuration; at most MAX_SERVER_ARGS arguments
+        are kept (limits.merge_args), the names dropped counted under `source`."""
         with self._lock:
             if version:
                 self._server.version = version
             if args:
-                self._server.args.update(args)
+                dropped = limits.merge_args(self._server.args, args)
+                if dropped:
+                    key = (source, "server_args")
+                    self._truncations_by[key] = self._truncations_by.get(key, 0.0) + dropped
             if model_name:
                 self._server.model_name = model_name
             if endpoint:

@@ -117,6 +117,7 @@ class ServerInfo:
     # in each: what a log's startup lines would give, for a sidecar that sees no log.
     rank_facts: tuple[Mapping[str, float], ...] = ()
     # What the limits cut (docs/sidecar.md, "Limits"): "string" -> strings cut to the label limit,
+    # "server_args" -> names past MAX_SERVER_ARGS (or too long for a label) dropped,
     # "internal_states" -> 1 when entries past MAX_INTERNAL_STATES were ignored.
     truncated: Mapping[str, int] = field(default_factory=dict)
 
@@ -161,13 +162,13 @@ def _num(v: Any) -> float | None:
 def parse_server_info(doc: Any) -> ServerInfo:
     """Extract version, model, scalar args and capacity from any release's server-info JSON.
 
-    Secrets are redacted first (core/redact: `api_key`, `hf_token`, credentials in URLs). Strings (they
-    become label values and status-page text) are then cut to MAX_LABEL_VALUE_CHARS and
-    internal_states to MAX_INTERNAL_STATES entries; `truncated` says how many of each were cut."""
+    At most MAX_SERVER_ARGS scalar arguments are read (limits.merge_args), their secrets redacted
+    (core/redact: `api_key`, `hf_token`, credentials in URLs); strings (they become label values and
+    status-page text) are then cut to MAX_LABEL_VALUE_CHARS and internal_states to MAX_INTERNAL_STATES
+    entries; `truncated` says how many of each were cut."""
     if not isinstance(doc, dict):
         raise ValueError("server info is not a JSON object")
     cut = {"string": 0}
-    limit = limits.MAX_LABEL_VALUE_CHARS
 
     def clip(v: Any) -> Any:
         if isinstance(v, str):
@@ -175,10 +176,12 @@ def parse_server_info(doc: Any) -> ServerInfo:
             cut["string"] += was_cut
         return v
 
-    args = {k: clip(v) for k, v in redact_args({
-        k: v for k, v in doc.items()
-        if isinstance(k, str) and len(k) <= limit and (v is None or isinstance(v, (int, float, str, bool)))
-        and k not in ("version", "launch_command")}).items()}
+    scalars = {k: v for k, v in doc.items()
+               if isinstance(k, str) and (v is None or isinstance(v, (int, float, str, bool)))
+               and k not in ("version", "launch_command")}
+    kept: dict[str, Any] = {}
+    cut["server_args"] = limits.merge_args(kept, scalars)  # at most MAX_SERVER_ARGS names, counted
+    args = {k: clip(v) for k, v in redact_args(kept).items()}
     states = doc.get("internal_states")
     states = states if isinstance(states, list) else []
     if len(states) > limits.MAX_INTERNAL_STATES:
