@@ -254,3 +254,14 @@ def test_fleet_report_shows_no_secret() -> None:
                       drift=tuple(fleet.find_drift(data.values())), checks=("retractions_frequent",))
     for fmt in ("json", "markdown", "html"):
         _clean(f"report --format {fmt}", report_formats.render(rep, fmt))
+
+
+def test_model_name_from_sglang_metrics_is_redacted() -> None:
+    """A sidecar without server info names the model from SGLang's `model_name` label: a served name
+    given as a URL with credentials is shown without them (it labels every per-rank series)."""
+    from sglang_tuning_exporter.sidecar.state import LiveState
+
+    state = LiveState(window_s=600.0, max_ranks=8, expire_after_s=600.0,
+                      enabled={"log": False, "metrics": True, "server_info": False})
+    state.record_scrape(garbage_lines=0, samples=1, model_name=f"https://u:{MARK}-metrics@hub/m", restarted=False)
+    assert state.snapshot(0.0).model_name == "https://***@hub/m"

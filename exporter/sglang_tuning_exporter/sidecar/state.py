@@ -16,6 +16,7 @@ from sglang_tuning_exporter.core import limits
 from sglang_tuning_exporter.core.catalog import RANK_GAUGES
 from sglang_tuning_exporter.core.events import Event
 from sglang_tuning_exporter.core.model import Finding, Observation, Rank, Sample, ServerState
+from sglang_tuning_exporter.core.redact import redact_text
 from sglang_tuning_exporter.pipeline.observations import oom_phase
 from sglang_tuning_exporter.pipeline.signals import FACT_NAMES
 from sglang_tuning_exporter.pipeline.window import server_facts_for
@@ -353,8 +354,8 @@ class LiveState:
         with self._lock:
             self._garbage += max(0, garbage_lines)
             self._scrape_samples = float(samples) if samples is not None else None
-            if model_name:
-                self._model_from_metrics = model_name
+            if model_name:  # SGLang's model_name label: a served name may be a URL with credentials
+                self._model_from_metrics = redact_text(model_name)
             if restarted:
                 self._restarts += 1
 
