@@ -141,6 +141,8 @@ def test_fail_on_levels(tmp_path: Path) -> None:
 @pytest.mark.parametrize(("content", "message"), [
     (b"", "empty input"),
     (b"hello\nworld\n", "no SGLang log lines"),
+    (b"[2026-11-28 10:00:00 TP0] max_running_requests is limited to 6 by the frobnicator pool.\nhello\n",
+     "1 SGLang log line(s) in 2 lines, none of them read"),
     (b"\x00\x01\x02binary\x00" * 100, "binary data"),
     (b"\x00" * 100_000, "binary data"),
 ])

@@ -470,3 +470,22 @@ def test_every_pool_too_small_wording_is_a_startup_oom() -> None:
         e = parse_line(f"[2025-01-01 10:00:00] {text}", 1)
         assert e is not None and e.kind == "oom", (text, e)
         assert (e.fields["phase"], e.fields["reason"]) == ("startup", "mem_fraction_static_too_small"), e
+
+
+# A capacity message of a future release no rule knows, and chatter with SGLang's prefix.
+FUTURE_CAP = ("[2026-11-28 10:00:00 TP0] max_running_requests is limited to 6 by the frobnicator pool "
+              "(frob_slots=36). To raise it: increase --frob-ratio.")
+
+
+def test_an_unknown_capacity_message_with_sglangs_prefix_is_unparsed_not_dropped() -> None:
+    """A line of SGLang's prefix that speaks of capacity and matches no rule is counted as unparsed (its
+    example kept); bare chatter of the same prefix, and the same message without the prefix, stay nothing."""
+    c = LineClassifier()
+    assert c.classify(FUTURE_CAP, 1) is None
+    assert c.classify("[2026-11-28 10:00:00 TP0] Cuda graph is disabled because of the frobnicator backend", 2) is None
+    assert c.classify("[2026-11-28 10:00:00 TP0] Using KV cache dtype: torch.float8_e4m3fn", 3) is None
+    assert c.classify("[2025-11-22 23:15:42 DP0 TP0 EP0] Scheduler.run_batch sleep 180.0s", 4) is None
+    assert c.classify(FUTURE_CAP[len("[2026-11-28 10:00:00 TP0] "):], 5) is None
+    d = c.stats.as_dict()
+    assert (d["lines"], d["unparsed"], d["by_kind"]) == (5, 2, {})
+    assert [x["line"] for x in d["unparsed_examples"]] == [1, 2]

@@ -156,6 +156,10 @@ def diagnose_source(source: str, table: CheckTable, cfg: Config, profile: str, w
     if d.nul * 2 > d.lines:
         return FileDiagnosis(source=source, error=f"{source}: binary data, not a text log", lines=d.lines,
                              elapsed_s=time.perf_counter() - t0)
+    if d.fast + d.events == 0 and d.unparsed:  # SGLang's lines, none of them read: say so, never "not SGLang"
+        return FileDiagnosis(source=source, error=f"{source}: {d.unparsed} SGLang log line(s) in {d.lines} lines, "
+                             "none of them read (a message this parser does not know; `parse --stats` lists them)",
+                             lines=d.lines, elapsed_s=time.perf_counter() - t0)
     if d.fast + d.events == 0:  # no line was an SGLang event or a fast-path sample
         return FileDiagnosis(source=source, error=f"{source}: no SGLang log lines found in {d.lines} lines",
                              lines=d.lines, elapsed_s=time.perf_counter() - t0)

@@ -23,6 +23,7 @@ from sglang_tuning_exporter.sources.logline import (
     _ANSI,
     _BATCH_KEYS,
     _PARTIAL,
+    _STD_PREFIX,
     UNPARSED,
     _derive_usage,
     _event,
@@ -159,10 +160,31 @@ _DISPATCH: tuple[tuple[str, Callable[[str, int], _Result]], ...] = (
 )
 
 
+# A line with SGLang's own prefix that speaks of capacity (CAPACITY_WORDS) and that no rule reads is counted
+# as unparsed, never dropped silently: a message a new release added shows in `parse --stats`, diagnose and
+# the sidecar's unparsed counter. UNREAD_MARKERS are the substrings such a line holds (the C reader hands
+# every line holding one back to Python); the words are the release audit's filter (scripts/audit_release.py).
+UNREAD_MARKERS = ("isabled", "apped", "educed", "reset to", "unning request", "unning_request", "amba", "hunked",
+                  "liding window", "ontext length", "ontext-length", "ontext_length", "ontext override", " pool")
+CAPACITY_WORDS = re.compile(
+    r"(?i)max[_ -]running[_ -]requests|max_total_num_tokens|chunked[_ -]prefill|out of memory|\bretract"
+    r"|mem[_-]fraction|(?:memory|token|kv|state|mamba|swa) pool|kv cache (?:is|pool|capacity|size)|mamba[_ ](?:cache|state)"
+    r"|state cache|sliding window memory|pool sizes?\b|context[_ -]length|\bcapped\b|\breduced\b|\breset to\b"
+    r"|cuda[ _-]graph.{0,40}disabl|disabl.{0,40}cuda[ _-]graph|radix cache.{0,30}disabl|context override")
+
+
 def dispatch_markers() -> tuple[str, ...]:
-    """Substrings of which a line must hold one for _parse_clean to return anything (the batch heads
-    and every dispatch gate): the C accelerator skips lines holding none of them."""
-    return (DECODE_HEAD, PREFILL_HEAD, FILL_HEAD_V01, *(marker for marker, _ in _DISPATCH))
+    """Substrings of which a line must hold one for _parse_clean to return anything (the batch heads,
+    every dispatch gate and UNREAD_MARKERS): the C accelerator skips lines holding none of them."""
+    return (DECODE_HEAD, PREFILL_HEAD, FILL_HEAD_V01, *(marker for marker, _ in _DISPATCH), *UNREAD_MARKERS)
+
+
+def _unread(s: str) -> _Result:
+    """UNPARSED for a line of SGLang's own prefix that speaks of capacity; None for other chatter."""
+    m = _STD_PREFIX.match(s)
+    if m is None or not any(marker in s for marker in UNREAD_MARKERS) or CAPACITY_WORDS.search(s, m.end()) is None:
+        return None
+    return UNPARSED
 
 
 def _parse_clean(s: str, n: int, g: Grammar | None = None) -> _Result:
@@ -177,7 +199,7 @@ def _parse_clean(s: str, n: int, g: Grammar | None = None) -> _Result:
             r = handler(s, n)
             if r is not None:
                 return r
-    return None
+    return _unread(s) if s[:1] == "[" else None
 
 
 _NOTHING: Final[tuple[_Result, bool]] = (None, False)
