@@ -78,6 +78,20 @@ def same_args() -> str:
     return _traffic(w, 20, usage=0.93).text()
 
 
+# SGLang 0.5.22-0.5.23's message after POST /set_internal_state (managers/scheduler_components/internal_state.py,
+# `logger.info(f"Config updated via context override: {overrides}")`; audit/sglang-catalogue.yaml holds it).
+CONTEXT_OVERRIDE = "Config updated via context override: {overrides}"
+
+
+def runtime_update(fmt: str = CONTEXT_OVERRIDE, field: str = "overrides") -> str:
+    """--pp-max-micro-batch-size 8 -> 4 without a restart (POST /set_internal_state), under steady traffic;
+    `fmt` is the release's format string of the update line, its one field `field` the changed arguments."""
+    w = _start(LogWriter("0.5.23"), pp_max_micro_batch_size=8)
+    _traffic(w, 30, usage=0.93)
+    w.add(fmt.format(**{field: {"pp_max_micro_batch_size": 4}}))
+    return _traffic(w.tick(5), 30, usage=0.93).text()
+
+
 ALL = {"improved": improved, "worse_oom": worse_oom, "no_change": no_change, "inconclusive": inconclusive,
        "same_args": same_args}
 

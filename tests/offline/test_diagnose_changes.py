@@ -10,7 +10,7 @@ from typing import IO, Any
 
 import pytest
 
-from helpers import paths
+from helpers import change_logs, paths
 from helpers.scenario_logs import LogWriter
 from sglang_tuning_exporter.guide.changes import Section
 from sglang_tuning_exporter.guide.checks import load_table
@@ -115,3 +115,17 @@ def test_a_changed_value_is_still_a_change(tmp_path: Path) -> None:
     assert [s.args["schedule_conservativeness"] for s in _sections(log)] == [1, 1.3]
     (c,) = changes.changes_of([str(log)], TABLE, Config(), "docs-2025", "throughput", {})
     assert (c["flag"], c["from"], c["to"]) == ("--schedule-conservativeness", 1, 1.3)
+
+
+def test_a_change_without_a_restart_is_a_change(tmp_path: Path) -> None:
+    """SGLang's `Config updated via context override: {...}` (POST /set_internal_state) starts a section:
+    the changed argument is judged like a restart's, source `log`; the other arguments carry over."""
+    log = tmp_path / "x.log"
+    log.write_text(change_logs.runtime_update(), encoding="utf-8")
+    assert changes.restarts(str(log))
+    first, second = _sections(log)
+    assert (first.args["pp_max_micro_batch_size"], second.args["pp_max_micro_batch_size"]) == (8, 4)
+    assert second.args["mem_fraction_static"] == first.args["mem_fraction_static"]
+    (c,) = changes.changes_of([str(log)], TABLE, Config(), "docs-2025", "throughput", {})
+    assert (c["flag"], c["from"], c["to"], c["source"]) == ("--pp-max-micro-batch-size", 8, 4, "log")
+    assert c["verdict"] in ("no_change", "improved", "worse", "inconclusive") and c["before"]["start"]

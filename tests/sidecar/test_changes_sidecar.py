@@ -68,3 +68,12 @@ def test_server_info_changing_under_the_sidecar() -> None:
     assert c["verdict"] == "inconclusive" and "too little traffic" in c["why"]
     assert ('sglang_tuning_change_verdict{flag="--max-running-requests",verdict="inconclusive"} 1.0'
             in get(app, "/metrics")[1])
+
+
+def test_a_change_without_a_restart_in_the_followed_log_is_judged() -> None:
+    """`Config updated via context override: {...}` updates the server's known arguments and enters the
+    changes as a `log` change (0.5.22-0.5.23's format string)."""
+    sc, app = replay(change_logs.runtime_update())
+    (c,) = json.loads(get(app, "/api/changes")[1])["changes"]
+    assert (c["flag"], c["from"], c["to"], c["source"]) == ("--pp-max-micro-batch-size", 8, 4, "log")
+    assert sc.state.server_state().args["pp_max_micro_batch_size"] == 4

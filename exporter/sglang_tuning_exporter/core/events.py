@@ -20,9 +20,15 @@ SERVER_READY = "server_ready"  # `The server is fired up and ready to roll!`: no
 # `CUDA graph disabled for N consecutive decode steps. ...` (managers/cuda_graph_warner.py, WARNING every
 # 5th consecutive eager decode step): fields.consecutive_steps
 CUDA_GRAPH_DISABLED = "cuda_graph_disabled"
+# Arguments changed without a restart (POST /set_internal_state): `Config updated via context override: {...}`
+# (0.5.18+) or `Global server args updated! get_global_server_args()=ServerArgs(...)` (0.5.15): fields.updated
+SERVER_ARGS_UPDATE = "server_args_update"
+# `Updating {key} is not supported.` / `... is rejected because ...`: fields.key, reason (value, valid_max)
+SERVER_ARGS_REJECTED = "server_args_rejected"
 # Every kind the parser emits (parse --kind is checked against it).
 KINDS = (DECODE, PREFILL, RETRACT, STARTUP_MEMORY, SERVER_ARGS, OOM, ERROR, CUDA_GRAPH_CAPTURE,
-         MAX_RUNNING_REDUCED, VERSION, STARTUP_TIMINGS, SERVER_READY, CUDA_GRAPH_DISABLED)
+         MAX_RUNNING_REDUCED, VERSION, STARTUP_TIMINGS, SERVER_READY, CUDA_GRAPH_DISABLED, SERVER_ARGS_UPDATE,
+         SERVER_ARGS_REJECTED)
 
 
 class _EventRecord(NamedTuple):

@@ -37,6 +37,10 @@ CAPACITY_FLAGS = frozenset({"--tp-size", "--dp-size", "--max-total-tokens", "--m
                             "--context-length", "--kv-cache-dtype", "--page-size", "--attention-backend",
                             "--quantization", "--enable-torch-compile", "--disable-radix-cache",
                             "--enable-dp-attention", "--ep-size", "--speculative-algorithm"})
+# Arguments SGLang lets POST /set_internal_state change without a restart (0.5.15-0.5.23): tracked so the log's
+# `Config updated via context override` is judged like a restart's change.
+RUNTIME_FLAGS = frozenset({"--pp-max-micro-batch-size", "--speculative-accept-threshold-single",
+                           "--speculative-accept-threshold-acc"})
 OOM_SIGNALS = ("oom_prefill_count", "oom_decode_count", "oom_startup_count", "oom_unknown_count",
                "oom_capture_count")
 ACTIVITY_SIGNAL = "decode_samples"
@@ -60,7 +64,7 @@ def checks_naming(table: CheckTable, flag: str) -> list[Check]:
 def tracked_flags(table: CheckTable) -> frozenset[str]:
     """Flags a change of which gets an entry: those the checks name, and the capacity flags."""
     named = {c.flag for c in table.checks if c.flag} | {v.flag for c in table.checks for v in c.flags_by_version}
-    return frozenset(named) | CAPACITY_FLAGS
+    return frozenset(named) | CAPACITY_FLAGS | RUNTIME_FLAGS
 
 
 def watched_checks(table: CheckTable, flag: str) -> list[str]:

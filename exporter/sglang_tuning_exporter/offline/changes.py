@@ -1,5 +1,7 @@
-"""`diagnose` over restarts: split a log at its startup sections (each `server_args=` line starts one),
-diagnose each section window by window, and judge every flag change between them (changes.py).
+"""`diagnose` over restarts: split a log at its startup sections (each `server_args=` line starts one, and so
+does each change without a restart, SGLang's `Config updated via context override: {...}` or 0.5.15's
+`Global server args updated! ...`), diagnose each section window by window, and judge every flag change
+between them (changes.py).
 
 Several files of one server given in time order (`diagnose a.log b.log --same-server`) are read as one
 log: their sections follow each other.  Only inputs with at least two startup sections (or several
@@ -12,6 +14,7 @@ import gzip
 import html
 import json
 import mmap
+import re
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -33,7 +36,9 @@ from sglang_tuning_exporter.offline import formats as diagnose_formats
 from sglang_tuning_exporter.offline.diagnosis import Diagnosis, FileDiagnosis
 from sglang_tuning_exporter.offline.scanner import Scanner
 
-MARK = b"server_args="
+# Where a section starts: a startup's arguments, or arguments changed without a restart.
+MARKS = re.compile(rb"server_args=|Config updated via context override: |Global server args updated! ")
+LONGEST_MARK = len(b"Config updated via context override: ")
 BLOCK_BYTES = 1 << 20  # bytes read at once from an input read for its sections
 
 
@@ -73,12 +78,13 @@ def _blocks(path: str) -> Iterator[bytes]:
 
 
 def _section_pieces(path: str) -> Iterator[bytes | None]:
-    """The input's bytes in order, None where a startup section ends: before each line holding
-    `server_args=` that is not the first line of its section, and at the end."""
+    """The input's bytes in order, None where a section ends: before each line holding one of MARKS that is
+    not the first line of its section, and at the end."""
     fed = False  # the current section holds bytes
     for block in _blocks(path):
         pos = 0
-        found = block.find(MARK)
+        hit = MARKS.search(block)
+        found = hit.start() if hit else -1
         while found >= 0:
             line = block.rfind(b"\n", 0, found) + 1
             if line > pos or fed:  # the section so far holds bytes: this line starts the next one
@@ -87,7 +93,8 @@ def _section_pieces(path: str) -> Iterator[bytes | None]:
                 yield None
                 pos, fed = line, False
             nl = block.find(b"\n", found)
-            found = block.find(MARK, nl + 1) if nl >= 0 else -1
+            hit = MARKS.search(block, nl + 1) if nl >= 0 else None
+            found = hit.start() if hit else -1
         if pos < len(block):
             yield block[pos:]
             fed = True
@@ -95,8 +102,9 @@ def _section_pieces(path: str) -> Iterator[bytes | None]:
 
 
 def restarts(path: str) -> bool:
-    """Whether the input has two `server_args=` lines or more (a plain file is searched through a map,
-    without reading it into memory; a gzip file is streamed)."""
+    """Whether the input has two section marks or more (MARKS: a restart's `server_args=`, a change without
+    a restart; a plain file is searched through a map, without reading it into memory; a gzip file is
+    streamed)."""
     try:
         with open(path, "rb") as fh:
             if fh.read(2) == b"\x1f\x8b":
@@ -104,11 +112,11 @@ def restarts(path: str) -> bool:
                 with gzip.open(path, "rb") as gz:
                     while block := gz.read(1 << 20):
                         buf = carry + block
-                        seen += buf.count(MARK)
+                        seen += len(MARKS.findall(buf))
                         if seen >= 2:
                             return True
-                        carry = buf[-len(MARK):]
-                        seen -= carry.count(MARK)  # counted again with the next block
+                        carry = buf[-(LONGEST_MARK - 1):]  # a mark cut by the block's end is found whole next
+                        seen -= len(MARKS.findall(carry))  # counted again with the next block
                 return False
             fh.seek(0)
             try:
@@ -116,8 +124,8 @@ def restarts(path: str) -> bool:
             except (OSError, ValueError):  # an empty file
                 return False
             with m:
-                first = m.find(MARK)
-                return first >= 0 and m.find(MARK, first + len(MARK)) >= 0
+                first = MARKS.search(m)  # re reads an mmap as bytes
+                return first is not None and MARKS.search(m, first.end()) is not None
     except (OSError, EOFError, gzip.BadGzipFile):
         return False
 
@@ -127,7 +135,8 @@ def sections_of(paths: Sequence[str], table: CheckTable, cfg: Config, profile: s
     """The startup sections of the inputs, in order (each streamed through its own diagnosis: memory
     stays flat however long the log); consecutive sections whose tracked flags agree as
     guide/changes.detect compares them (a restart with the same arguments, a file without a
-    `server_args=` line) are one."""
+    `server_args=` line) are one. A section's arguments are its own over those before it: a change
+    without a restart names only the changed ones."""
     raw: list[Section] = []
     for path in paths:
         d: _Recording | None = None
@@ -151,6 +160,7 @@ def sections_of(paths: Sequence[str], table: CheckTable, cfg: Config, profile: s
             if not s.args or not detect(prev.args, s.args, table):
                 merged[-1] = Section(prev.start, {**prev.args, **s.args}, prev.windows + s.windows)
                 continue
+            s = Section(s.start, {**prev.args, **s.args}, s.windows)
         merged.append(s)
     return merged
 

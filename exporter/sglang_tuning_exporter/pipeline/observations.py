@@ -76,7 +76,7 @@ def oom_phase(fields: Mapping[str, Any]) -> str:
     return phase if phase in ("prefill", "decode") else "unknown"
 
 
-SERVER_EVENT_KINDS = frozenset({"server_args", "oom", "version"})  # the only kinds server_update reads
+SERVER_EVENT_KINDS = frozenset({"server_args", "server_args_update", "oom", "version"})  # what server_update reads
 
 
 def server_update(event: Event, args: Mapping[str, Any]) -> dict[str, Any] | None:
@@ -88,6 +88,8 @@ def server_update(event: Event, args: Mapping[str, Any]) -> dict[str, Any] | Non
         new = dict(event.fields)
         model = new.get("served_model_name") or new.get("model_path")
         return {"args": new, "model_name": model if isinstance(model, str) and model else None}
+    if kind == "server_args_update" and isinstance(event.fields.get("updated"), dict):
+        return {"args": dict(event.fields["updated"])}  # changed without a restart: merged into what is known
     if kind == "oom" and isinstance(event.fields.get("mem_fraction_static"), float) \
             and args.get("mem_fraction_static") is None:
         # `--mem-fraction-static` defaults to None; SGLang's `Not enough memory` states the resolved value.

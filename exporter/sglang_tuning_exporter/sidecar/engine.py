@@ -313,7 +313,8 @@ class Sidecar:
                 self.state.count_truncations("log", "string", cut)
                 model = upd.get("model_name")
                 self.state.set_server(args=args, model_name=limits.clip_text(model)[0] if model else None)
-                if e.kind == "server_args" and self.changes is not None:  # a new startup section
+                if e.kind in ("server_args", "server_args_update") and self.changes is not None:
+                    # a new startup section, or arguments changed without a restart (POST /set_internal_state)
                     t = plausible_seconds(e.time)
                     self.changes.note_args({**args, **self.server_overrides}, "log",
                                            t if t is not None else self._log_now(self._wall))

@@ -379,6 +379,37 @@ def _server_args(s: str, n: int) -> _Result:
     return _event(n, ev.SERVER_ARGS, s[:p], args)
 
 
+# Runtime changes (POST /set_internal_state): SGLang logs the applied arguments, or why a key was refused.
+_UPDATED = re.compile(r"Config updated via context override: |Global server args updated! (?:get_global_server_args\(\)=)?")
+_REJECTED = re.compile(r"Updating (\w+) (?:is not supported\.|to (.{1,200}?) is rejected because it is out of the valid "
+                       r"range \[(-?\d+), (-?\d+)\]\.|is (rejected while .{1,200}?)\.?$)")
+
+
+def _runtime_update(s: str, n: int) -> _Result:
+    m = _UPDATED.search(s)
+    if m is not None:
+        body = s[m.end():].strip()
+        try:
+            args = {} if body == "{}" else parse_server_args(body)
+        except (RecursionError, MemoryError):
+            args = None
+        if args is None:
+            return UNPARSED
+        return _event(n, ev.SERVER_ARGS_UPDATE, s[:m.start()], {"updated": args})
+    m = _REJECTED.search(s)
+    if m is None:
+        return None
+    fields: dict[str, Any] = {"key": m.group(1)}
+    if m.group(2) is not None:
+        fields.update(value=auto_value(m.group(2)), reason="out_of_range", valid_min=int(m.group(3)),
+                      valid_max=int(m.group(4)))
+    elif m.group(5) is not None:
+        fields["reason"] = m.group(5)
+    else:
+        fields["reason"] = "not_supported"
+    return _event(n, ev.SERVER_ARGS_REJECTED, s[:m.start()], fields)
+
+
 _VERSION = re.compile(
     r"(?i)\bsglang(?:==| version:? ?v?|_version[=:] ?v?|:v| v)(\d+\.\d+(?:\.\d+)?(?:\.?post\d+|rc\d+|\.dev\d+)?)\b")
 
