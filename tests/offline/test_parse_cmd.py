@@ -5,6 +5,7 @@ from __future__ import annotations
 import gzip
 import io
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -88,12 +89,32 @@ def test_missing_file_exit_1_without_traceback(tmp_path: Path) -> None:
     assert proc.stdout == ""
 
 
-def test_binary_garbage_input_does_not_crash(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """Random bytes are read, nothing is recognised, exit 0."""
+def test_binary_input_is_refused_in_one_line(tmp_path: Path) -> None:
+    """Random bytes (NULs, or mostly no UTF-8): one line saying the file is no text log, exit 1 (it
+    used to print nothing and exit 0)."""
     junk = tmp_path / "junk.bin"
     junk.write_bytes(bytes(range(256)) * 64 + b"\n\x00\xff Decode batch, #running-req: \xff\n")
-    assert main(["parse", str(junk), "--stats"]) == 0
-    assert "lines" in capsys.readouterr().err
+    noise = tmp_path / "noise.bin"
+    noise.write_bytes(bytes(range(128, 256)) * 64)
+    for path in (junk, noise):
+        proc = subprocess.run([sys.executable, "-m", "sglang_tuning_exporter", "parse", str(path), "--stats"],
+                              capture_output=True, text=True, timeout=60)
+        assert proc.returncode == 1, proc.stderr
+        assert proc.stderr.strip().count("\n") == 0 and "binary data, not a text log" in proc.stderr
+        assert proc.stdout == ""
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no named pipes here")
+def test_a_fifo_or_device_is_refused_at_once(tmp_path: Path) -> None:
+    """A named pipe without a writer used to block for ever; a device was read for ever."""
+    fifo = tmp_path / "p.log"
+    os.mkfifo(fifo)
+    for path in (str(fifo), "/dev/zero"):
+        for cmd in ("parse", "diagnose"):
+            proc = subprocess.run([sys.executable, "-m", "sglang_tuning_exporter", cmd, path],
+                                  capture_output=True, text=True, timeout=60)
+            assert proc.returncode == 1, (cmd, path, proc.stderr)
+            assert proc.stderr.strip().count("\n") == 0 and "not a log file" in proc.stderr, proc.stderr
 
 
 def test_nan_printed_by_the_server_becomes_null(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

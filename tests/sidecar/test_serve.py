@@ -538,3 +538,15 @@ def test_deep_web_config_file_exits_2(tmp_path: Path, capsys: pytest.CaptureFixt
     err = capsys.readouterr().err
     assert code == 2 and "Traceback" not in err, err[-2000:]
     assert len(err.strip().splitlines()) == 1 and "nested deeper than" in err
+
+
+def test_a_gzip_or_device_log_file_is_refused_at_start(tmp_path: Path) -> None:
+    """A compressed log (it used to be followed as text) and a device (read for ever) are listed problems."""
+    import gzip
+
+    gz = tmp_path / "server.log.gz"
+    gz.write_bytes(gzip.compress(b"[2026-01-01 10:00:00] hello\n"))
+    for path, why in ((str(gz), "gzip-compressed"), ("/dev/zero", "is not a file")):
+        with pytest.raises(ServeConfigError) as exc:
+            build_config(_args("--sglang.log-file", path))
+        assert [p for p in exc.value.problems if why in p], exc.value.problems

@@ -173,3 +173,31 @@ def test_stream_follower_reads_a_pipe_without_blocking() -> None:
         if w >= 0:
             os.close(w)
         os.close(r)
+
+
+def test_follower_refuses_a_gzip_log_at_start(tmp_path: Path) -> None:
+    """A compressed log is not followed as text (it used to yield its compressed bytes as lines)."""
+    log = tmp_path / "server.log.gz"
+    log.write_bytes(gzip.compress(b"[2026-01-01 10:00:00] Decode batch, #running-req: 1\n" * 50))
+    f = Follower(str(log), from_start=True)
+    assert f.poll() == [] and f.problem is not None
+    assert f.problem[0] == "read_error" and "gzip" in f.problem[1]
+
+
+def test_follower_refuses_a_device_at_open_and_after_rotation(tmp_path: Path) -> None:
+    """A log path that becomes /dev/zero (a symlink swapped in at rotation) is not read (it used to be
+    read for ever, a core burnt); reading resumes when a regular file is back."""
+    if not os.path.exists("/dev/zero"):
+        pytest.skip("no /dev/zero here")
+    log = tmp_path / "server.log"
+    log.write_text("a\n")
+    f = Follower(str(log), from_start=True)
+    assert f.poll() == ["a"]
+    log.rename(tmp_path / "server.log.1")
+    os.symlink("/dev/zero", log)
+    assert f.poll() == [] and f.offset == 0
+    assert f.problem is not None and "device" in f.problem[1]
+    log.unlink()
+    log.write_text("b\n")
+    assert f.poll() == ["b"] and f.problem is None
+    assert Follower("/dev/zero", from_start=True).poll() == []

@@ -15,7 +15,6 @@ import gzip
 import itertools
 import multiprocessing
 import os
-import stat
 import sys
 import time
 from collections import deque
@@ -39,9 +38,9 @@ from sglang_tuning_exporter.offline.diagnosis import (
     last_log_time,
 )
 from sglang_tuning_exporter.offline.scanner import ChunkResult, Scanner, _Job, _scan_range
-from sglang_tuning_exporter.sources.logfiles import split_ranges
+from sglang_tuning_exporter.sources.logfiles import sniff, split_ranges
 from sglang_tuning_exporter.sources.logrecords import DEDUP_DISTANCE
-from sglang_tuning_exporter.sources.tail import InputError
+from sglang_tuning_exporter.sources.tail import InputError, special_file
 
 FORMATS = ("text", "json", "markdown", "html")
 PARALLEL_MIN_BYTES = 16 << 20  # plain files at least this big are scanned in a process pool
@@ -79,27 +78,6 @@ class Progress:
             self.stream.flush()
 
 
-_SNIFF_MAX_BLOCKS = 8192  # 64 MiB of leading NULs at most
-
-
-def _sniff(path: str) -> str:
-    """`gzip`, `binary` or `text`: what the file's first bytes say (one open for both questions)."""
-    with open(path, "rb") as fh:
-        head = fh.read(8192)
-        if head[:2] == b"\x1f\x8b":
-            return "gzip"
-        # A log rotated with copytruncate under a writer without O_APPEND starts with a run of NULs:
-        # judge the text after that run (an all-NUL file is caught later by the NUL-line count).
-        for _ in range(_SNIFF_MAX_BLOCKS):  # bounded: an endless NUL source is binary, not a long head
-            if not head or head.strip(b"\x00"):
-                break
-            head = fh.read(8192)
-        else:
-            return "binary"
-        head = head.lstrip(b"\x00") + fh.read(8192)
-    return "binary" if b"\x00" in head[:8192] else "text"
-
-
 def diagnose_source(source: str, table: CheckTable, cfg: Config, profile: str, workload: str,
                     server_overrides: dict[str, Any], *, jobs: int | None = None,
                     progress_stream: IO[str] | None = None) -> FileDiagnosis:
@@ -115,12 +93,11 @@ def diagnose_source(source: str, table: CheckTable, cfg: Config, profile: str, w
                 raise InputError(f"{source}: no such file")
             if not os.access(source, os.R_OK):
                 raise InputError(f"{source}: cannot read: permission denied")
-            mode = os.stat(source).st_mode
-            if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) or stat.S_ISSOCK(mode):
-                # /dev/zero would be read for ever: a log is a file (or a pipe, or `-`)
-                raise InputError(f"{source}: a device, not a log file")
+            why = special_file(source)
+            if why is not None:  # /dev/zero would be read for ever, a FIFO blocks without a writer
+                raise InputError(f"{source}: {why}")
             size = os.path.getsize(source)
-            kind = _sniff(source)
+            kind = sniff(source)
             if kind == "binary":
                 raise InputError(f"{source}: binary data, not a text log")
         # Standard input cannot be read twice to find its end: its grid is the live one (slower on

@@ -5,12 +5,13 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import sys
 from typing import Any, TextIO
 
 from sglang_tuning_exporter.core.events import KINDS
 from sglang_tuning_exporter.core.timeparse import LogClock
-from sglang_tuning_exporter.sources.logfiles import read_file_events
+from sglang_tuning_exporter.sources.logfiles import read_file_events, sniff
 from sglang_tuning_exporter.sources.logparse import ParseStats
 from sglang_tuning_exporter.sources.logreader import EventReader
 from sglang_tuning_exporter.sources.tail import MAX_LINE_BYTES, InputError
@@ -63,6 +64,8 @@ def event_json(obj: dict[str, Any]) -> str:
 def write_events(path: str, out: TextIO, *, kinds: set[str] | None = None,
                  max_line_bytes: int = MAX_LINE_BYTES) -> ParseStats:
     """Parse `path` and write its events to `out`; returns the statistics. Raises InputError."""
+    if path != "-" and os.path.isfile(path) and sniff(path) == "binary":
+        raise InputError(f"{path}: binary data, not a text log")
     reader = EventReader()
     clock = LogClock()  # counts the stamps the evaluators would take at a neighbour's time
     write = out.write

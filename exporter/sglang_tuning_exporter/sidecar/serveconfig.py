@@ -20,6 +20,7 @@ from sglang_tuning_exporter.core.problems import ProblemsError
 from sglang_tuning_exporter.guide.checks import CheckTable, TableError, load_table
 from sglang_tuning_exporter.guide.config import Config, ConfigError, load_config, parse_server_arg_overrides
 from sglang_tuning_exporter.sidecar.webconfig import WebConfig, WebConfigError, load_web_config
+from sglang_tuning_exporter.sources.tail import GZIP_MAGIC
 
 DEFAULT_PORT = 9470
 LOG_LEVELS = ("debug", "info", "warn", "error")
@@ -58,6 +59,14 @@ class ServeConfig:
     table: CheckTable  # the checks table (loaded once by build_config)
     guide_config: Config  # the --config file, or the defaults
     web_config: WebConfig | None = None  # --web.config.file: TLS, basic auth, headers
+
+
+def _gzipped(path: Path) -> bool:
+    try:
+        with path.open("rb") as fh:
+            return fh.read(2) == GZIP_MAGIC
+    except OSError:
+        return False
 
 
 def _stdin_open() -> bool:
@@ -147,6 +156,9 @@ def build_config(args: argparse.Namespace) -> ServeConfig:
         problems.append("--sglang.log-file -: standard input is closed")
     if log_file is not None and str(log_file) != "-" and log_file.exists() and not log_file.is_file():
         problems.append(f"--sglang.log-file: {log_file} is not a file")
+    elif log_file is not None and str(log_file) != "-" and _gzipped(log_file):
+        problems.append(f"--sglang.log-file: {log_file} is gzip-compressed: serve follows the plain, live log "
+                        "(diagnose reads .gz files)")
     if url is None and log_file is None:
         problems.append("nothing to watch: give --sglang.log-file, --sglang.url, or both")
     timeout = duration("--sglang.scrape-timeout", args.scrape_timeout, 0.001)

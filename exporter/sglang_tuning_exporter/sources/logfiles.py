@@ -94,6 +94,30 @@ def _reader_of(fh: IO[bytes], path: str) -> Callable[[int], bytes]:
     return read
 
 
+_SNIFF_MAX_BLOCKS = 8192  # 64 MiB of leading NULs at most
+
+
+def sniff(path: str) -> str:
+    """`gzip`, `binary` or `text`: what the file's first bytes say (one open for both questions)."""
+    with open(path, "rb") as fh:
+        head = fh.read(8192)
+        if head[:2] == b"\x1f\x8b":
+            return "gzip"
+        # A log rotated with copytruncate under a writer without O_APPEND starts with a run of NULs:
+        # judge the text after that run (an all-NUL file is caught later by the NUL-line count).
+        for _ in range(_SNIFF_MAX_BLOCKS):  # bounded: an endless NUL source is binary, not a long head
+            if not head or head.strip(b"\x00"):
+                break
+            head = fh.read(8192)
+        else:
+            return "binary"
+        head = head.lstrip(b"\x00") + fh.read(8192)
+    head = head[:8192]
+    # NULs, or mostly bytes that are no UTF-8 (a log is text; a few odd bytes are counted, not refused)
+    bad = head.decode("utf-8", "replace").count("\ufffd")
+    return "binary" if b"\x00" in head or bad * 4 > len(head) else "text"
+
+
 def read_file_events(path: str, *, reader: EventReader | None = None, max_line_bytes: int = MAX_LINE_BYTES,
                      block_bytes: int = BLOCK_BYTES) -> Iterator[Event]:
     """Every event of a log (plain, gzip, or `-` for stdin), read in large blocks: the events and

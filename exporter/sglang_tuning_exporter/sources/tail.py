@@ -17,6 +17,7 @@ import contextlib
 import gzip
 import io
 import os
+import stat
 import sys
 import time
 from collections import deque
@@ -42,6 +43,45 @@ class FileId:
     dev: int
     ino: int
     size: int
+
+
+GZIP_MAGIC = b"\x1f\x8b"
+
+
+def special_kind(mode: int) -> str | None:
+    """Why a file of this st_mode is no log file (read for ever, or blocks without a writer), or None."""
+    if stat.S_ISFIFO(mode):
+        return "a named pipe, not a log file (pipe it to standard input: -)"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device, not a log file"
+    if stat.S_ISSOCK(mode):
+        return "a socket, not a log file"
+    return None
+
+
+def special_file(path: str) -> str | None:
+    """special_kind of `path` (None when it is a regular file, or cannot be stat'ed)."""
+    try:
+        return special_kind(os.stat(path).st_mode)
+    except (OSError, ValueError):
+        return None
+
+
+def _refused(fh: IO[bytes]) -> str | None:
+    """Why the follower will not read an opened file: not a regular file (/dev/zero would burn a core), or
+    gzip-compressed (a rotated, compressed log is not the live one; `diagnose` reads it)."""
+    try:
+        why = special_kind(os.fstat(fh.fileno()).st_mode)
+    except (OSError, ValueError, io.UnsupportedOperation, AttributeError):
+        why = None  # a test's in-memory file
+    if why is not None:
+        return why
+    try:
+        magic = fh.read(2)
+        fh.seek(0)
+    except OSError:
+        return None
+    return "gzip-compressed, not a live log (diagnose reads .gz files)" if magic == GZIP_MAGIC else None
 
 
 class FileSystem(Protocol):
@@ -388,6 +428,13 @@ class Follower:
             self.problem = None
             self._seek_end_on_open = False  # it did not exist at start: read it whole when it comes
             return None
+        why = _refused(fh)
+        if why is not None:  # checked at every open: at start and after each rotation
+            with contextlib.suppress(OSError):
+                fh.close()
+            self.exists = False
+            self.problem = ("read_error", f"{self.path}: {why}")
+            return None
         self.exists = True
         self.problem = None
         cur = self._cur = _Open(self.path, fh, fid, LineSplitter(self._max_line_bytes), now)
@@ -482,6 +529,9 @@ class InputLines:
             return
         if os.path.isdir(path):
             raise InputError(f"{path}: is a directory, not a log file")
+        why = special_file(path)
+        if why is not None:
+            raise InputError(f"{path}: {why}")
         try:
             raw = open(path, "rb")  # noqa: SIM115 - closed by close()/__exit__
         except FileNotFoundError:
@@ -491,7 +541,7 @@ class InputLines:
         self._owned = True
         magic = raw.read(2)
         raw.seek(0)
-        self._fh = cast(IO[bytes], gzip.GzipFile(fileobj=raw, mode="rb")) if magic == b"\x1f\x8b" else raw
+        self._fh = cast(IO[bytes], gzip.GzipFile(fileobj=raw, mode="rb")) if magic == GZIP_MAGIC else raw
         self._raw = raw
 
     @property
