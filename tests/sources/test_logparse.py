@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import ast
+import string
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
-from helpers.paths import FIXTURES
+from helpers.paths import FIXTURES, ROOT
 from sglang_tuning_exporter.core.timeparse import event_seconds, has_date
 from sglang_tuning_exporter.sources.logline import auto_value, normalise_key
 from sglang_tuning_exporter.sources.logparse import LineClassifier, capture_event, parse_line
@@ -489,3 +491,52 @@ def test_an_unknown_capacity_message_with_sglangs_prefix_is_unparsed_not_dropped
     d = c.stats.as_dict()
     assert (d["lines"], d["unparsed"], d["by_kind"]) == (5, 2, {})
     assert [x["line"] for x in d["unparsed_examples"]] == [1, 2]
+
+
+class _ServerArgs:
+    """What 0.5.15's `{get_global_server_args()=}` prints: the dataclass repr."""
+
+    def __repr__(self) -> str:
+        return "ServerArgs(model_path='Qwen/Qwen3-8B', chunked_prefill_size=4096, pp_max_micro_batch_size=4)"
+
+
+def _fill(fmt: str, values: dict[str, Any]) -> str:
+    """A format string with each field (its whole expression, as the audit spells it) replaced by its value."""
+    out = []
+    for literal, name, _, conv in string.Formatter().parse(fmt):
+        out.append(literal)
+        if name is not None:
+            out.append(repr(values[name]) if conv == "r" else str(values[name]))
+    return "".join(out)
+
+
+def _release_formats(start: str) -> list[str]:
+    """The format strings of the release audit's catalogue that start so (the wheels' own text)."""
+    sites = yaml.safe_load((ROOT / "audit" / "sglang-catalogue.yaml").read_text(encoding="utf-8"))["sites"]
+    found = sorted({s["format"] for s in sites if s["format"].startswith(start)})
+    assert found, start
+    return found
+
+
+def test_runtime_changes_from_the_real_format_strings() -> None:
+    """POST /set_internal_state's lines of 0.5.15-0.5.23: an update gives `server_args_update` with the
+    changed arguments, a refused key `server_args_rejected` with the key and why."""
+    values = {"overrides": {"pp_max_micro_batch_size": 4}, "remaining": {"pp_max_micro_batch_size": 4},
+              "get_global_server_args()": _ServerArgs(), "k": "chunked_prefill_size", "key": "chunked_prefill_size",
+              "v": 99, "value": 99, "upper": 32, "self.max_running_requests // self.ps.pp_size": 32}
+    prefix = "[2026-11-28 10:00:00 TP0] "
+    updates = _release_formats("Config updated via context override") + _release_formats("Global server args updated")
+    assert len(updates) == 3  # {remaining} (0.5.18-0.5.20), {overrides} (0.5.22+), 0.5.15's whole ServerArgs
+    for fmt in updates:
+        e = parse_line(prefix + _fill(fmt, values), 7)
+        assert e is not None and e.kind == "server_args_update", fmt
+        assert e.fields["updated"]["pp_max_micro_batch_size"] == 4 and e.rank == {"tp": 0}
+    for fmt in _release_formats("Updating {"):
+        e = parse_line(prefix + _fill(fmt, values), 8)
+        assert e is not None and e.kind == "server_args_rejected", fmt
+        assert e.fields["key"] == "chunked_prefill_size"
+        if "valid range" in fmt:
+            assert (e.fields["value"], e.fields["valid_max"], e.fields["reason"]) == (99, 32, "out_of_range")
+        elif "not supported" in fmt:
+            assert e.fields["reason"] == "not_supported"
+    assert parse_line(prefix + "Config updated via context override: {}", 9).fields == {"updated": {}}
