@@ -138,7 +138,7 @@ def test_query_uses_variables_and_rate_interval(item: tuple[str, dict[str, Any],
     for sel in matchers(expr):
         assert sel.get("job") == ("=~", "$job") and sel.get("instance") == ("=~", "$instance"), sel
         name = sel.get("__name__", ("", ""))[1]
-        if name.startswith("sglang[:_]"):
+        if name.startswith("(ray_)?sglang[:_]"):
             assert sel.get("model_name") == ("=~", "$model_name") and sel.get("dp_rank") == ("=~", "$dp_rank")
     ranges = range_durations(expr)
     assert all(r == "$__rate_interval" for r in ranges), ranges

@@ -34,8 +34,8 @@ def ours(metric: str, extra: str = "") -> str:
 
 
 def sglang(name: str, extra: str = "") -> str:
-    """Selector of an SGLang metric in both spellings (`sglang:x` and escaped `sglang_x`)."""
-    return f'{{__name__=~"sglang[:_]{name}", {extra}{RANK_SEL}}}'
+    """Selector of an SGLang metric in every spelling (`sglang:x`, escaped `sglang_x`, Ray Serve's `ray_sglang_x`)."""
+    return f'{{__name__=~"(ray_)?sglang[:_]{name}", {extra}{RANK_SEL}}}'
 
 
 def per_rank(expr: str, op: str = "max") -> str:
