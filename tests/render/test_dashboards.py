@@ -609,3 +609,16 @@ def test_flag_changes_annotation_fires_only_around_a_change(tmp_path: Path) -> N
     proc = subprocess.run(["promtool", "test", "rules", "annotation.test.yaml"], capture_output=True, text=True,
                           timeout=60, check=False, cwd=tmp_path)
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_sglang_selectors_read_every_spelling() -> None:
+    """Each selector of SGLang's own metrics matches `sglang:x`, `sglang_x` and Ray Serve's `ray_sglang_x`."""
+    regexes = {m for _, _, tgt in TARGETS for m in re.findall(r'__name__=~"([^"]*sglang\[:_\][^"]*)"', tgt["expr"])}
+    assert regexes
+    for rx in regexes:
+        for alternative in rx.split("|"):
+            m = re.search(r"sglang\[:_\]([a-z0-9_]+)$", alternative)
+            if m is None:
+                continue
+            for spelling in ("sglang:", "sglang_", "ray_sglang_"):
+                assert re.fullmatch(alternative, spelling + m.group(1)), (alternative, spelling)
