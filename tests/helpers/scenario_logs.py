@@ -230,6 +230,97 @@ class LogWriter:
                         "1. set --mem-fraction-static to a smaller value (e.g., 0.8 or 0.7)\n"
                         "2. set --cuda-graph-max-bs to a smaller value (e.g., 16)")
 
+    def default_oom(self, phase: str = "prefill", **rank: Any) -> LogWriter:
+        """0.5.2x page size 1 (mem_cache/allocation.py alloc_token_slots): the phase-less `Out of memory.`
+        ERROR, the radix tree's print, then the scheduler's traceback through alloc_for_extend (prefill)
+        or alloc_for_decode (decode), re-raising the same message."""
+        msg = ("Out of memory. Try to lower your batch size.\nTry to allocate 8192 tokens.\n"
+               "Available tokens: 120 (available_size=100 + evictable_size=20)\n")
+        self.add(msg.split("\n", 1)[0], **rank)
+        self.raw(msg.split("\n", 1)[1].rstrip("\n"))
+        self.raw("  0 [] r=1\n   120 [151644, 8948, 198] r=0\n#tokens: 120")
+        if phase == "prefill":
+            frames = ('  File "/sgl/python/sglang/srt/managers/scheduler.py", line 2210, in get_new_batch_prefill\n'
+                      "    new_batch.prepare_for_extend()\n"
+                      '  File "/sgl/python/sglang/srt/managers/schedule_batch.py", line 1482, in prepare_for_extend\n'
+                      "    out_cache_loc, req_pool_indices_tensor, req_pool_indices = alloc_for_extend(self)\n"
+                      '  File "/sgl/python/sglang/srt/mem_cache/allocation.py", line 421, in alloc_for_extend\n'
+                      "    out_cache_loc = alloc_token_slots(batch.tree_cache, batch.extend_num_tokens)\n")
+        else:
+            frames = ('  File "/sgl/python/sglang/srt/managers/scheduler.py", line 2301, in update_running_batch\n'
+                      "    batch.prepare_for_decode()\n"
+                      '  File "/sgl/python/sglang/srt/managers/schedule_batch.py", line 1790, in prepare_for_decode\n'
+                      "    self.out_cache_loc = alloc_for_decode(self, token_per_req=1)\n"
+                      '  File "/sgl/python/sglang/srt/mem_cache/allocation.py", line 740, in alloc_for_decode\n'
+                      "    return alloc_for_decode_default(batch, token_per_req)\n"
+                      '  File "/sgl/python/sglang/srt/mem_cache/allocation.py", line 650, in alloc_for_decode_default\n'
+                      "    out_cache_loc = alloc_token_slots(batch.tree_cache, bs * token_per_req)\n")
+        self.add("Scheduler hit an exception: Traceback (most recent call last):", **rank)
+        return self.raw('  File "/sgl/python/sglang/srt/managers/scheduler.py", line 3329, in run_scheduler_process\n'
+                        "    scheduler.event_loop_overlap()\n"
+                        '  File "/sgl/python/sglang/srt/managers/scheduler.py", line 1190, in event_loop_overlap\n'
+                        "    batch = self.get_next_batch_to_run()\n" + frames +
+                        '  File "/sgl/python/sglang/srt/mem_cache/allocation.py", line 170, in alloc_token_slots\n'
+                        "    raise RuntimeError(error_msg)\n"
+                        "RuntimeError: " + msg.rstrip("\n"))
+
+    def req_slots_oom(self, **rank: Any) -> LogWriter:
+        """0.5.2x request-slot exhaustion (mem_cache/allocation.py alloc_req_slots), raised while a
+        prefill batch is built: the request pool, not the KV pool, ran out."""
+        self.add("Scheduler hit an exception: Traceback (most recent call last):", **rank)
+        return self.raw('  File "/sgl/python/sglang/srt/managers/scheduler.py", line 3329, in run_scheduler_process\n'
+                        "    scheduler.event_loop_overlap()\n"
+                        '  File "/sgl/python/sglang/srt/managers/schedule_batch.py", line 1482, in prepare_for_extend\n'
+                        "    out_cache_loc, req_pool_indices_tensor, req_pool_indices = alloc_for_extend(self)\n"
+                        '  File "/sgl/python/sglang/srt/mem_cache/allocation.py", line 390, in alloc_for_extend\n'
+                        "    req_pool_indices = alloc_req_slots(\n"
+                        '  File "/sgl/python/sglang/srt/mem_cache/allocation.py", line 344, in alloc_req_slots\n'
+                        "    raise RuntimeError(\n"
+                        "RuntimeError: alloc_req_slots runs out of memory. Please set a smaller number for "
+                        "`--max-running-requests`. req_to_token_pool.available_size()=0, num_reqs=6, ")
+
+    def graph_capture_oom(self, graph: str = "decode", free_gib: float = 0.38, total_gib: float = 79.19,
+                          **rank: Any) -> LogWriter:
+        """0.5.2x start-up: a torch OOM while capturing the decode graphs (`Capture cuda graph failed:` +
+        SGLang's list of remedies, model_executor/runner/decode_cuda_graph_runner.py) or the prefill
+        graphs (`Capture prefill CUDA graph failed:`, prefill_cuda_graph_runner.py)."""
+        torch_msg = (f"CUDA out of memory. Tried to allocate 1.25 GiB. GPU 0 has a total capacity of {total_gib:.2f} "
+                     f"GiB of which {free_gib:.2f} GiB is free. Including non-PyTorch memory, this process has "
+                     f"{total_gib - free_gib:.2f} GiB memory in use.")
+        if graph == "decode":
+            runner, init, head = "decode_cuda_graph_runner", "init_decode_cuda_graph", "Exception: Capture cuda graph failed"
+            tail = ("Possible solutions:\n"
+                    "1. set --mem-fraction-static to a smaller value (e.g., 0.8 or 0.7)\n"
+                    "2. set --cuda-graph-max-bs-decode to a smaller value (e.g., 16)\n"
+                    "3. disable decode CUDA graph by --cuda-graph-backend-decode=disabled. "
+                    "(Not recommended. Huge performance loss)\n"
+                    "Open an issue on GitHub https://github.com/sgl-project/sglang/issues/new/choose ")
+        else:
+            runner, init, head = ("prefill_cuda_graph_runner", "init_prefill_cuda_graph",
+                                  "RuntimeError: Capture prefill CUDA graph failed")
+            tail = ("Fail when using backend: tc_piecewise for prefill runner.\n"
+                    "Possible suggestions:\n"
+                    "1. change to breakable by --cuda-graph-backend-prefill=breakable\n"
+                    "2. disable the prefill CUDA graph by --cuda-graph-backend-prefill=disabled\n"
+                    "3. if it is an OOM problem, set --mem-fraction-static to a smaller value (e.g., 0.8 or 0.7) "
+                    "or set --cuda-graph-max-bs-prefill to a smaller value (e.g., 2048)\n"
+                    "Open an issue on GitHub https://github.com/sgl-project/sglang/issues/new/choose ")
+        self.add("Scheduler hit an exception: Traceback (most recent call last):", **rank)
+        return self.raw(f'  File "/sgl/python/sglang/srt/model_executor/runner/{runner}.py", line 598, in __init__\n'
+                        "    self.capture()\n"
+                        f'  File "/sgl/python/sglang/srt/model_executor/runner/{runner}.py", line 700, in capture\n'
+                        "    self.backend.capture_one(bs)\n"
+                        f"torch.OutOfMemoryError: {torch_msg}\n\n"
+                        "During handling of the above exception, another exception occurred:\n\n"
+                        "Traceback (most recent call last):\n"
+                        '  File "/sgl/python/sglang/srt/managers/scheduler.py", line 3329, in run_scheduler_process\n'
+                        "    scheduler = Scheduler(server_args, port_args, gpu_id, tp_rank, moe_ep_rank, pp_rank, dp_rank)\n"
+                        '  File "/sgl/python/sglang/srt/model_executor/model_runner.py", line 1610, in ' + init + "\n"
+                        f"    self.graph_runner = {runner.title().replace('_', '')}(self)\n"
+                        f'  File "/sgl/python/sglang/srt/model_executor/runner/{runner}.py", line 603, in __init__\n'
+                        "    raise Exception(\n"
+                        f"{head}: {torch_msg}\n{tail}")
+
     def text(self) -> str:
         """The whole log."""
         return "\n".join(self.lines) + "\n"

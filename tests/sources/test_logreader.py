@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from helpers import paths
+from helpers.scenario_logs import LogWriter
 from sglang_tuning_exporter.core.events import Event
 from sglang_tuning_exporter.sources.logreader import EventReader, read_events
 from sglang_tuning_exporter.sources.tail import open_input
@@ -205,10 +206,11 @@ def _ooms(text: str) -> list[Event]:
 
 def test_capture_oom_is_one_headroom_incident_with_the_torch_free_fact() -> None:
     """The chained `Exception: Capture cuda graph failed` traceback is one OOM: start-up phase, reason
-    init_headroom (lower the fraction), with torch's capacity and free memory as GB facts."""
+    cuda_graph_capture of the decode graph (its ceiling first), with torch's capacity and free memory as GB
+    facts."""
     (oom,) = _ooms(STARTUP + CAPTURE_FAILED)
     f = oom.fields
-    assert (oom.line, f["phase"], f["reason"]) == (4, "startup", "init_headroom")
+    assert (oom.line, f["phase"], f["reason"], f["graph"]) == (4, "startup", "cuda_graph_capture", "decode")
     assert (f["gpu_total_gb"], f["gpu_free_gb"]) == (79.19, 0.4023)
 
 
@@ -243,3 +245,73 @@ def test_two_messages_glued_on_one_line_give_both_events() -> None:
     assert a.line == b.line == 1 and a.time == b.time == "2026-11-02T09:00:56" and a.rank == b.rank == {"tp": 0}
     plain = "[2026-11-02 09:00:56 TP0] max_total_num_tokens=2980168, max_running_requests=4096, context_len=65536\n"
     assert [e.fields["stage"] for e in _events(plain)] == ["summary"]
+
+
+def _oom_logs() -> dict[str, str]:
+    """0.5.2x failures written from SGLang's own format strings (tests/helpers/scenario_logs)."""
+    def w() -> LogWriter:
+        return LogWriter("0.5.23").add("Decode batch, #running-req: 12, #token: 4000, token usage: 0.40, "
+                                       "cuda graph: True, gen throughput (token/s): 900.00, #queue-req: 3")
+    tail = "[2025-03-01 10:00:00] Received sigquit from a child process. It usually means the child failed."
+    return {"prefill": w().default_oom("prefill").raw(tail).text(),
+            "decode": w().default_oom("decode").raw(tail).text(),
+            "slots": w().req_slots_oom().raw(tail).text(),
+            "graph_decode": w().graph_capture_oom("decode").text(),
+            "graph_prefill": w().graph_capture_oom("prefill").text()}
+
+
+def _read_every_way(text: str) -> list[list[Event]]:
+    """The same text through every entry of the reader: line by line (the sidecar's live feed), whole
+    text, bytes (the C drop-in when built) and without the C drop-in."""
+    from sglang_tuning_exporter.sources import logreader
+
+    ways: list[list[Event]] = []
+    r = EventReader()
+    one: list[Event] = []
+    for line in text.splitlines():
+        one.extend(r.feed(line))
+    one.extend(r.flush())
+    ways.append(one)
+    ways.append(_events(text))
+    r = EventReader()
+    ways.append([*r.feed_bytes(text.encode()), *r.flush()])
+    saved = logreader.SCAN
+    logreader.SCAN = None
+    try:
+        ways.append(_events(text))
+    finally:
+        logreader.SCAN = saved
+    return ways
+
+
+def test_the_default_oom_takes_its_phase_from_the_traceback_that_follows() -> None:
+    """Page size 1: `Out of memory. Try to lower your batch size.` names no phase; the scheduler's traceback
+    after it passes alloc_for_extend (prefill) or alloc_for_decode* (decode). One OOM, that phase, however
+    the lines are fed; the traceback is the same incident (not a second OOM)."""
+    logs = _oom_logs()
+    for phase in ("prefill", "decode"):
+        for events in _read_every_way(logs[phase]):
+            ooms = [e for e in events if e.kind == "oom"]
+            assert [(e.fields["phase"], e.fields["tokens_requested"]) for e in ooms] == [(phase, 8192)], phase
+            (again,) = [e for e in events if e.fields.get("same_as_line")]
+            assert again.fields["same_as_line"] == ooms[0].line and again.fields["phase"] == phase
+            assert [e.line for e in events] == sorted(e.line for e in events)
+
+
+def test_request_slot_exhaustion_counts_where_max_running_requests_is_the_remedy() -> None:
+    """`alloc_req_slots runs out of memory` (raised inside alloc_for_extend): the request pool ran out, whose
+    remedy is --max-running-requests down: decode_oom's phase whatever frames it passed."""
+    for events in _read_every_way(_oom_logs()["slots"]):
+        (oom,) = [e for e in events if e.kind == "oom"]
+        assert (oom.fields["phase"], oom.fields["pool"]) == ("decode", "req_to_token")
+
+
+def test_a_graph_capture_oom_names_the_graph_and_is_never_a_runtime_oom() -> None:
+    """`Capture cuda graph failed:` / `Capture prefill CUDA graph failed:` at start-up (frames through the
+    graph runners' capture): a start-up failure of that graph's capture, never prefill/decode."""
+    for graph in ("decode", "prefill"):
+        for events in _read_every_way(_oom_logs()["graph_" + graph]):
+            (oom,) = [e for e in events if e.kind == "oom"]
+            f = oom.fields
+            assert (f["phase"], f["reason"], f["graph"]) == ("startup", "cuda_graph_capture", graph)
+            assert (f["gpu_total_gb"], f["gpu_free_gb"]) == (79.19, 0.38)

@@ -300,7 +300,7 @@ class Scanner:
         size = len(data)
         pos = start
         while pos < size:
-            if reader._block is None:
+            if not reader.holding:
                 out: list[Event] = []
                 pos, n, nd, np_, _, last_t = scan.scan_buckets(data, pos, reader._next, out, groups[0], groups[1],
                                                                 self.res, self.usage_good, *self.band,
@@ -319,7 +319,7 @@ class Scanner:
             blk = reader._block
             if blk is not None and (blk.count >= MAX_BLOCK_LINES or not blk.accepts(line)):
                 # The line ends the open record: emit it now, then read the line again.
-                self._take(reader.flush(), res)
+                self._take(reader.end_record(), res)
                 continue
             pos = nxt
             self._feed([line], res)

@@ -61,7 +61,7 @@ _OOM = re.compile(
     r"|(?P<generic>Out of memory\. (?:Try to lower|Please set))"
     r"|(?P<reqslots>alloc_req_slots runs out of memory)"
     r"|(?P<cuda>CUDA out of memory|OutOfMemoryError|CUDA error: out of memory)"
-    r"|(?P<capture>Capture (?:cuda |CUDA )?graph failed)"
+    r"|(?P<capture>Capture (?:prefill )?(?:cuda |CUDA )?graph failed)"
     r"|(?P<startup>" + POOL_TOO_SMALL.pattern + ")"  # the one rule the window's startup OOM follows too
     r"|(?P<abort>due to OOM|Out of memory even after retracting)")
 # Bounded and anchored to a token start: an unbounded `\w*...Error` search is quadratic on long words.
@@ -88,13 +88,33 @@ def oom_phase_from_text(text: str) -> str:
         return m.group("pd").lower()
     if m.group("capture") or m.group("startup"):
         return "startup"
-    if m.group("abort"):
+    if m.group("abort") or m.group("reqslots"):
+        # Request-slot exhaustion (`alloc_req_slots runs out of memory`, raised while a prefill batch is
+        # built too): the request pool ran out, whose remedy is --max-running-requests down (decode_oom's).
         return "decode"
     return "unknown"
 
 
+# Which CUDA graph failed to capture: SGLang's wrapper names it (`Capture prefill CUDA graph failed:`, the
+# breakable backend's `Fail when using backend: X for prefill runner.`), else the decode graph's wrapper.
+_PREFILL_GRAPH = re.compile(r"Capture prefill CUDA graph failed|for prefill runner\.")
+_DECODE_GRAPH = re.compile(r"Capture (?:cuda |CUDA )?graph failed")
+
+
+def graph_from_text(text: str) -> str | None:
+    """prefill / decode when an OOM message names the CUDA graph whose capture failed, else None."""
+    if _PREFILL_GRAPH.search(text):
+        return "prefill"
+    if _DECODE_GRAPH.search(text):
+        return "decode"
+    return None
+
+
 def oom_detail_fields(text: str, fields: dict[str, Any]) -> None:
-    """Numbers an OOM message carries (tokens asked/available, CUDA bytes asked)."""
+    """Numbers an OOM message carries (tokens asked/available, CUDA bytes asked), and the pool that ran out
+    when it is the request pool."""
+    if "alloc_req_slots runs out of memory" in text:
+        fields["pool"] = "req_to_token"
     m = _TRY_ALLOC.search(text)
     if m:
         fields["tokens_requested"] = int(m.group(1))
@@ -128,12 +148,11 @@ def _oom(s: str, n: int) -> _Result:
     fields: dict[str, Any] = {"phase": oom_phase_from_text(message), "message": redact_text(message)}
     if exception:
         fields["exception"] = exception
-    if m.group("reqslots"):
-        fields["pool"] = "req_to_token"
-    elif m.group("startup"):
+    if m.group("startup"):
         fields["reason"] = "mem_fraction_static_too_small"
     elif m.group("capture"):
         fields["reason"] = "cuda_graph_capture"
+        fields["graph"] = graph_from_text(message) or "decode"
     oom_detail_fields(s, fields)
     return _event(n, ev.OOM, s[:p], fields)
 

@@ -52,6 +52,9 @@ class EventReader:
         self.classifier = classifier or LineClassifier()
         self._next = start_line
         self._block: Block | None = None
+        # SGLang's phase-less `Out of memory.` message, held until the record after it: the scheduler's
+        # traceback re-raising it names the phase by its frames (alloc_for_extend / alloc_for_decode).
+        self._pending: Event | None = None
         self._last_oom: tuple[int, str] | None = None
         # Line of the first re-raised-OOM check made while no OOM was known yet: a reader that starts
         # mid-file (parallel chunks) cannot know the lines before it, so its caller re-checks this.
@@ -100,7 +103,7 @@ class EventReader:
         size = len(data)
         pos = 0
         while pos < size:
-            if self._block is None:
+            if self._block is None and self._pending is None:
                 # C reads lines until one needs Python (see _scan.c for which).
                 stop, n, nd, np_, nr = scan_buffer(data, pos, self._next, out)
                 st.lines += n - self._next
@@ -132,7 +135,7 @@ class EventReader:
         by_kind = self.classifier.stats.by_kind
         take = self._take
         fast = self.classifier.grammar.fast_batch
-        open_block = self._block is not None
+        open_block = self._block is not None or self._pending is not None
         for line in lines:
             n += 1
             if not open_block:
@@ -147,7 +150,7 @@ class EventReader:
                         append(e)
                         continue
             take(line, n, out)
-            open_block = self._block is not None
+            open_block = self._block is not None or self._pending is not None
 
     def _take(self, line: str, n: int, out: list[Event]) -> None:
         block = self._block
@@ -155,7 +158,9 @@ class EventReader:
             if block.count < MAX_BLOCK_LINES and block.accepts(line):
                 block.add(line)
                 return
-            out.append(self._finish())
+            self._finish(out)
+        elif self._pending is not None and n - self._pending.line > MAX_BLOCK_LINES:
+            self._release(out)  # no traceback came after it (a runaway print): it keeps its unknown phase
         if GLUE_GATE in line and self._take_glued(line, n, out):
             return
         r, partial = parse_any(line, n, self.classifier.grammar)
@@ -199,8 +204,12 @@ class EventReader:
             return
         if kind == ev.ERROR or (kind == ev.OOM and "exception" not in e.fields):
             # May continue on the next lines: hold it until the record ends.
+            if self._pending is not None and kind == ev.OOM:
+                self._release(out)
             self._block = Block(e, traceback=kind == ev.ERROR)
             return
+        if self._pending is not None:
+            self._release(out)
         st.by_kind[kind] += 1
         if kind == ev.OOM:
             startup_oom(e.fields)
@@ -212,17 +221,40 @@ class EventReader:
                 self.classifier.count(extra)
                 out.append(extra)
 
+    @property
+    def holding(self) -> bool:
+        """True while a record is open or an OOM message waits for its traceback: every line must then
+        be offered to `feed` (no shortcut may read it)."""
+        return self._block is not None or self._pending is not None
+
+    def end_record(self) -> list[Event]:
+        """Close the open record (a line that does not continue it was seen); an OOM message it held may
+        go on waiting for its traceback."""
+        out: list[Event] = []
+        if self._block is not None:
+            self._finish(out)
+        return out
+
     def flush(self) -> list[Event]:
         """End of input: emit whatever record is still open."""
-        if self._block is None:
-            return []
-        return [self._finish()]
+        out: list[Event] = []
+        if self._block is not None:
+            self._finish(out)
+        if self._pending is not None:
+            self._release(out)
+        return out
+
+    def _release(self, out: list[Event]) -> None:
+        pending = self._pending
+        assert pending is not None
+        self._pending = None
+        out.append(pending)
 
     def _remember_oom(self, e: Event) -> None:
         msg = str(e.fields.get("message", "")).split("\n", 1)[0].strip()
         self._last_oom = (e.line, msg)
 
-    def _finish(self) -> Event:
+    def _finish(self, out: list[Event]) -> None:
         block = self._block
         assert block is not None
         self._block = None
@@ -232,7 +264,21 @@ class EventReader:
         self.classifier.count(e)
         if e.kind == ev.OOM:
             self._remember_oom(e)
-        return e
+        pending = self._pending
+        if pending is not None:
+            if e.kind == ev.ERROR and e.fields.get("same_as_line") == pending.line and e.rank == pending.rank \
+                    and e.fields.get("phase") in ("prefill", "decode", "startup"):
+                # The traceback re-raising the held message tells its phase.
+                fields = {**pending.fields, "phase": e.fields["phase"]}
+                startup_oom(fields)
+                if e.fields.get("last_frame"):
+                    fields["last_frame"] = e.fields["last_frame"]
+                self._pending = Event(pending.line, pending.kind, pending.time, dict(pending.rank), fields)
+            self._release(out)
+        if e.kind == ev.OOM and block.head.kind == ev.OOM and e.fields.get("phase") == "unknown":
+            self._pending = e  # wait for the traceback that follows
+            return
+        out.append(e)
 
 
 def read_events(lines: Iterable[str], start_line: int = 1,

@@ -14,7 +14,12 @@ from typing import Any
 
 from sglang_tuning_exporter.core import events as ev
 from sglang_tuning_exporter.core.events import Event
-from sglang_tuning_exporter.sources.logmessages import POOL_TOO_SMALL, oom_detail_fields, oom_phase_from_text
+from sglang_tuning_exporter.sources.logmessages import (
+    POOL_TOO_SMALL,
+    graph_from_text,
+    oom_detail_fields,
+    oom_phase_from_text,
+)
 
 MAX_BLOCK_LINES = 2000  # a runaway "traceback" stops being collected (the event is still emitted)
 _MAX_KEPT_LINES = 200
@@ -30,7 +35,7 @@ _OOM_CONT = re.compile(
 _CHAIN = ("During handling of the above exception", "The above exception was the direct cause",
           "Traceback (most recent call last)")
 _OOM_TEXT = re.compile(r"(?i)out of memory|OutOfMemoryError|Not enough memory|leave no GPU memory"
-                       r"|Capture (?:cuda |CUDA )?graph failed")
+                       r"|Capture (?:prefill )?(?:cuda |CUDA )?graph failed")
 
 # Frames that tell the phase of a failure; the innermost frame that matches decides.
 _PREFILL_FRAMES = ("forward_extend", "_execute_extend", "prepare_for_extend", "alloc_for_extend",
@@ -41,25 +46,49 @@ _DECODE_FRAMES = ("forward_decode", "_execute_decode", "prepare_for_decode", "al
                   "decode_cuda_graph_runner", "replay", "forward_decode_batch", "retract_decode")
 _STARTUP_FRAMES = ("capture", "init_cuda_graphs", "load_model", "init_memory_pool", "profile_max_num_token",
                    "init_torch_distributed", "initialize", "capture_one_batch_size", "init_device_graphs",
-                   "init_piecewise_cuda_graphs", "init_attention_backend", "init_cublas")
+                   "init_piecewise_cuda_graphs", "init_attention_backend", "init_cublas",
+                   # 0.5.2x model runner (model_executor/model_runner.py and its components)
+                   "init_decode_cuda_graph", "init_prefill_cuda_graph", "alloc_memory_pool",
+                   "init_attention_backends", "init_kv_cache_configurator", "start_startup_weight_load",
+                   "finalize_startup_weight_load", "_init_post_memory_pool_components", "capture_one")
+# Graph runners: a failure inside one at start-up is that graph's capture.
+_GRAPH_INIT = {"init_prefill_cuda_graph": "prefill", "init_decode_cuda_graph": "decode", "init_cuda_graphs": "decode",
+               "capture_one_batch_size": "decode"}
 # SGLang's own sizing failure: the pool does not fit after the weights (raise the fraction). Any other
 # out-of-memory at start-up failed in the headroom the fraction leaves (lower it).
 
 
 def phase_from_frames(frames: list[tuple[str, str]]) -> str | None:
-    """prefill / decode / startup from traceback frames (file, function), innermost first wins."""
+    """prefill / decode / startup from traceback frames (file, function), innermost first wins; a
+    traceback that never passes the event loop while the server is built is start-up whatever it ran
+    (capturing a prefill graph runs prefill code: still start-up)."""
+    funcs = [func for _, func in frames]
+    in_loop = any(f.startswith("event_loop") for f in funcs)
+    if not in_loop and any(f in _STARTUP_FRAMES for f in funcs):
+        return "startup"
     for path, func in reversed(frames):
         if func in _PREFILL_FRAMES or "prefill_cuda_graph" in path:
             return "prefill"
-        if func in _DECODE_FRAMES or "decode_cuda_graph" in path:
+        if func in _DECODE_FRAMES or func.startswith("alloc_for_decode") or "decode_cuda_graph" in path:
             return "decode"
         if func in _STARTUP_FRAMES:
             return "startup"
     # Before the first batch the scheduler is still being built: constructors (a workspace or buffer
     # allocated in some `__init__`) and no event-loop frame. At run time every traceback passes the loop.
-    funcs = [func for _, func in frames]
-    if "__init__" in funcs and not any(f.startswith("event_loop") for f in funcs):
+    if "__init__" in funcs and not in_loop:
         return "startup"
+    return None
+
+
+def graph_from_frames(frames: list[tuple[str, str]]) -> str | None:
+    """prefill / decode when a start-up traceback ran inside a CUDA-graph runner, else None."""
+    for path, func in reversed(frames):
+        if "prefill_cuda_graph" in path:
+            return "prefill"
+        if "cuda_graph_runner" in path:
+            return "decode"
+        if func in _GRAPH_INIT:
+            return _GRAPH_INIT[func]
     return None
 
 
@@ -120,14 +149,21 @@ def _looks_like_message(s: str) -> bool:
     return not re.match(r"^(?:[IWEF]\d{4} |\d{4}-\d\d-\d\d |INFO|WARN|ERROR|DEBUG)", s)
 
 
-def startup_oom(fields: dict[str, Any]) -> None:
-    """Tell the two start-up failures apart: `reason` mem_fraction_static_too_small (the pool does not
-    fit after the weights: raise) or init_headroom / cuda_graph_capture (an allocation failed in the
-    headroom: CUDA-graph capture, workspace, pool preallocation: lower)."""
+def startup_oom(fields: dict[str, Any], frames: list[tuple[str, str]] | None = None) -> None:
+    """Tell the start-up failures apart: `reason` mem_fraction_static_too_small (the pool does not fit
+    after the weights: raise), cuda_graph_capture with the `graph` (prefill / decode) whose capture failed
+    (its batch ceiling first), or init_headroom (a workspace or pool preallocation failed in the headroom:
+    lower the fraction)."""
     if fields.get("phase") != "startup":
         return
-    if POOL_TOO_SMALL.search(str(fields.get("message", ""))):
+    message = str(fields.get("message", ""))
+    if POOL_TOO_SMALL.search(message):
         fields["reason"] = "mem_fraction_static_too_small"
+        return
+    graph = graph_from_text(message) or graph_from_frames(frames or [])
+    if graph is not None:
+        fields["reason"] = "cuda_graph_capture"
+        fields["graph"] = graph
     elif fields.get("reason") in (None, "mem_fraction_static_too_small"):
         fields["reason"] = "init_headroom"
 
@@ -146,7 +182,7 @@ def resolve(b: Block, last_oom: tuple[int, str] | None) -> tuple[Event, bool]:
         oom_detail_fields(str(fields["message"]), fields)
         if fields.get("phase") == "unknown":
             fields["phase"] = phase_from_frames(b.frames) or "unknown"
-        startup_oom(fields)
+        startup_oom(fields, b.frames)
         return Event(head.line, ev.OOM, head.time, dict(head.rank), fields), blind
     # A traceback-carrying error.
     frame_phase = phase_from_frames(b.frames)
@@ -174,7 +210,7 @@ def resolve(b: Block, last_oom: tuple[int, str] | None) -> tuple[Event, bool]:
         oom_detail_fields(text, oom_fields)
         if b.frames:
             oom_fields["last_frame"] = b.frames[-1][1]
-        startup_oom(oom_fields)
+        startup_oom(oom_fields, b.frames)
         return Event(head.line, ev.OOM, head.time, dict(head.rank), oom_fields), blind
     if frame_phase:
         fields["phase"] = frame_phase
