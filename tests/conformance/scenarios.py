@@ -35,6 +35,7 @@ class Scenario:
 # Checks a healthy server passes too: every evaluator must read them as ok.
 HEALTHY_TOO = {c: "ok" for c in ("queue_overloaded", "gpu_mem_headroom_low", "startup_mem_fraction_too_small",
                                  "startup_headroom_oom", "prefill_oom", "decode_oom", "oom_unknown_phase",
+                                 "decode_graph_capture_oom", "prefill_graph_capture_oom",
                                  "cuda_graph_uncovered", "cuda_graph_ceiling_low", "running_capped",
                                  "metrics_disabled")}
 
@@ -178,8 +179,64 @@ def metrics_only() -> Scenario:
                     {"retractions_per_minute": 3.0, "queue_empty_ratio": 0.0}, metrics=history)
 
 
+# Failures written from SGLang 0.5.23's own format strings: each is read by its evidence, not by the
+# generic order (issue 22).
+_NO_RUNTIME_OOM = {"prefill_oom": "ok", "decode_oom": "ok", "oom_unknown_phase": "ok"}
+
+
+def default_oom_prefill() -> Scenario:
+    """Page size 1: the phase-less `Out of memory.` message, then the traceback through alloc_for_extend."""
+    w = _writer()
+    _startup(w)
+    steady(w, 12, retract_every_s=None)
+    w.default_oom("prefill").tick(120).sigquit()
+    return Scenario("default_oom_prefill", w.lines, {"prefill_oom": "critical", "oom_unknown_phase": "ok",
+                                                     "decode_oom": "ok", "startup_headroom_oom": "ok"},
+                    {"oom_prefill_count": 1.0, "oom_unknown_count": 0.0})
+
+
+def request_slots_oom() -> Scenario:
+    """`alloc_req_slots runs out of memory` raised inside alloc_for_extend: --max-running-requests down."""
+    w = _writer()
+    _startup(w)
+    steady(w, 12, retract_every_s=None)
+    w.req_slots_oom().tick(120).sigquit()
+    return Scenario("request_slots_oom", w.lines, {"decode_oom": "critical", "prefill_oom": "ok",
+                                                   "oom_unknown_phase": "ok"}, {"oom_decode_count": 1.0})
+
+
+def _failed_capture(graph: str) -> LogWriter:
+    w = _writer()
+    w.server_args(mem_fraction_static=0.88, cuda_graph_max_bs_decode=512, cuda_graph_max_bs_prefill=4096,
+                  enable_metrics=True)
+    w.add("Load weight begin. avail mem=79.19 GB")
+    w.add("Load weight end. elapsed=21.40 s, type=Qwen2ForCausalLM, avail mem=63.89 GB, mem usage=15.30 GB.")
+    w.add("KV Cache is allocated. dtype: torch.bfloat16, #tokens: 700000, K size: 28.00 GB, V size: 28.00 GB")
+    w.add("Memory pool end. avail mem=7.80 GB")
+    w.tick(90)
+    return w.graph_capture_oom(graph).tick(120).sigquit()
+
+
+def decode_graph_capture_failed() -> Scenario:
+    """Start-up `Capture cuda graph failed: CUDA out of memory`: the decode graph's ceiling, never a runtime
+    OOM nor the generic headroom failure."""
+    return Scenario("decode_graph_capture_failed", _failed_capture("decode").lines,
+                    {"decode_graph_capture_oom": "critical", "prefill_graph_capture_oom": "ok",
+                     "startup_headroom_oom": "ok", **_NO_RUNTIME_OOM},
+                    {"oom_graph_decode_count": 1.0, "oom_capture_count": 0.0})
+
+
+def prefill_graph_capture_failed() -> Scenario:
+    """Start-up `Capture prefill CUDA graph failed:`: the prefill graph's ceiling, not --chunked-prefill-size."""
+    return Scenario("prefill_graph_capture_failed", _failed_capture("prefill").lines,
+                    {"prefill_graph_capture_oom": "critical", "decode_graph_capture_oom": "ok",
+                     "startup_headroom_oom": "ok", **_NO_RUNTIME_OOM},
+                    {"oom_graph_prefill_count": 1.0})
+
+
 ALL: list[Callable[[], Scenario]] = [healthy, storm, tp4, dp_hot_rank, restart_new_args, sidecar_restart,
-                                     clock_jump, replayed_history, log_only, metrics_only]
+                                     clock_jump, replayed_history, log_only, metrics_only, default_oom_prefill,
+                                     request_slots_oom, decode_graph_capture_failed, prefill_graph_capture_failed]
 
 
 def stamp_of(line: str, last: float) -> float:

@@ -198,6 +198,70 @@ def startup_capture_oom(mem_fraction: float | None = 0.93) -> str:
     return w.capture_oom().text()
 
 
+def startup_workspace_oom(mem_fraction: float | None = 0.93) -> str:
+    """0.5.23 incident: a torch OOM in a constructor (an attention workspace) before the first batch, not a
+    graph capture: the headroom the static fraction leaves is too small."""
+    w = LogWriter("0.5.23").server_args(mem_fraction_static=mem_fraction, enable_metrics=True)
+    w.add("Load weight begin. avail mem=78.50 GB")
+    w.add("Load weight end. elapsed=21.40 s, type=Qwen2ForCausalLM, avail mem=63.20 GB, mem usage=15.30 GB.")
+    w.add("KV Cache is allocated. dtype: torch.bfloat16, #tokens: 700000, K size: 28.00 GB, V size: 28.00 GB")
+    w.add("Memory pool end. avail mem=6.60 GB")
+    w.add("Scheduler hit an exception: Traceback (most recent call last):")
+    return w.raw('  File "/sgl/python/sglang/srt/managers/scheduler.py", line 3329, in run_scheduler_process\n'
+                 "    scheduler = Scheduler(server_args, port_args, gpu_id, tp_rank, moe_ep_rank, pp_rank, dp_rank)\n"
+                 '  File "/sgl/python/sglang/srt/model_executor/model_runner.py", line 1110, in init_attention_backends\n'
+                 "    self.attn_backend = self._get_attention_backend()\n"
+                 '  File "/sgl/python/sglang/srt/layers/attention/flashinfer_backend.py", line 120, in __init__\n'
+                 "    self.workspace_buffer = torch.empty(size, dtype=torch.uint8, device=device)\n"
+                 "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.25 GiB. GPU 0 has a total "
+                 "capacity of 79.19 GiB of which 412.00 MiB is free.").sigquit().text()
+
+
+def decode_graph_capture_oom(ceiling: int | None = 512) -> str:
+    """0.5.23: `Capture cuda graph failed: CUDA out of memory` at start-up (decode graphs up to 512)."""
+    args: dict[str, object] = {"mem_fraction_static": 0.88, "enable_metrics": True}
+    if ceiling is not None:
+        args["cuda_graph_max_bs_decode"] = ceiling
+    w = LogWriter("0.5.23").server_args(**args)
+    w.add("Load weight begin. avail mem=79.19 GB")
+    w.add("Load weight end. elapsed=21.40 s, type=Qwen2ForCausalLM, avail mem=63.89 GB, mem usage=15.30 GB.")
+    w.add("Memory pool end. avail mem=7.80 GB")
+    w.add("Capture target decode CUDA graph begin. backend=flashinfer, num_tokens_per_req=1, avail mem=7.60 GB")
+    return w.graph_capture_oom("decode").sigquit().text()
+
+
+def prefill_graph_capture_oom() -> str:
+    """0.5.23: `Capture prefill CUDA graph failed: CUDA out of memory` at start-up (prefill ceiling 4096)."""
+    w = LogWriter("0.5.23").server_args(mem_fraction_static=0.88, chunked_prefill_size=8192,
+                                        cuda_graph_max_bs_prefill=4096)
+    w.add("Load weight begin. avail mem=79.19 GB")
+    return w.graph_capture_oom("prefill").sigquit().text()
+
+
+def default_oom(phase: str = "prefill") -> str:
+    """0.5.23, page size 1: `Out of memory. Try to lower your batch size.` then the traceback through
+    alloc_for_extend (prefill) or alloc_for_decode (decode)."""
+    w = LogWriter("0.5.23").server_args(chunked_prefill_size=8192, max_running_requests=1024)
+    steady(w, 3, running=600, usage=0.97, queue=100, prefill_every=2)
+    return w.default_oom(phase).sigquit().text()
+
+
+def request_slots_oom() -> str:
+    """0.5.23: `alloc_req_slots runs out of memory` raised while building a prefill batch, cap 1024."""
+    w = LogWriter("0.5.23").server_args(chunked_prefill_size=8192, max_running_requests=1024)
+    steady(w, 3, running=600, usage=0.97, queue=100, prefill_every=2)
+    return w.req_slots_oom().sigquit().text()
+
+
+def init_oom_without_frames() -> str:
+    """A bare CUDA OOM line stating the figures (about 1 % of a 139.8 GiB GPU free), no frames."""
+    w = LogWriter("0.5.23").server_args(max_running_requests=512)
+    steady(w, 3, running=400, usage=0.97, queue=100)
+    w.add("Scheduler hit an exception: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 3.50 GiB. "
+          "GPU 0 has a total capacity of 139.80 GiB of which 1.90 GiB is free.")
+    return w.sigquit().text()
+
+
 def pd_decode_busy() -> str:
     """0.5.23 PD decode node (pre-allocated/prealloc/transfer fields, `DPk TPk EPk`) behind a busy
     HTTP front: mostly access lines, speculative and PD Decode lines, Prefill lines."""
@@ -221,4 +285,6 @@ def pd_decode_busy() -> str:
 ALL_LOGS = [pd_decode_busy, healthy, queue_empty, queue_overloaded, kv_underused, retractions_old_wording, retractions_new_wording,
             headroom_high, headroom_low, headroom_zero_without_summary, startup_too_small, prefill_oom,
             prefill_oom_v02, decode_oom, oom_unknown, cuda_graph_uncovered, cuda_graph_uncovered_v04, ceiling_low,
-            running_capped, latency_large_batch, lpm_no_reuse, fcfs_with_reuse, metrics_disabled, dp_one_bad_rank]
+            running_capped, latency_large_batch, lpm_no_reuse, fcfs_with_reuse, metrics_disabled, dp_one_bad_rank,
+            startup_workspace_oom, decode_graph_capture_oom, prefill_graph_capture_oom, default_oom,
+            request_slots_oom]

@@ -321,6 +321,12 @@ class LogWriter:
                         "    raise Exception(\n"
                         f"{head}: {torch_msg}\n{tail}")
 
+    def sigquit(self) -> LogWriter:
+        """The launcher's line after a scheduler died (no rank prefix): it closes the records before it."""
+        stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(self.now))
+        self.lines.append(f"[{stamp}] Received sigquit from a child process. It usually means the child failed.")
+        return self
+
     def text(self) -> str:
         """The whole log."""
         return "\n".join(self.lines) + "\n"

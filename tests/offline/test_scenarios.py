@@ -15,29 +15,35 @@ from helpers.check_logs import (
     ceiling_low,
     cuda_graph_uncovered,
     cuda_graph_uncovered_v04,
+    decode_graph_capture_oom,
     decode_oom,
+    default_oom,
     dp_one_bad_rank,
     fcfs_with_reuse,
     headroom_high,
     headroom_low,
     headroom_zero_without_summary,
     healthy,
+    init_oom_without_frames,
     kv_underused,
     latency_large_batch,
     lpm_no_reuse,
     metrics_disabled,
     oom_unknown,
     pd_decode_busy,
+    prefill_graph_capture_oom,
     prefill_oom,
     prefill_oom_v02,
     queue_empty,
     queue_over_older_band,
     queue_overloaded,
+    request_slots_oom,
     retractions_new_wording,
     retractions_old_wording,
     running_capped,
     startup_capture_oom,
     startup_too_small,
+    startup_workspace_oom,
 )
 from helpers.scenario_logs import LogWriter
 from sglang_tuning_exporter.core.model import Finding
@@ -108,8 +114,21 @@ SCENARIOS: dict[str, tuple[Callable[[], str], Expect]] = {
                                                              "--mem-fraction-static", "decrease", 0.83, 0.85)),
     "startup_too_small": (startup_too_small, Expect("startup_mem_fraction_too_small", ("critical",),
                                                     "--mem-fraction-static", "increase", 0.85, 0.86)),
-    "startup_headroom_oom": (startup_capture_oom, Expect("startup_headroom_oom", ("critical",), "--mem-fraction-static",
-                                                         "decrease", 0.85, 0.85)),
+    "startup_headroom_oom": (startup_workspace_oom, Expect("startup_headroom_oom", ("critical",),
+                                                           "--mem-fraction-static", "decrease", 0.85, 0.85)),
+    "decode_graph_capture_oom": (decode_graph_capture_oom, Expect("decode_graph_capture_oom", ("critical",),
+                                                                  "--cuda-graph-max-bs-decode", "decrease", 256, 256)),
+    "decode_graph_capture_oom_old_log": (startup_capture_oom, Expect("decode_graph_capture_oom", ("critical",),
+                                                                     "--cuda-graph-max-bs-decode", "decrease")),
+    "prefill_graph_capture_oom": (prefill_graph_capture_oom, Expect("prefill_graph_capture_oom", ("critical",),
+                                                                    "--cuda-graph-max-bs-prefill", "decrease",
+                                                                    2048, 2048)),
+    "default_oom_prefill": (default_oom, Expect("prefill_oom", ("critical",), "--chunked-prefill-size", "decrease",
+                                                4096, 4096)),
+    "default_oom_decode": (lambda: default_oom("decode"), Expect("decode_oom", ("critical",), "--max-running-requests",
+                                                                 "decrease", 448, 456)),
+    "request_slots_oom": (request_slots_oom, Expect("decode_oom", ("critical",), "--max-running-requests", "decrease",
+                                                    448, 456)),
     "prefill_oom": (prefill_oom, Expect("prefill_oom", ("critical",), "--chunked-prefill-size", "decrease", 4096, 4096)),
     "prefill_oom_v02": (prefill_oom_v02, Expect("prefill_oom", ("critical",), "--max-prefill-tokens", "decrease",
                                                 4096, 4096)),
@@ -213,24 +232,83 @@ def test_startup_failure_says_raise_not_lower(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("profile", ["upstream-2026", "docs-2025"])
 def test_oom_before_the_first_batch_lowers_the_fraction(tmp_path: Path, profile: str) -> None:
-    """The real incident: a CUDA-graph capture OOM at 0.93 was read as `Not enough memory` and the advice
-    raised the fraction to 0.95. It is a headroom failure: lower it, sized by torch's free-memory fact
+    """The real incident: an OOM before the first batch at 0.93 was read as `Not enough memory` and the
+    advice raised the fraction to 0.95. It is a headroom failure: lower it, sized by torch's free-memory fact
     (0.93 + (0.40 - 6.5) / 78.5 = 0.852 -> 0.85); the raise check stays quiet."""
-    findings = run_log(tmp_path, startup_capture_oom(), profile=profile)
+    findings = run_log(tmp_path, startup_workspace_oom(), profile=profile)
     f = by_check(findings, "startup_headroom_oom")
     assert f.status == "critical" and f.flag == "--mem-fraction-static" and f.action == "decrease"
     assert f.current == 0.93 and f.suggested == 0.85
     assert "LOWER" in f.evidence and "0.4 GB" in f.evidence
     assert by_check(findings, "startup_mem_fraction_too_small").status == "ok"
+    assert by_check(findings, "decode_graph_capture_oom").status == "ok"
 
 
 def test_default_mem_fraction_none_is_never_printed(tmp_path: Path) -> None:
     """--mem-fraction-static defaults to None: the current value is the estimate from the start-up lines,
     and no finding prints `None`."""
-    findings = run_log(tmp_path, startup_capture_oom(None), profile="upstream-2026")
+    findings = run_log(tmp_path, startup_workspace_oom(None), profile="upstream-2026")
     f = by_check(findings, "startup_headroom_oom")
     assert f.current == pytest.approx(0.909) and f.suggested == 0.83  # 1 - (63.2 - 56) / 79.19 (torch capacity)
     assert not any("None" in x.evidence or "None" in x.summary for x in findings)
+
+
+def _fired(findings: list[Finding]) -> dict[str, Finding]:
+    return {f.check: f for f in findings if f.status in FIRING}
+
+
+def test_a_graph_capture_oom_lowers_the_graph_ceiling_not_a_runtime_flag(tmp_path: Path) -> None:
+    """Issue 22: `Capture cuda graph failed: CUDA out of memory` at start-up was read as a runtime OOM. Its
+    advice is the decode graph's ceiling (512 -> 256, keeps the KV pool), the static fraction's step computed
+    from torch's figures named as the alternative ((6.5 - 0.38) / 79.19 = 0.077 -> 0.08); no runtime OOM
+    check, no headroom-failure check fires."""
+    fired = _fired(run_log(tmp_path, decode_graph_capture_oom(), profile="upstream-2026"))
+    f = fired["decode_graph_capture_oom"]
+    assert (f.flag, f.action, f.current, f.suggested) == ("--cuda-graph-max-bs-decode", "decrease", 512, 256)
+    assert "lower --mem-fraction-static by 0.08 (0.38 GB free of ~79.19 GB" in f.evidence
+    assert not fired.keys() & {"prefill_oom", "decode_oom", "oom_unknown_phase", "startup_headroom_oom",
+                               "startup_mem_fraction_too_small", "gpu_mem_headroom_low"}
+    # Without the ceiling in the server args: no invented value, SGLang's own example named.
+    f = _fired(run_log(tmp_path, decode_graph_capture_oom(None), profile="upstream-2026"))["decode_graph_capture_oom"]
+    assert f.suggested is None and "SGLang's own example: 16" in f.evidence
+
+
+def test_a_prefill_graph_capture_oom_never_advises_chunked_prefill(tmp_path: Path) -> None:
+    """`Capture prefill CUDA graph failed:` ran prefill code during capture: still a start-up failure of the
+    prefill graph (--cuda-graph-max-bs-prefill 4096 -> 2048), never --chunked-prefill-size."""
+    findings = run_log(tmp_path, prefill_graph_capture_oom(), profile="upstream-2026")
+    fired = _fired(findings)
+    f = fired["prefill_graph_capture_oom"]
+    assert (f.flag, f.action, f.current, f.suggested) == ("--cuda-graph-max-bs-prefill", "decrease", 4096, 2048)
+    assert "prefill_oom" not in fired and all(x.flag != "--chunked-prefill-size" for x in fired.values())
+
+
+@pytest.mark.parametrize(("phase", "check", "flag", "suggested"), [
+    ("prefill", "prefill_oom", "--chunked-prefill-size", 4096),
+    ("decode", "decode_oom", "--max-running-requests", 448)])
+def test_the_default_oom_is_advised_by_its_traceback_phase(tmp_path: Path, phase: str, check: str, flag: str,
+                                                           suggested: int) -> None:
+    """Issue 22: page size 1's `Out of memory. Try to lower your batch size.` then a traceback through
+    alloc_for_extend was "phase unknown -> lower --max-running-requests"; the guide says
+    --chunked-prefill-size for a prefill OOM. The traceback's phase decides; no unknown-phase finding."""
+    fired = _fired(run_log(tmp_path, default_oom(phase), profile="upstream-2026"))
+    assert set(fired) & {"prefill_oom", "decode_oom", "oom_unknown_phase"} == {check}
+    f = fired[check]
+    assert (f.flag, f.action, f.suggested) == (flag, "decrease", suggested)
+
+
+def test_request_slot_exhaustion_lowers_max_running_requests(tmp_path: Path) -> None:
+    """`alloc_req_slots runs out of memory` raised inside alloc_for_extend: the request pool ran out; SGLang
+    says --max-running-requests, whatever phase the traceback passed (not --chunked-prefill-size)."""
+    fired = _fired(run_log(tmp_path, request_slots_oom(), profile="upstream-2026"))
+    assert set(fired) & {"prefill_oom", "decode_oom", "oom_unknown_phase"} == {"decode_oom"}
+    assert fired["decode_oom"].flag == "--max-running-requests" and fired["decode_oom"].suggested == 448
+
+
+def test_an_oom_stating_free_memory_quotes_it(tmp_path: Path) -> None:
+    """A frameless CUDA OOM keeps the ordered advice, but the figures it states are in the evidence."""
+    f = _fired(run_log(tmp_path, init_oom_without_frames(), profile="upstream-2026"))["oom_unknown_phase"]
+    assert "torch stated 1.9 GB free on the GPU at the failure" in f.evidence
 
 
 def test_not_enough_memory_states_the_resolved_default(tmp_path: Path) -> None:

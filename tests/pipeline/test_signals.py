@@ -242,7 +242,11 @@ def test_oom_phases_and_startup_kinds() -> None:
 
     assert oom("prefill") == "oom_prefill" and oom("decode") == "oom_decode" and oom("weird") == "oom_unknown"
     assert oom("startup", message="RuntimeError: Not enough memory. Please try to increase") == "oom_startup"
-    assert oom("startup", reason="cuda_graph_capture", message="Capture cuda graph failed") == "oom_capture"
+    assert oom("startup", reason="cuda_graph_capture", graph="decode",
+               message="Capture cuda graph failed") == "oom_graph_decode"
+    assert oom("startup", reason="cuda_graph_capture", graph="prefill",
+               message="Capture prefill CUDA graph failed") == "oom_graph_prefill"
+    assert oom("startup", reason="init_headroom", message="CUDA out of memory") == "oom_capture"
 
 
 def test_startup_facts_and_server_state() -> None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 # The phases an OOM is filed under (pipeline/observations.oom_phase): one counter and one signal each.
-OOM_PHASES = ("prefill", "decode", "startup", "unknown", "capture")
+OOM_PHASES = ("prefill", "decode", "startup", "unknown", "capture", "graph_decode", "graph_prefill")
 
 PREFIX = "sglang_tuning_"
 RANK_LABELS = ("model_name", "dp_rank", "pp_rank", "tp_rank", "moe_ep_rank")
@@ -40,7 +40,7 @@ CATALOG: tuple[MetricSpec, ...] = (
     _m("retractions_total", "counter", "Retraction events (KV cache pool is full / decode out of memory).", RANK_LABELS),
     _m("retracted_requests_total", "counter", "Requests retracted by retraction events.", RANK_LABELS),
     _m("prefill_tokens_total", "counter", "Prefill tokens by source: new (computed) or cached (prefix-cache hit).", (*RANK_LABELS, "source")),
-    _m("oom_events_total", "counter", "Out-of-memory errors by phase (prefill|decode|startup|capture|unknown; startup: the pool does not fit after the weights, capture: an allocation failed in the headroom before the first batch).", (*RANK_LABELS, "phase")),
+    _m("oom_events_total", "counter", "Out-of-memory errors by phase (prefill|decode|startup|capture|unknown|graph_decode|graph_prefill; startup: the pool does not fit after the weights, capture: an allocation failed in the headroom before the first batch, graph_decode / graph_prefill: that CUDA graph failed to capture at start-up).", (*RANK_LABELS, "phase")),
     # --- startup facts (log startup lines, server info, or SGLang constants)
     _m("available_gpu_memory_bytes", "gauge", "GPU memory left for activations after weights, KV cache and CUDA graphs at startup (available_gpu_mem).", RANK_LABELS),
     _m("gpu_memory_total_bytes", "gauge", "Estimated GPU memory capacity (from `Load weight begin. avail mem`).", RANK_LABELS),
@@ -153,7 +153,7 @@ SIGNAL_FAMILIES = tuple(SIGNAL_FAMILY_UNITS)
 _RATIO = ("queue_empty_ratio", "queue_over_band_ratio", "queue_under_band_ratio", "kv_underused_ratio",
           "token_usage_max", "token_usage_mean", "cuda_graph_miss_ratio", "running_capped_ratio",
           "prefix_cache_hit_ratio", "cuda_graph_ceiling_ratio", "mem_fraction_static_estimate")
-_GB = ("available_gpu_mem_gb", "gpu_mem_total_gb", "weights_gb", "kv_cache_gb", "cuda_graph_gb")
+_GB = ("available_gpu_mem_gb", "gpu_mem_total_gb", "weights_gb", "kv_cache_gb", "cuda_graph_gb", "oom_gpu_free_gb")
 _PER_MINUTE = ("retractions_per_minute", "retracted_requests_per_minute")
 _COUNT = ("queue_p50", "decode_batch_p90", "running_max", "cuda_graph_miss_batch_p90",
           *(f"oom_{p}_count" for p in OOM_PHASES),

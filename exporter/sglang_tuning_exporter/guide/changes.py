@@ -20,6 +20,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from sglang_tuning_exporter.core.catalog import OOM_PHASES
 from sglang_tuning_exporter.core.model import STATUS_CODE
 from sglang_tuning_exporter.guide.advisor import time_text
 from sglang_tuning_exporter.guide.checks import Check, CheckTable
@@ -30,7 +31,8 @@ SOURCES = ("log", "server_info", "prometheus")
 LOAD_RATIO = 1.5  # windows whose requests-in-server differ by more than this factor are not comparable
 # Flags whose change moves memory: an OOM after one of them is `worse` even without traffic to compare.
 MEMORY_FLAGS = frozenset({"--mem-fraction-static", "--chunked-prefill-size", "--max-running-requests",
-                          "--cuda-graph-max-bs", "--max-total-tokens", "--max-prefill-tokens", "--context-length",
+                          "--cuda-graph-max-bs", "--cuda-graph-max-bs-decode", "--cuda-graph-max-bs-prefill",
+                          "--max-total-tokens", "--max-prefill-tokens", "--context-length",
                           "--kv-cache-dtype", "--page-size", "--cuda-graph-bs"})
 # Flags no check names that still change what the server can do: judged on every check of the workload.
 CAPACITY_FLAGS = frozenset({"--tp-size", "--dp-size", "--max-total-tokens", "--max-prefill-tokens",
@@ -41,8 +43,7 @@ CAPACITY_FLAGS = frozenset({"--tp-size", "--dp-size", "--max-total-tokens", "--m
 # `Config updated via context override` is judged like a restart's change.
 RUNTIME_FLAGS = frozenset({"--pp-max-micro-batch-size", "--speculative-accept-threshold-single",
                            "--speculative-accept-threshold-acc"})
-OOM_SIGNALS = ("oom_prefill_count", "oom_decode_count", "oom_startup_count", "oom_unknown_count",
-               "oom_capture_count")
+OOM_SIGNALS = tuple(f"oom_{p}_count" for p in OOM_PHASES)
 ACTIVITY_SIGNAL = "decode_samples"
 
 

@@ -25,6 +25,7 @@ ARG_KEYS: dict[str, tuple[str, ...]] = {
     "--max-running-requests": ("max_running_requests",),
     "--cuda-graph-max-bs": ("cuda_graph_max_bs", "cuda_graph_max_bs_decode"),
     "--cuda-graph-max-bs-decode": ("cuda_graph_max_bs_decode", "cuda_graph_max_bs"),
+    "--cuda-graph-max-bs-prefill": ("cuda_graph_max_bs_prefill",),
     "--schedule-policy": ("schedule_policy",),
     "--enable-metrics": ("enable_metrics",),
 }
@@ -236,6 +237,28 @@ def s_cuda_graph_ceiling(check: Check, p: Mapping[str, Any], cur: Any, sig: Sign
     return Suggestion(cur, s, f"the guide's typical default {target}, bounded by max_running_requests {_f(cap)}")
 
 
+def s_cuda_graph_ceiling_down(check: Check, p: Mapping[str, Any], cur: Any, sig: Signals) -> Suggestion:
+    """A graph that failed to capture: its batch ceiling down (a fraction, rounded down to the capture step),
+    with the static fraction's step computed from torch's free/total figures named as the alternative."""
+    factor, step, lo = float(p.get("factor", 0.5)), int(p.get("step", 8)), int(p.get("min", 8))
+    target = float(p.get("target_gb", 6.5))
+    free, total = sig.get("oom_gpu_free_gb"), sig.get("gpu_mem_total_gb")
+    alt = ""
+    if free is not None and total and free < target:
+        delta = _round_step((target - free) / total, 0.01, up=True)
+        alt = (f"; alternative: lower --mem-fraction-static by {delta:.2f} ({_f(free)} GB free of ~{_f(total)} GB "
+               f"at the failure -> {_f(target)} GB)")
+    c = float(cur) if isinstance(cur, (int, float)) and not isinstance(cur, bool) and cur > 0 else None
+    if c is None:
+        return Suggestion(cur, None, f"current ceiling unknown: lower it (SGLang's own example: {p.get('example')})"
+                          + alt)
+    s = max(lo, int(_round_step(c * factor, step, up=False)))
+    if s >= c:
+        return Suggestion(cur, None, f"already at {_f(c)}, the floor of this advice ({lo}): lower --mem-fraction-static"
+                          " instead" + alt)
+    return Suggestion(cur, s, f"{factor:.0%} of {_f(c)}, rounded down to a multiple of {step}" + alt)
+
+
 def s_running_to_kv_target(check: Check, p: Mapping[str, Any], cur: Any, sig: Signals) -> Suggestion:
     """Scale the cap so KV usage reaches the target: cap * target / mean usage, at most max_factor x."""
     target, mf = float(p.get("usage_target", 0.9)), float(p.get("max_factor", 2.0))
@@ -259,7 +282,7 @@ METHODS: dict[str, Callable[[Check, Mapping[str, Any], Any, Signals], Suggestion
     "mem_fraction_headroom": s_mem_fraction_headroom, "mem_fraction_for_weights": s_mem_fraction_for_weights,
     "chunked_prefill_halve": s_chunked_prefill_halve, "scale_down_running": s_scale_down_running,
     "cuda_graph_cover": s_cuda_graph_cover, "cuda_graph_ceiling": s_cuda_graph_ceiling,
-    "running_to_kv_target": s_running_to_kv_target,
+    "running_to_kv_target": s_running_to_kv_target, "cuda_graph_ceiling_down": s_cuda_graph_ceiling_down,
 }
 
 

@@ -63,8 +63,9 @@ def number(v: Any) -> float | None:
 def oom_phase(fields: Mapping[str, Any]) -> str:
     """The phase an OOM event counts under (the one rule for the window and the sidecar's counter):
     at startup, SGLang's own "pool does not fit after the weights" (`reason` mem_fraction_static_too_small,
-    set by the reader: raise the fraction) is `startup`; any other allocation that failed before the first
-    batch (CUDA-graph capture, workspace, pool preallocation) is `capture` (lower it)."""
+    set by the reader: raise the fraction) is `startup`; a CUDA graph that failed to capture is
+    `graph_decode` / `graph_prefill` (that graph's batch ceiling first); any other allocation that failed
+    before the first batch (workspace, pool preallocation) is `capture` (lower it)."""
     phase = fields.get("phase")
     if phase == "startup":
         reason = fields.get("reason")
@@ -72,7 +73,11 @@ def oom_phase(fields: Mapping[str, Any]) -> str:
             too_small = POOL_TOO_SMALL.search(str(fields.get("message") or "")) is not None
         else:
             too_small = reason == "mem_fraction_static_too_small"
-        return "startup" if too_small else "capture"
+        if too_small:
+            return "startup"
+        if reason == "cuda_graph_capture":  # the graph's own batch ceiling is the first lever
+            return "graph_prefill" if fields.get("graph") == "prefill" else "graph_decode"
+        return "capture"
     return phase if phase in ("prefill", "decode") else "unknown"
 
 
@@ -221,11 +226,14 @@ class EventConverter:
         elif kind == "oom":
             phase = str(f.get("phase") or "unknown")
             out.extend(self._oom(t, rank, f))
-            if phase == "startup":
-                # torch's `GPU N has a total capacity of X of which Y is free`: the headroom left at the
-                # failure (a failed start prints no summary) and the GPU's size.
+            # torch's `GPU N has a total capacity of X of which Y is free`: what was free at the failure
+            # and the GPU's size, whatever the phase.
+            add("oom_gpu_free_gb", f.get("gpu_free_gb"))
+            add("gpu_mem_total_gb", f.get("gpu_total_gb"))
+            if phase == "startup" and f.get("reason") != "cuda_graph_capture":
+                # Before the first batch (a failed start prints no summary) it is the headroom the static
+                # fraction left. Inside a graph capture it is what the capture had eaten, not the headroom.
                 add("avail_mem_after_pool_gb", f.get("gpu_free_gb"))
-                add("gpu_mem_total_gb", f.get("gpu_total_gb"))
         elif kind == "error":
             msg = str(f.get("message") or "")
             if POOL_TOO_SMALL.search(msg):  # the oom rule's own text, not any "not enough memory"

@@ -39,6 +39,9 @@ def guide_fallback(check: Check, opts: RenderOptions) -> str:
     if method == "scale_down_running":
         return (f"{_fmt_value(params.get('factor', 0.75))} x the current value, "
                 f"a multiple of {_fmt_value(params.get('multiple', 8))}")
+    if method == "cuda_graph_ceiling_down":
+        return (f"{_fmt_value(params.get('factor', 0.5))} x the current ceiling, a multiple of "
+                f"{_fmt_value(params.get('step', 8))} (SGLang's example: {_fmt_value(params.get('example'))})")
     return f"see the runbook ({method})"
 
 

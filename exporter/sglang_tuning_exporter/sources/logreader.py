@@ -54,7 +54,7 @@ class EventReader:
         self._block: Block | None = None
         # SGLang's phase-less `Out of memory.` message, held until the record after it: the scheduler's
         # traceback re-raising it names the phase by its frames (alloc_for_extend / alloc_for_decode).
-        self._pending: Event | None = None
+        self._pending: dict[tuple[tuple[str, int], ...], Event] = {}  # by rank (TP ranks interleave)
         self._last_oom: tuple[int, str] | None = None
         # Line of the first re-raised-OOM check made while no OOM was known yet: a reader that starts
         # mid-file (parallel chunks) cannot know the lines before it, so its caller re-checks this.
@@ -103,7 +103,7 @@ class EventReader:
         size = len(data)
         pos = 0
         while pos < size:
-            if self._block is None and self._pending is None:
+            if self._block is None and not self._pending:
                 # C reads lines until one needs Python (see _scan.c for which).
                 stop, n, nd, np_, nr = scan_buffer(data, pos, self._next, out)
                 st.lines += n - self._next
@@ -135,7 +135,7 @@ class EventReader:
         by_kind = self.classifier.stats.by_kind
         take = self._take
         fast = self.classifier.grammar.fast_batch
-        open_block = self._block is not None or self._pending is not None
+        open_block = self._block is not None or bool(self._pending)
         for line in lines:
             n += 1
             if not open_block:
@@ -150,7 +150,7 @@ class EventReader:
                         append(e)
                         continue
             take(line, n, out)
-            open_block = self._block is not None or self._pending is not None
+            open_block = self._block is not None or bool(self._pending)
 
     def _take(self, line: str, n: int, out: list[Event]) -> None:
         block = self._block
@@ -159,11 +159,11 @@ class EventReader:
                 block.add(line)
                 return
             self._finish(out)
-        elif self._pending is not None and n - self._pending.line > MAX_BLOCK_LINES:
-            self._release(out)  # no traceback came after it (a runaway print): it keeps its unknown phase
         if GLUE_GATE in line and self._take_glued(line, n, out):
             return
         r, partial = parse_any(line, n, self.classifier.grammar)
+        if self._pending and (r.__class__ is not Event or r.kind not in (ev.ERROR, ev.OOM)) and line.strip():
+            self._release(out)  # the record after the message is not its traceback: the phase stays unknown
         self._emit(r, partial, line, n, out)
 
     def _take_glued(self, line: str, n: int, out: list[Event]) -> bool:
@@ -204,12 +204,8 @@ class EventReader:
             return
         if kind == ev.ERROR or (kind == ev.OOM and "exception" not in e.fields):
             # May continue on the next lines: hold it until the record ends.
-            if self._pending is not None and kind == ev.OOM:
-                self._release(out)
             self._block = Block(e, traceback=kind == ev.ERROR)
             return
-        if self._pending is not None:
-            self._release(out)
         st.by_kind[kind] += 1
         if kind == ev.OOM:
             startup_oom(e.fields)
@@ -225,7 +221,7 @@ class EventReader:
     def holding(self) -> bool:
         """True while a record is open or an OOM message waits for its traceback: every line must then
         be offered to `feed` (no shortcut may read it)."""
-        return self._block is not None or self._pending is not None
+        return self._block is not None or bool(self._pending)
 
     def end_record(self) -> list[Event]:
         """Close the open record (a line that does not continue it was seen); an OOM message it held may
@@ -240,15 +236,14 @@ class EventReader:
         out: list[Event] = []
         if self._block is not None:
             self._finish(out)
-        if self._pending is not None:
+        if self._pending:
             self._release(out)
         return out
 
-    def _release(self, out: list[Event]) -> None:
-        pending = self._pending
-        assert pending is not None
-        self._pending = None
-        out.append(pending)
+    def _release(self, out: list[Event], key: tuple[tuple[str, int], ...] | None = None) -> None:
+        """Emit the held OOM message of rank `key` (every held one when None), in line order."""
+        keys = [key] if key is not None else list(self._pending)
+        out.extend(sorted((self._pending.pop(k) for k in keys if k in self._pending), key=lambda e: e.line))
 
     def _remember_oom(self, e: Event) -> None:
         msg = str(e.fields.get("message", "")).split("\n", 1)[0].strip()
@@ -264,19 +259,23 @@ class EventReader:
         self.classifier.count(e)
         if e.kind == ev.OOM:
             self._remember_oom(e)
-        pending = self._pending
-        if pending is not None:
-            if e.kind == ev.ERROR and e.fields.get("same_as_line") == pending.line and e.rank == pending.rank \
-                    and e.fields.get("phase") in ("prefill", "decode", "startup"):
-                # The traceback re-raising the held message tells its phase.
-                fields = {**pending.fields, "phase": e.fields["phase"]}
+        key = tuple(sorted(e.rank.items()))
+        pending = self._pending.get(key)
+        if pending is not None and e.kind == ev.ERROR and e.fields.get("same_as_line") is not None:
+            # The traceback re-raising the held message (same first line) tells its phase.
+            phase = e.fields.get("phase")
+            if phase in ("prefill", "decode", "startup"):
+                fields = {**pending.fields, "phase": phase}
                 startup_oom(fields)
                 if e.fields.get("last_frame"):
                     fields["last_frame"] = e.fields["last_frame"]
-                self._pending = Event(pending.line, pending.kind, pending.time, dict(pending.rank), fields)
+                self._pending[key] = Event(pending.line, pending.kind, pending.time, dict(pending.rank), fields)
+                e = Event(e.line, e.kind, e.time, dict(e.rank), {**e.fields, "same_as_line": pending.line})
+            self._release(out, key)
+        elif e.kind not in (ev.ERROR, ev.OOM):
             self._release(out)
         if e.kind == ev.OOM and block.head.kind == ev.OOM and e.fields.get("phase") == "unknown":
-            self._pending = e  # wait for the traceback that follows
+            self._pending[key] = e  # wait for the traceback that follows
             return
         out.append(e)
 

@@ -31,7 +31,9 @@ _EXC_LINE = re.compile(
 _RANK_TAG = re.compile(r"^\[rank\d+\]:\s?")
 _OOM_CONT = re.compile(
     r"^(?:Try to allocate|Ava(?:li|il)able (?:full |swa )?tokens|[\w.]*(?:available|evictable)_size\(\)"
-    r"|(?:Full|SWA) LRU list|Possible solutions:|\d\. |Open an issue|\w+_size=|num_reqs=)")
+    r"|(?:Full|SWA) LRU list|Possible solutions:|\d\. |Open an issue|\w+_size=|num_reqs="
+    # the radix tree SGLang prints after the page-size-1 OOM (`tree_cache.pretty_print()`)
+    r"|\s+\d+ \[[\d, ]*\] r=\d+$|#tokens: \d+$)")
 _CHAIN = ("During handling of the above exception", "The above exception was the direct cause",
           "Traceback (most recent call last)")
 _OOM_TEXT = re.compile(r"(?i)out of memory|OutOfMemoryError|Not enough memory|leave no GPU memory"
@@ -75,8 +77,8 @@ def phase_from_frames(frames: list[tuple[str, str]]) -> str | None:
             return "startup"
     # Before the first batch the scheduler is still being built: constructors (a workspace or buffer
     # allocated in some `__init__`) and no event-loop frame. At run time every traceback passes the loop.
-    if "__init__" in funcs and not in_loop:
-        return "startup"
+    if not in_loop and ("__init__" in funcs or "run_scheduler_process" in funcs):
+        return "startup"  # the scheduler process died before its loop started
     return None
 
 
