@@ -16,8 +16,8 @@ from helpers.mixed_logs import POOL, mixed_log
 from helpers.paths import FIXTURES
 from sglang_tuning_exporter.core.events import KINDS, Event
 from sglang_tuning_exporter.sources.logfiles import (
-    _may_hold_long_line,
     map_file_parallel,
+    may_hold_long_line,
     read_file_events,
     read_file_parallel,
     split_ranges,
@@ -179,7 +179,7 @@ def test_long_line_check_never_misses(lengths: list[int], limit: int) -> None:
     """The C-level check says True whenever a line is longer than the limit."""
     block = b"".join(b"x" * n + b"\n" for n in lengths)
     if max(lengths) > limit:
-        assert _may_hold_long_line(block, limit)
+        assert may_hold_long_line(block, limit)
 
 
 def test_unreadable_input_is_a_clear_error(tmp_path: Path) -> None:

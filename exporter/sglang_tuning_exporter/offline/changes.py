@@ -35,6 +35,8 @@ from sglang_tuning_exporter.guide.plan import value_text
 from sglang_tuning_exporter.offline import formats as diagnose_formats
 from sglang_tuning_exporter.offline.diagnosis import Diagnosis, FileDiagnosis
 from sglang_tuning_exporter.offline.scanner import Scanner
+from sglang_tuning_exporter.sources.logfiles import LineBlocks
+from sglang_tuning_exporter.sources.tail import MAX_LINE_BYTES
 
 # Where a section starts: a startup's arguments, or arguments changed without a restart.
 MARKS = re.compile(rb"server_args=|Config updated via context override: |Global server args updated! ")
@@ -66,15 +68,7 @@ def _blocks(path: str) -> Iterator[bytes]:
     with open(path, "rb") as fh:
         gz = fh.read(2) == b"\x1f\x8b"
     with (gzip.open(path, "rb") if gz else open(path, "rb")) as f:
-        carry = b""
-        while block := f.read(BLOCK_BYTES):
-            buf = carry + block if carry else block
-            cut = buf.rfind(b"\n") + 1
-            carry = buf[cut:]
-            if cut:
-                yield buf[:cut]
-        if carry:
-            yield carry
+        yield from LineBlocks(f.read, BLOCK_BYTES, MAX_LINE_BYTES)  # an over-long line skipped
 
 
 def _section_pieces(path: str) -> Iterator[bytes | None]:

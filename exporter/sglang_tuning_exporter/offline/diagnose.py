@@ -38,7 +38,7 @@ from sglang_tuning_exporter.offline.diagnosis import (
     last_log_time,
 )
 from sglang_tuning_exporter.offline.scanner import ChunkResult, Scanner, _Job, _scan_range
-from sglang_tuning_exporter.sources.logfiles import sniff, split_ranges
+from sglang_tuning_exporter.sources.logfiles import LineBlocks, sniff, split_ranges
 from sglang_tuning_exporter.sources.logrecords import DEDUP_DISTANCE
 from sglang_tuning_exporter.sources.tail import InputError, special_file
 
@@ -138,7 +138,8 @@ def diagnose_source(source: str, table: CheckTable, cfg: Config, profile: str, w
                              "none of them read (a message this parser does not know; `parse --stats` lists them)",
                              lines=d.lines, elapsed_s=time.perf_counter() - t0)
     if d.fast + d.events == 0:  # no line was an SGLang event or a fast-path sample
-        return FileDiagnosis(source=source, error=f"{source}: no SGLang log lines found in {d.lines} lines",
+        skipped = f" ({d.oversized} over-long, skipped)" if d.oversized else ""
+        return FileDiagnosis(source=source, error=f"{source}: no SGLang log lines found in {d.lines} lines{skipped}",
                              lines=d.lines, elapsed_s=time.perf_counter() - t0)
     out = d.finish(source)
     out.elapsed_s = time.perf_counter() - t0
@@ -163,21 +164,14 @@ def _run_sequential(source: str, plain: bool, d: Diagnosis, progress: Progress, 
 
 
 def _run_blocks(fh: IO[bytes], d: Diagnosis, scanner: Scanner, progress: Progress) -> None:
-    """Blocks of text cut after their last newline, as the parallel workers read a range."""
-    carry = b""
-    done = 0
-    while True:
-        data = fh.read(BLOCK_BYTES)
-        if not data:
-            break
-        buf = carry + data if carry else data
-        cut = buf.rfind(b"\n") + 1
-        carry = buf[cut:]
-        if cut:
-            d.add_chunk(scanner.scan_bytes(buf[:cut], final=False))
-        done += len(data)
-        progress.update(done)
-    d.add_chunk(scanner.scan_bytes(carry, final=True))
+    """Blocks of text cut after their last newline, as the parallel workers read a range (an over-long
+    line skipped and counted: logfiles.LineBlocks)."""
+    blocks = LineBlocks(fh.read, BLOCK_BYTES, scanner.max_line_bytes)
+    for block in blocks:
+        d.add_chunk(scanner.scan_bytes(block, final=False))
+        progress.update(blocks.bytes_read)
+    d.oversized += blocks.oversized
+    d.add_chunk(scanner.scan_bytes(b"", final=True))
 
 
 def _run_parallel(source: str, size: int, d: Diagnosis, workers: int, progress: Progress) -> None:

@@ -109,6 +109,7 @@ class Diagnosis:
         self.last_statuses: dict[Rank, dict[str, str]] = {}  # the latest evaluation's: at the log's end, what the sidecar shows
         self.evaluations = 0
         self.lines = self.events = self.fast = self.unparsed = self.nul = 0
+        self.oversized = 0  # lines longer than the reader's limit, skipped
         self.series = {k: Series(k) for k, _ in diagnose_formats.CHARTS}  # the charts drawn, no more
 
     def _see(self, t: float) -> None:
@@ -208,6 +209,7 @@ class Diagnosis:
         self.fast += chunk.fast
         self.unparsed += chunk.unparsed
         self.nul += chunk.nul_lines
+        self.oversized += chunk.oversized
 
     def finish(self, source: str) -> FileDiagnosis:
         """Evaluate the last (partial) window and build the document."""
@@ -226,7 +228,7 @@ class Diagnosis:
             fd["window"] = {"start": _iso(max(ws, self.first_t or ws)), "end": _iso(min(we, end))}
         doc["source"] = source
         doc["input"] = {"lines": self.lines, "events": self.events, "fast_path_lines": self.fast,
-                        "unparsed": self.unparsed, "evaluations": self.evaluations,
+                        "unparsed": self.unparsed, "oversized_lines": self.oversized, "evaluations": self.evaluations,
                         "time_from_line_order": self.conv.synthetic_time,
                         "window_s": self.cfg.window_s}
         return FileDiagnosis(source=source, document=doc, findings=findings, lines=self.lines, events=self.events,

@@ -33,8 +33,10 @@ from sglang_tuning_exporter.pipeline.signals import SignalParams
 from sglang_tuning_exporter.pipeline.stats import Bucket, FrozenHist, use_freezer
 from sglang_tuning_exporter.pipeline.window import EventKey, Window
 from sglang_tuning_exporter.sources.accel import SCAN
+from sglang_tuning_exporter.sources.logfiles import may_hold_long_line
 from sglang_tuning_exporter.sources.logreader import EventReader, line_at
 from sglang_tuning_exporter.sources.logrecords import MAX_BLOCK_LINES
+from sglang_tuning_exporter.sources.tail import MAX_LINE_BYTES
 
 if SCAN is not None:
     use_freezer(SCAN.freeze_hist)  # the frozen histograms diagnose's workers send, built in C
@@ -68,6 +70,7 @@ class ChunkResult:
     # Stamps more than the tolerance off the latest (either way): the log clock may take them as outliers
     # or move, which only the full path decides as the sidecar does (the parent reads the file again).
     clock_irregular: int = 0
+    oversized: int = 0  # lines longer than the scanner's max_line_bytes: skipped (an empty line instead)
 
 
 def _iso_of(t: float) -> str:
@@ -90,6 +93,7 @@ class Scanner:
         # False: every event goes to the parent, whose log clock times each line (a clock set back),
         # and the accelerator is not used.
         self.use_fast = fast
+        self.max_line_bytes = MAX_LINE_BYTES  # a longer line is skipped and counted (bounded memory)
         self.res = resolution_s
         self.origin = origin_s
         self.usage_good = usage_good
@@ -274,13 +278,27 @@ class Scanner:
         res, unparsed0 = self._begin()
         size = len(data)
         pos = start
+        limit = self.max_line_bytes
         while pos < size:
             cut = data.rfind(b"\n", pos, min(size, pos + _TEXT_BLOCK)) + 1 if pos + _TEXT_BLOCK < size else size
             if cut <= pos:  # a line longer than a block
                 cut = data.find(b"\n", pos) + 1 or size
-            lines = data[pos:cut].decode("utf-8", errors="replace").split("\n")
-            if lines[-1] == "":
-                lines.pop()
+            if cut - pos > limit and may_hold_long_line(data[pos:cut], limit):
+                # Lines past the limit are emptied and counted, as the C reader hands them back.
+                lines = []
+                while pos < cut:
+                    nl = data.find(b"\n", pos, cut)
+                    end = cut if nl < 0 else nl
+                    if end - pos > limit:
+                        res.oversized += 1
+                        lines.append("")
+                    else:
+                        lines.append(data[pos:end].decode("utf-8", errors="replace"))
+                    pos = end + 1
+            else:
+                lines = data[pos:cut].decode("utf-8", errors="replace").split("\n")
+                if lines[-1] == "":
+                    lines.pop()
             self._feed(lines, res)
             pos = cut
         return self._end(res, unparsed0, final)
@@ -305,7 +323,7 @@ class Scanner:
                 pos, n, nd, np_, _, last_t = scan.scan_buckets(data, pos, reader._next, out, groups[0], groups[1],
                                                                 self.res, self.usage_good, *self.band,
                                                                 self._last_t or 0.0, BACKWARD_TOLERANCE_S, self.origin,
-                                                                EARLIEST_PLAUSIBLE, LATEST_PLAUSIBLE)
+                                                                EARLIEST_PLAUSIBLE, LATEST_PLAUSIBLE, self.max_line_bytes)
                 reader._next = n
                 res.fast += nd + np_
                 for e in out:  # retractions, read in C as the reader would (and within the tolerance)
@@ -315,7 +333,12 @@ class Scanner:
                     self._last_t = self._clock.latest
                 if pos >= size:
                     break
-            line, nxt = line_at(data, pos)
+            nl = data.find(b"\n", pos)
+            if (size if nl < 0 else nl) - pos > self.max_line_bytes:
+                res.oversized += 1  # skipped: an empty line in its place (never decoded whole)
+                line, nxt = "", size + 1 if nl < 0 else nl + 1
+            else:
+                line, nxt = line_at(data, pos)
             blk = reader._block
             if blk is not None and (blk.count >= MAX_BLOCK_LINES or not blk.accepts(line)):
                 # The line ends the open record: emit it now, then read the line again.

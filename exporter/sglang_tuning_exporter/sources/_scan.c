@@ -538,6 +538,7 @@ typedef struct {
     double origin;    /* the grid's origin: bucket starts are origin + k * res */
     double earliest, until;  /* timeparse's plausible stamps: [earliest, until) (passed in, no table here) */
     double backward;  /* timeparse.BACKWARD_TOLERANCE_S */
+    Py_ssize_t max_line;  /* a longer line is handed back (Python skips and counts it) */
 } Params;
 
 /* [YYYY-MM-DD HH:MM:SS(.f)] as epoch seconds, as timeparse.event_seconds and the diagnose scanner read
@@ -949,6 +950,7 @@ static int buffer_loop(const char *data, Py_ssize_t size, Py_ssize_t *pos, long 
         Py_ssize_t end = nl ? nl - data : size;
         PyObject *e = NULL, *kind = NULL;
         double t = 0.0;
+        if (P != NULL && end - *pos > P->max_line) break; /* over-long: Python skips and counts it */
         int r = scan_line(data + *pos, end - *pos, *n, &e, &kind, groups, P, &hint, &t);
         if (r == FAIL) return -1;
         if (r == STOP) break;
@@ -987,7 +989,7 @@ static PyObject *scan_buffer(PyObject *self, PyObject *args) {
 }
 
 /* scan_buckets(data, pos, first_line, out, decode_groups, prefill_groups, resolution, usage_good,
- *              band_lo, band_hi[, latest, backward, origin, earliest, until])
+ *              band_lo, band_hi[, latest, backward, origin, earliest, until, max_line])
  *   -> (stop, line, decode, prefill, retract, latest or None)
  * A Decode/Prefill line or retraction stamped more than `backward` seconds before or after `latest` (the
  * latest stamp read, kept across calls by the caller; 0: none) is handed back.
@@ -1007,9 +1009,10 @@ static PyObject *scan_buckets(PyObject *self, PyObject *args) {
     P.origin = 0.0;
     P.earliest = -1e300;
     P.until = 1e300;
-    if (!PyArg_ParseTuple(args, "y*nLO!O!O!dddd|ddddd", &buf, &pos, &n, &PyList_Type, &out, &PyDict_Type,
+    P.max_line = PY_SSIZE_T_MAX;
+    if (!PyArg_ParseTuple(args, "y*nLO!O!O!dddd|dddddn", &buf, &pos, &n, &PyList_Type, &out, &PyDict_Type,
                           &groups[0], &PyDict_Type, &groups[1], &P.res, &P.usage_good, &P.band_lo, &P.band_hi,
-                          &latest, &P.backward, &P.origin, &P.earliest, &P.until))
+                          &latest, &P.backward, &P.origin, &P.earliest, &P.until, &P.max_line))
         return NULL;
     if (!ready() || !columns_ready || !(P.res > 0.0)) {
         if (!PyErr_Occurred())

@@ -29,7 +29,7 @@ _CUT = re.compile(rb"\n\[\d")  # a `[2025-...` record head: no open record conti
 _CUT_PROBE = 1 << 20
 
 
-def _may_hold_long_line(block: bytes, limit: int) -> bool:
+def may_hold_long_line(block: bytes, limit: int) -> bool:
     """False only when no line of `block` is longer than `limit` bytes (checked in C).
 
     A longer line covers a whole aligned window of limit/2 bytes, so it is enough that every such
@@ -41,6 +41,58 @@ def _may_hold_long_line(block: bytes, limit: int) -> bool:
         return True
     find = block.find
     return any(find(b"\n", a, a + half) < 0 for a in range(0, len(block), half))
+
+
+class LineBlocks:
+    """Blocks of whole lines read from `read` (the last may lack its newline). A line longer than
+    `max_line_bytes` is skipped, an empty line in its place (line numbers hold), and counted in
+    `oversized`: memory stays a block and a line, time linear in the input (a gzip bomb of NULs, one
+    endless line, used to be concatenated block after block)."""
+
+    def __init__(self, read: Callable[[int], bytes], block_bytes: int, max_line_bytes: int) -> None:
+        self.read, self.block_bytes, self.max_line_bytes = read, block_bytes, max_line_bytes
+        self.oversized = 0
+        self.bytes_read = 0
+
+    def __iter__(self) -> Iterator[bytes]:
+        carry = b""
+        skipping = False  # inside an over-long line, up to its newline
+        limit = self.max_line_bytes
+        while data := self.read(self.block_bytes):
+            self.bytes_read += len(data)
+            if skipping:
+                nl = data.find(b"\n")
+                if nl < 0:
+                    continue
+                data = data[nl + 1:]
+                skipping = False
+                yield b"\n"
+            buf = carry + data if carry else data
+            cut = buf.rfind(b"\n") + 1
+            carry = buf[cut:]
+            if cut:
+                yield self._capped(buf[:cut]) if may_hold_long_line(buf[:cut], limit) else buf[:cut]
+            if len(carry) > limit:
+                carry, skipping = b"", True
+                self.oversized += 1
+        if carry:
+            yield carry
+        elif skipping:
+            yield b"\n"  # the over-long last line, unterminated: still a line (skipped)
+
+    def _capped(self, block: bytes) -> bytes:
+        """`block` (whole lines) with each line longer than the limit emptied and counted."""
+        out: list[bytes] = []
+        pos, find, limit = 0, block.find, self.max_line_bytes
+        while pos < len(block):
+            nl = find(b"\n", pos)
+            if nl - pos > limit:
+                out.append(b"\n")
+                self.oversized += 1
+            else:
+                out.append(block[pos:nl + 1])
+            pos = nl + 1
+        return b"".join(out)
 
 
 def _stream_events(read: Callable[[int], bytes], reader: EventReader, max_line_bytes: int,
@@ -55,7 +107,7 @@ def _stream_events(read: Callable[[int], bytes], reader: EventReader, max_line_b
             break
         buf = carry + data if carry else data
         cut = buf.rfind(b"\n")
-        if cut < 0 or _may_hold_long_line(buf[:cut], max_line_bytes) or len(buf) - cut - 1 > max_line_bytes:
+        if cut < 0 or may_hold_long_line(buf[:cut], max_line_bytes) or len(buf) - cut - 1 > max_line_bytes:
             if cut < 0 and len(buf) <= max_line_bytes:
                 carry = buf
                 continue
