@@ -540,3 +540,29 @@ def test_runtime_changes_from_the_real_format_strings() -> None:
         elif "not supported" in fmt:
             assert e.fields["reason"] == "not_supported"
     assert parse_line(prefix + "Config updated via context override: {}", 9).fields == {"updated": {}}
+
+
+@pytest.mark.parametrize(("message", "fields"), [
+    ("Chunked prefill is disabled because --enable-mis is set.", {"features": ["chunked_prefill"]}),
+    ("Mixed chunked prefill is disabled because of using eagle speculative decoding.", {"features": ["mixed_chunk"]}),
+    ("Radix cache and chunked prefill are disabled for a decision checkpoint with noncausal full attention.",
+     {"features": ["chunked_prefill", "radix_cache"]}),
+    ("Mixed chunk and radix cache are disabled when using dual-chunk flash attention backend",
+     {"features": ["mixed_chunk", "radix_cache"]}),
+    ("KV cache is forced as chunk cache for decode server", {"features": ["radix_cache"]}),
+    ("HRM-Text (prefix_lm) detected: forcing --attention-backend triton, --chunked-prefill-size -1, "
+     "--disable-radix-cache, and --disable-cuda-graph for correctness of the bidirectional prompt attention.",
+     {"features": ["chunked_prefill", "radix_cache"]}),
+    ("DP attention is enabled. chunked prefill size is adjusted from 8192 to 2048.",
+     {"setting": "chunked_prefill_size", "from": 8192, "to": 2048}),
+    ("Rounding --chunked-prefill-size up from 1000 to 1024 (a multiple of page_size = 64) for KV sharding.",
+     {"setting": "chunked_prefill_size", "from": 1000, "to": 1024, "page_size": 64}),
+])
+def test_a_setting_sglang_forces_is_read_with_why(message: str, fields: dict[str, Any]) -> None:
+    """SGLang switching chunked prefill, mixed chunks or the radix cache off (or resizing the chunk) itself,
+    0.5.15-0.5.23's own wording: `setting_forced` with what and SGLang's reason."""
+    e = parse_line("[2026-11-28 10:00:00 TP0] " + message, 3)
+    assert e is not None and e.kind == "setting_forced" and e.rank == {"tp": 0}
+    assert e.fields == {**fields, "reason": message}
+    graph = parse_line("[2026-11-28 10:00:00 TP0] Cuda graph is disabled because deepep_mode=`normal`", 4)
+    assert graph is None or graph.kind != "setting_forced"  # CUDA graphs are the OOM/graph family's

@@ -25,10 +25,14 @@ CUDA_GRAPH_DISABLED = "cuda_graph_disabled"
 SERVER_ARGS_UPDATE = "server_args_update"
 # `Updating {key} is not supported.` / `... is rejected because ...`: fields.key, reason (value, valid_max)
 SERVER_ARGS_REJECTED = "server_args_rejected"
+# SGLang switching a scheduler feature off or resizing it itself, whatever was asked (`Chunked prefill is
+# disabled because ...`, `Radix cache is disabled for ...`, `chunked prefill size is adjusted from X to Y`):
+# fields.features (chunked_prefill, mixed_chunk, radix_cache), reason; or setting, to (from)
+SETTING_FORCED = "setting_forced"
 # Every kind the parser emits (parse --kind is checked against it).
 KINDS = (DECODE, PREFILL, RETRACT, STARTUP_MEMORY, SERVER_ARGS, OOM, ERROR, CUDA_GRAPH_CAPTURE,
          MAX_RUNNING_REDUCED, VERSION, STARTUP_TIMINGS, SERVER_READY, CUDA_GRAPH_DISABLED, SERVER_ARGS_UPDATE,
-         SERVER_ARGS_REJECTED)
+         SERVER_ARGS_REJECTED, SETTING_FORCED)
 
 
 class _EventRecord(NamedTuple):

@@ -28,7 +28,7 @@ enum { SKIP = 0, EMIT = 1, STOP = 2, FAIL = -1 };
 
 #define MAX_KEYS 128
 #define MAX_KEY_LEN 64
-#define MAX_MARKERS 64
+#define MAX_MARKERS 128 /* logparse.dispatch_markers(): the batch heads, every dispatch gate, UNREAD_MARKERS */
 #define MAX_MARKER_LEN 64
 #define N_RANKS 6
 #define N_POOLS 4

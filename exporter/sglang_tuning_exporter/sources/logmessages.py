@@ -429,6 +429,44 @@ def _runtime_update(s: str, n: int) -> _Result:
     return _event(n, ev.SERVER_ARGS_REJECTED, s[:m.start()], fields)
 
 
+# SGLang switching chunked prefill, mixed chunks or the radix cache off itself (server_args / arg_groups hooks,
+# 0.5.15-0.5.23), or resizing the chunk: the rules about them are moot or judged on SGLang's value.
+_FEATURE_WORDS = (("chunked prefill", "chunked_prefill"), ("mixed chunk", "mixed_chunk"),
+                  ("chunked-prefill-size -1", "chunked_prefill"), ("turn off --chunked-prefill-size", "chunked_prefill"),
+                  ("radix cache", "radix_cache"), ("disable-radix-cache", "radix_cache"),
+                  ("forced as chunk cache", "radix_cache"))
+_FORCED = re.compile(r"(?i)(?:mixed chunk(?:ed prefill)?|chunked prefill|radix cache)(?: and (?:mixed chunk|chunked prefill"
+                     r"|radix cache))? (?:is|are) disabled\b|disabling radix cache and chunked prefill|without radix cache, "
+                     r"chunked prefill|forcing [^\n]{0,80}?--chunked-prefill-size -1|Automatically turn off "
+                     r"--chunked-prefill-size|KV cache is forced as chunk cache")
+_PAGE_SIZE = re.compile(r"page_size = (\d+)")
+_RESIZED = re.compile(r"(?i)chunked prefill size is adjusted (?:from (\d+) )?to (\d+)"
+                      r"|Rounding --chunked-prefill-size up from (\d+) to (\d+)")
+
+
+def _forced(s: str, n: int) -> _Result:
+    m = _RESIZED.search(s)
+    fields: dict[str, Any]
+    if m is not None:
+        before, after = (m.group(1), m.group(2)) if m.group(2) is not None else (m.group(3), m.group(4))
+        fields = {"setting": "chunked_prefill_size", "to": int(after)}
+        if before is not None:
+            fields["from"] = int(before)
+        page = _PAGE_SIZE.search(s, m.end())
+        if page is not None:
+            fields["page_size"] = int(page.group(1))
+    else:
+        m = _FORCED.search(s)
+        if m is None:
+            return None
+        low = s[m.start():].lower().replace("mixed chunked prefill", "mixed chunk")
+        fields = {"features": list(dict.fromkeys(f for word, f in _FEATURE_WORDS if word in low))}
+    at = s.rfind("] ", 0, m.start() + 1)  # the message starts after SGLang's (or a decoration's) `] `
+    at = at + 2 if at >= 0 else 0
+    fields["reason"] = s[at:].strip()
+    return _event(n, ev.SETTING_FORCED, s[:at], fields)
+
+
 _VERSION = re.compile(
     r"(?i)\bsglang(?:==| version:? ?v?|_version[=:] ?v?|:v| v)(\d+\.\d+(?:\.\d+)?(?:\.?post\d+|rc\d+|\.dev\d+)?)\b")
 
