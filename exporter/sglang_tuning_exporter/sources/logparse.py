@@ -35,7 +35,6 @@ from sglang_tuning_exporter.sources.logmessages import (
     _capture,
     _dsv4,
     _error,
-    _forced,
     _graph_warner,
     _init_dist,
     _kv_cache,
@@ -45,12 +44,12 @@ from sglang_tuning_exporter.sources.logmessages import (
     _prefill_graph_off,
     _ready,
     _retract,
-    _runtime_update,
     _server_args,
     _summary,
     _timings,
     _version,
 )
+from sglang_tuning_exporter.sources.logsettings import _forced, _runtime_update
 
 # ---------------------------------------------------------------------------------------------
 # Handlers: each returns an Event, None (not its line) or UNPARSED (its head, unreadable body).
