@@ -24,6 +24,7 @@ from sglang_tuning_exporter.sidecar.collector import BuildInfo, TuningCollector,
 from sglang_tuning_exporter.sidecar.state import LiveState
 from sglang_tuning_exporter.sidecar.web import WebApp, start_http
 from sglang_tuning_exporter.sidecar.webconfig import (
+    AuthBusy,
     BasicAuth,
     TLSConfig,
     WebConfig,
@@ -142,8 +143,7 @@ def test_basic_auth_checks() -> None:
     assert BasicAuth(()).check(None)  # no users configured: open, as without a web config
 
 
-def test_basic_auth_caches_successes_only(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A repeated good login skips bcrypt; failures always pay for bcrypt (unknown users too)."""
+def _count_bcrypt(monkeypatch: pytest.MonkeyPatch) -> list[bytes]:
     calls: list[bytes] = []
     real = bcrypt.checkpw
 
@@ -152,12 +152,60 @@ def test_basic_auth_caches_successes_only(monkeypatch: pytest.MonkeyPatch) -> No
         return real(password, hashed)
 
     monkeypatch.setattr(bcrypt, "checkpw", counting)
+    return calls
+
+
+def test_basic_auth_caches_results(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A repeated good login skips bcrypt, and so does a repeated bad one: 100 identical bad attempts
+    (known or unknown user) cost one bcrypt each, not 100; a new password pays again."""
+    calls = _count_bcrypt(monkeypatch)
     auth = BasicAuth((("alice", ALICE_HASH.encode()),))
     assert auth.check(_basic("alice", "s3cret")) and auth.check(_basic("alice", "s3cret"))
     assert len(calls) == 1
-    assert not auth.check(_basic("alice", "nope")) and not auth.check(_basic("alice", "nope"))
-    assert not auth.check(_basic("mallory", "s3cret"))
+    for _ in range(100):
+        assert not auth.check(_basic("alice", "nope"))
+        assert not auth.check(_basic("mallory", "s3cret"))
+    assert len(calls) == 3
+    assert not auth.check(_basic("alice", "nope2"))
     assert len(calls) == 4
+    assert auth.check(_basic("alice", "s3cret")) and len(calls) == 4  # the good entry was not pushed out
+
+
+def test_basic_auth_cache_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Distinct bad passwords fill a bounded cache (oldest out), never memory without end."""
+    calls = _count_bcrypt(monkeypatch)
+    auth = BasicAuth((("alice", ALICE_HASH.encode()),), cache_size=4)
+    for i in range(10):
+        assert not auth.check(_basic("alice", f"bad{i}"))
+    assert auth.cached() == 4 and len(calls) == 10
+    assert not auth.check(_basic("alice", "bad0"))  # pushed out: pays again
+    assert len(calls) == 11
+
+
+def test_bcrypt_runs_one_at_a_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A flood of new passwords gets one bcrypt at a time: while one runs, another new password waits at
+    most `busy_wait_s` and is then refused as busy (HTTP 429); cached answers are not held up."""
+    auth = BasicAuth((("alice", ALICE_HASH.encode()),), busy_wait_s=0.05)
+    assert auth.check(_basic("alice", "s3cret"))  # cached before the flood
+    entered, release = threading.Event(), threading.Event()
+
+    def stuck(password: bytes, hashed: bytes) -> bool:
+        entered.set()
+        release.wait(10)
+        return False
+
+    monkeypatch.setattr(bcrypt, "checkpw", stuck)
+    first = threading.Thread(target=auth.check, args=(_basic("alice", "guess1"),))
+    first.start()
+    try:
+        assert entered.wait(10)
+        with pytest.raises(AuthBusy):
+            auth.check(_basic("alice", "guess2"))
+        assert auth.check(_basic("alice", "s3cret"))  # from the cache, while bcrypt is busy
+    finally:
+        release.set()
+        first.join(10)
+    assert not auth.check(_basic("alice", "guess1"))  # cached failure, no bcrypt
 
 
 # --- real servers on 127.0.0.1 -------------------------------------------------------------------

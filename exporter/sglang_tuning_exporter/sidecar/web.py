@@ -26,6 +26,7 @@ from sglang_tuning_exporter.sidecar.collector import TUNING_ARGS, BuildInfo, enc
 from sglang_tuning_exporter.sidecar.httpserver import BoundedHTTPServer, TimedRequestHandler
 from sglang_tuning_exporter.sidecar.state import SOURCES, Snapshot
 from sglang_tuning_exporter.sidecar.webconfig import (
+    AuthBusy,
     BasicAuth,
     TLSHTTPServer,
     WebConfig,
@@ -202,6 +203,8 @@ def make_handler(app: WebApp, web: WebConfig | None = None) -> type[BaseHTTPRequ
                     resp = Response(401, "text/plain; charset=utf-8", b"Unauthorized\n")
                 else:
                     resp = app.handle(method, self.path)
+            except AuthBusy:  # bcrypt busy with other new credentials (a flood?): try again shortly
+                resp = Response(429, "text/plain; charset=utf-8", b"Too many authentication attempts\n")
             except Exception:  # never let one bad request kill the serving thread silently
                 log.exception("request %s failed", self.path)
                 resp = Response(500, "text/plain; charset=utf-8", b"internal error\n")
@@ -210,6 +213,8 @@ def make_handler(app: WebApp, web: WebConfig | None = None) -> type[BaseHTTPRequ
             self.send_header("Content-Type", resp.content_type)
             if resp.status == 401:
                 self.send_header("WWW-Authenticate", 'Basic realm="sglang-tuning-exporter"')
+            if resp.status == 429:
+                self.send_header("Retry-After", "1")
             if resp.status == 200 and urlsplit(self.path).path == app.telemetry_path:
                 self.send_header("Vary", "Accept-Encoding")
                 if accepts_gzip(self.headers.get("Accept-Encoding")):

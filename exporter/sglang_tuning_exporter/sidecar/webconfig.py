@@ -274,24 +274,43 @@ def needs_auth(path: str) -> bool:
     return path.split("?", 1)[0] not in PROBE_PATHS
 
 
-class BasicAuth:
-    """Checks `Authorization: Basic` against bcrypt hashes in constant time; caches recent successes."""
+class AuthBusy(Exception):
+    """bcrypt is busy with other new credentials: answer 429, do not queue (a flood must not take the CPU)."""
 
-    def __init__(self, users: tuple[tuple[str, bytes], ...], cache_size: int = 100) -> None:
+
+class BasicAuth:
+    """Checks `Authorization: Basic` against bcrypt hashes in constant time.
+
+    bcrypt is slow on purpose (about 60 ms at cost 10), so an unauthenticated client could burn the
+    CPU with it. Two bounds: results, good and bad, are cached (a bounded LRU keyed by a SHA-256 of
+    user, password and hash), so repeating the same credentials costs one bcrypt; and bcrypt runs
+    one check at a time: a new credential that waits more than `busy_wait_s` for it raises AuthBusy.
+    """
+
+    def __init__(self, users: tuple[tuple[str, bytes], ...], cache_size: int = 1024,
+                 busy_wait_s: float = 1.0) -> None:
         self._users = users
         # A hash to burn the same bcrypt time on for unknown users, so timing does not reveal names.
         self._dummy = users[0][1] if users else b""
-        self._cache: OrderedDict[bytes, None] = OrderedDict()
+        self._cache: OrderedDict[bytes, bool] = OrderedDict()
         self._cache_size = cache_size
         self._lock = threading.Lock()
+        self._bcrypt = threading.Lock()  # one bcrypt at a time: a flood gets one core at most
+        self._busy_wait_s = busy_wait_s
 
     @property
     def enabled(self) -> bool:
         """Whether any user is configured (else every request is allowed)."""
         return bool(self._users)
 
+    def cached(self) -> int:
+        """How many credentials' results are cached."""
+        with self._lock:
+            return len(self._cache)
+
     def check(self, authorization: str | None) -> bool:
-        """True when the header carries a configured user's password (always True with no users)."""
+        """True when the header carries a configured user's password (always True with no users);
+        raises AuthBusy when new credentials would wait too long for bcrypt."""
         if not self._users:
             return True
         creds = _basic_credentials(authorization)
@@ -305,21 +324,34 @@ class BasicAuth:
                 hashed, found = candidate, True
         # bcrypt itself only looks at 72 bytes: the cache key covers the whole password.
         key = hashlib.sha256(b"\0".join((user.encode(), password.encode(), hashed))).digest()
-        with self._lock:
-            if found and key in self._cache:
-                self._cache.move_to_end(key)
-                return True
+        known = self._cached(key)
+        if known is not None:
+            return known
+        if not self._bcrypt.acquire(timeout=self._busy_wait_s):
+            raise AuthBusy
         try:
-            ok = bcrypt.checkpw(password.encode(), hashed)
-        except ValueError:
-            ok = False
+            known = self._cached(key)  # another thread may have checked the same credentials meanwhile
+            if known is not None:
+                return known
+            try:
+                ok = bcrypt.checkpw(password.encode(), hashed)
+            except ValueError:
+                ok = False
+        finally:
+            self._bcrypt.release()
         ok = ok and found and len(password.encode()) <= 72  # longer passwords would match on a prefix
-        if ok:
-            with self._lock:
-                self._cache[key] = None
-                while len(self._cache) > self._cache_size:
-                    self._cache.popitem(last=False)
+        with self._lock:
+            self._cache[key] = ok
+            while len(self._cache) > self._cache_size:
+                self._cache.popitem(last=False)
         return ok
+
+    def _cached(self, key: bytes) -> bool | None:
+        with self._lock:
+            known = self._cache.get(key)
+            if known is not None:
+                self._cache.move_to_end(key)
+            return known
 
 
 def _basic_credentials(authorization: str | None) -> tuple[str, str] | None:
