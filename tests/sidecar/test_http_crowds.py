@@ -1,27 +1,32 @@
-"""A crowd of clients must not freeze or bloat the sidecar's HTTP server (issue 17).
+"""A crowd of clients must not freeze or bloat the sidecar's HTTP server (issues 17 and 23).
 
-Connection floods on 127.0.0.1 only, bounded in count (at most 200 sockets) and time (every socket has
-a timeout, every test a few seconds), against the real server with short timeouts.
+Connection floods on 127.0.0.1 only, bounded in count (at most 200 sockets per test) and time (every
+socket has a timeout, every test a few seconds), against the real server.
 """
 
 from __future__ import annotations
 
 import errno
 import logging
+import shutil
 import socket
+import ssl
 import threading
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import pytest
 
 from helpers.hostile_sglang import wait_port_closed
+from helpers.tlscerts import self_signed
 from sglang_tuning_exporter.core import limits
 from sglang_tuning_exporter.sidecar.collector import BuildInfo, TuningCollector, make_registry
 from sglang_tuning_exporter.sidecar.httpserver import BoundedHTTPServer
 from sglang_tuning_exporter.sidecar.state import LiveState
-from sglang_tuning_exporter.sidecar.web import WebApp, make_handler
+from sglang_tuning_exporter.sidecar.web import WebApp, make_handler, start_http
+from sglang_tuning_exporter.sidecar.webconfig import TLSConfig, WebConfig
 
 LOOPBACK = "127.0.0.1"
 
@@ -151,3 +156,175 @@ def test_out_of_file_descriptors_pauses_the_accept_loop(caplog: pytest.LogCaptur
     msgs = [r.getMessage() for r in caplog.records if r.name == "sglang_tuning_exporter.http"]
     assert len(msgs) == 1 and "Too many open files" in msgs[0]
     assert all(r.exc_info is None for r in caplog.records)
+
+
+# --- issue 23: idle sockets and stalled handshakes must not take /metrics offline ---------------------
+def _serve(web: WebConfig | None = None) -> Iterator[BoundedHTTPServer]:
+    """The sidecar's own server as `serve` starts it (start_http, default bounds)."""
+    srv, thread = start_http(_app(), LOOPBACK, 0, web)
+    yield srv
+    srv.shutdown()
+    srv.server_close()
+    thread.join(timeout=5)
+
+
+@pytest.fixture
+def real_server() -> Iterator[BoundedHTTPServer]:
+    yield from _serve()
+
+
+@pytest.fixture(scope="module")
+def tls_files(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    if shutil.which("openssl") is None:
+        pytest.skip("openssl is not installed: cannot make a test certificate")
+    return self_signed(tmp_path_factory.mktemp("certs"), "server")
+
+
+@pytest.fixture
+def tls_server(tls_files: tuple[Path, Path]) -> Iterator[BoundedHTTPServer]:
+    yield from _serve(WebConfig(tls=TLSConfig(cert_file=tls_files[0], key_file=tls_files[1])))
+
+
+def _open_idle(port: int, count: int, first_bytes: bytes = b"") -> list[socket.socket]:
+    socks = []
+    for _ in range(count):
+        s = socket.create_connection((LOOPBACK, port), timeout=5)
+        if first_bytes:
+            s.sendall(first_bytes)
+        socks.append(s)
+    return socks
+
+
+def test_200_idle_connections_leave_metrics_answering(real_server: BoundedHTTPServer) -> None:
+    """200 connections that never send a byte (the default server, 64 threads before): /metrics and
+    /-/healthy still answer, each in under a second."""
+    port = real_server.server_address[1]
+    idle = _open_idle(port, 200)
+    try:
+        for path in ("/metrics", "/-/healthy", "/metrics"):
+            start = time.monotonic()
+            assert _get(port, path, timeout=1.0).startswith(b"HTTP/1.1 200"), path
+            assert time.monotonic() - start < 1.0
+    finally:
+        for s in idle:
+            s.close()
+
+
+def test_200_stalled_tls_handshakes_leave_metrics_answering(tls_server: BoundedHTTPServer,
+                                                            tls_files: tuple[Path, Path]) -> None:
+    """200 TLS clients that stall in the handshake (half silent, half after the first 5 bytes of a
+    ClientHello): an HTTPS /metrics still answers in under a second."""
+    port = tls_server.server_address[1]
+    stalled = _open_idle(port, 100) + _open_idle(port, 100, b"\x16\x03\x01\x02\x00")
+    ctx = ssl.create_default_context(cafile=str(tls_files[0]))
+    try:
+        for path in ("/metrics", "/-/healthy"):
+            start = time.monotonic()
+            with socket.create_connection((LOOPBACK, port), timeout=1.0) as raw, \
+                    ctx.wrap_socket(raw, server_hostname="localhost") as s:
+                s.sendall(f"GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n".encode())
+                answer = b""
+                while data := s.recv(65536):
+                    answer += data
+            assert answer.startswith(b"HTTP/1.1 200"), path
+            assert time.monotonic() - start < 1.0
+    finally:
+        for s in stalled:
+            s.close()
+
+
+def test_a_stalled_handshake_is_closed_at_the_header_timeout(tls_files: tuple[Path, Path]) -> None:
+    """A client that never finishes its handshake is closed after the header timeout."""
+    srv = BoundedHTTPServer((LOOPBACK, 0), make_handler(_app()), header_timeout_s=0.3,
+                            ssl_context=_server_context(tls_files))
+    thread = threading.Thread(target=srv.serve_forever, daemon=True)
+    thread.start()
+    try:
+        with socket.create_connection((LOOPBACK, srv.server_address[1]), timeout=5) as s:
+            s.sendall(b"\x16\x03\x01\x02\x00")
+            start = time.monotonic()
+            assert wait_port_closed(s, 5.0)
+            assert time.monotonic() - start < 2.0
+    finally:
+        srv.shutdown()
+        srv.server_close()
+
+
+def _server_context(files: tuple[Path, Path]) -> ssl.SSLContext:
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.load_cert_chain(str(files[0]), str(files[1]))
+    return ctx
+
+
+def test_at_the_bound_the_longest_idle_connection_makes_room(monkeypatch: pytest.MonkeyPatch) -> None:
+    """max_connections idle sockets held open (timeouts far away): a new client is still answered,
+    because the connection idle longest is closed for it."""
+    monkeypatch.setattr(limits, "EVICT_IDLE_AFTER_S", 0.0)
+    srv = BoundedHTTPServer((LOOPBACK, 0), make_handler(_app()), max_connections=16, header_timeout_s=60,
+                            idle_timeout_s=60)
+    thread = threading.Thread(target=srv.serve_forever, daemon=True)
+    thread.start()
+    port = srv.server_address[1]
+    idle = _open_idle(port, 40)
+    try:
+        start = time.monotonic()
+        assert _get(port, "/-/healthy", timeout=2.0).startswith(b"HTTP/1.1 200")
+        assert time.monotonic() - start < 1.0
+        assert srv.evictions >= 1
+        assert wait_port_closed(idle[0], 2.0)  # the oldest went first
+    finally:
+        for s in idle:
+            s.close()
+        srv.shutdown()
+        srv.server_close()
+
+
+# --- request bodies and heads ------------------------------------------------------------------
+def _exchange(port: int, data: bytes) -> bytes:
+    """Send `data` on one connection and read until the server closes it."""
+    with socket.create_connection((LOOPBACK, port), timeout=5) as s:
+        s.sendall(data)
+        out = b""
+        while chunk := s.recv(65536):
+            out += chunk
+    return out
+
+
+SMUGGLED = b"GET /-/healthy HTTP/1.1\r\nHost: x\r\n\r\n"
+
+
+@pytest.mark.parametrize("method", ["POST", "GET"])
+def test_a_request_body_is_never_read_as_the_next_request(server: BoundedHTTPServer, method: str) -> None:
+    """A body holding a valid request, on a kept-alive connection: skipped, not answered; the
+    next real request gets the next answer."""
+    data = (f"{method} /nope HTTP/1.1\r\nHost: x\r\nContent-Length: {len(SMUGGLED)}\r\n\r\n".encode()
+            + SMUGGLED + b"GET /-/ready HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+    out = _exchange(server.server_address[1], data)
+    assert out.count(b"HTTP/1.1 ") == 2, out
+    first = b"HTTP/1.1 405" if method == "POST" else b"HTTP/1.1 404"
+    assert out.startswith(first) and b"\r\n\r\nOK\n" not in out and out.endswith(b"Ready\n"), out
+
+
+@pytest.mark.parametrize("framing", [b"Transfer-Encoding: chunked\r\n", b"Content-Length: 999999999\r\n",
+                                     b"Content-Length: 5\r\nContent-Length: 6\r\n", b"Content-Length: -1\r\n",
+                                     b"Expect: 100-continue\r\nContent-Length: 5\r\n"])
+def test_a_body_we_would_not_skip_closes_the_connection(server: BoundedHTTPServer, framing: bytes) -> None:
+    """Chunked, oversized, ambiguous or 100-continue bodies: one answer, then the connection closes (its
+    bytes are never parsed as a request)."""
+    body = b"5\r\n" + SMUGGLED if b"chunked" in framing else SMUGGLED
+    out = _exchange(server.server_address[1], b"POST / HTTP/1.1\r\nHost: x\r\n" + framing + b"\r\n" + body)
+    assert out.count(b"HTTP/1.1 ") == 1 and b"Connection: close" in out, out
+
+
+def test_pipelined_requests_are_answered_in_order(server: BoundedHTTPServer) -> None:
+    """Two requests in one packet: two answers, in order."""
+    out = _exchange(server.server_address[1], b"GET /-/healthy HTTP/1.1\r\nHost: x\r\n\r\n"
+                    b"GET /-/ready HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+    assert out.count(b"HTTP/1.1 200") == 2 and out.index(b"OK\n") < out.index(b"Ready\n"), out
+
+
+def test_an_oversized_request_head_is_refused(server: BoundedHTTPServer) -> None:
+    """A head past MAX_REQUEST_HEAD_BYTES without its blank line: 431, closed."""
+    head = b"GET / HTTP/1.1\r\nX-Big: " + b"a" * (limits.MAX_REQUEST_HEAD_BYTES + 10)
+    out = _exchange(server.server_address[1], head)
+    assert out.startswith(b"HTTP/1.1 431"), out[:100]

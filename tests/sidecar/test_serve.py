@@ -6,6 +6,7 @@ import argparse
 import json
 import logging
 import re
+import resource
 import threading
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
@@ -19,7 +20,14 @@ from sglang_tuning_exporter.core.events import Event
 from sglang_tuning_exporter.core.flags import duration_flag as parse_duration
 from sglang_tuning_exporter.core.model import Finding, Observation, Rank, ServerState
 from sglang_tuning_exporter.sidecar.engine import Advisor, LogInput
-from sglang_tuning_exporter.sidecar.serve import JsonFormatter, LogfmtFormatter, Loop, build_sidecar, make_web
+from sglang_tuning_exporter.sidecar.serve import (
+    JsonFormatter,
+    LogfmtFormatter,
+    Loop,
+    build_sidecar,
+    make_web,
+    serve_http,
+)
 from sglang_tuning_exporter.sidecar.serveconfig import (
     ServeConfigError,
     add_serve_flags,
@@ -550,3 +558,38 @@ def test_a_gzip_or_device_log_file_is_refused_at_start(tmp_path: Path) -> None:
         with pytest.raises(ServeConfigError) as exc:
             build_config(_args("--sglang.log-file", path))
         assert [p for p in exc.value.problems if why in p], exc.value.problems
+
+
+def test_web_bounds_flags(monkeypatch: pytest.MonkeyPatch) -> None:
+    """--web.max-connections and the three timeouts (and their env mirrors) reach the HTTP server."""
+    monkeypatch.setenv("SGLANG_TUNING_WEB_IDLE_TIMEOUT", "3s")
+    cfg = build_config(_args("--sglang.url", "http://127.0.0.1:30000", "--web.max-connections", "100",
+                             "--web.header-timeout", "2s", "--web.write-timeout", "1m",
+                             "--web.listen-address", "127.0.0.1:0"))
+    assert (cfg.web_max_connections, cfg.web_idle_timeout_s, cfg.web_header_timeout_s,
+            cfg.web_write_timeout_s) == (100, 3.0, 2.0, 60.0)
+    app = make_web(cfg, build_sidecar(cfg), lambda: 0.0, process_metrics=False)
+    server, thread = serve_http(cfg, app)
+    try:
+        assert (server.max_connections, server.idle_timeout_s, server.header_timeout_s,
+                server.write_timeout_s) == (100, 3.0, 2.0, 60.0)
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(5)
+
+
+def test_web_bounds_flags_problems() -> None:
+    """Bad bounds are listed with the other problems; more connections than file descriptors too."""
+    soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    too_many = "1000000000" if soft == resource.RLIM_INFINITY else str(soft)
+    for argv, needle in ((("--web.max-connections", "0"), "at least 1"),
+                         (("--web.max-connections", "lots"), "not an integer"),
+                         (("--web.idle-timeout", "never"), "--web.idle-timeout"),
+                         (("--web.header-timeout", "0s"), "--web.header-timeout"),
+                         (("--web.max-connections", too_many), "file descriptors")):
+        if needle == "file descriptors" and soft == resource.RLIM_INFINITY:
+            continue  # no limit to exceed
+        with pytest.raises(ServeConfigError) as err:
+            build_config(_args("--sglang.url", "http://127.0.0.1:30000", *argv))
+        assert len(err.value.problems) == 1 and needle in err.value.problems[0], err.value.problems

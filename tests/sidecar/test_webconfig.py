@@ -18,6 +18,7 @@ import bcrypt
 import pytest
 
 from helpers.netutil import announced_port, free_port, stop_process
+from helpers.tlscerts import self_signed
 from sglang_tuning_exporter import cli
 from sglang_tuning_exporter.core.model import Observation, Rank
 from sglang_tuning_exporter.sidecar.collector import BuildInfo, TuningCollector, make_registry
@@ -218,26 +219,14 @@ def _app() -> WebApp:
                   ready=lambda: True, build=BUILD)
 
 
-def _openssl(*args: str) -> None:
-    subprocess.run(["openssl", *args], check=True, capture_output=True, timeout=60)
-
-
-def _self_signed(directory: Path, name: str) -> tuple[Path, Path]:
-    cert, key = directory / f"{name}.crt", directory / f"{name}.key"
-    _openssl("req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
-             "-keyout", str(key), "-out", str(cert), "-days", "2", "-subj", f"/CN={name}",
-             "-addext", "subjectAltName=IP:127.0.0.1,DNS:localhost")
-    return cert, key
-
-
 @pytest.fixture(scope="module")
 def certs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """A server and a client self-signed certificate (each its own CA), made with Debian's openssl."""
     if shutil.which("openssl") is None:
         pytest.skip("openssl is not installed: cannot make test certificates")
     d = tmp_path_factory.mktemp("certs")
-    server_cert, server_key = _self_signed(d, "server")
-    client_cert, client_key = _self_signed(d, "client")
+    server_cert, server_key = self_signed(d, "server")
+    client_cert, client_key = self_signed(d, "client")
     return {"server_cert": server_cert, "server_key": server_key, "client_cert": client_cert,
             "client_key": client_key, "dir": d}
 

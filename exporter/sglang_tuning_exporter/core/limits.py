@@ -24,11 +24,15 @@ MAX_SERVER_ARGS = 1024
 MAX_JSON_DEPTH_HINT = "nested too deeply"  # the reason a server-info document hit the decoder's recursion
 
 # --- our HTTP server ---------------------------------------------------------------------------
-LISTEN_BACKLOG = 512  # pending connections the kernel holds while every worker is busy
-MAX_CONNECTIONS = 64  # connections served at once; more wait in the backlog
+LISTEN_BACKLOG = 512  # pending connections the kernel holds while we hold MAX_CONNECTIONS
+MAX_CONNECTIONS = 512  # connections held at once (--web.max-connections); idle ones cost no thread
+EVICT_IDLE_AFTER_S = 1.0  # at MAX_CONNECTIONS, one idle this long is closed for a new connection
+HTTP_WORKERS = 4  # threads answering requests (rendering only: they never wait on a client)
 IDLE_TIMEOUT_S = 15.0  # a kept-alive connection with no new request is closed after this
-HEADER_TIMEOUT_S = 5.0  # request line + headers must arrive within this of the first byte
-WRITE_TIMEOUT_S = 30.0  # a client that does not read the answer within this is dropped
+HEADER_TIMEOUT_S = 5.0  # TLS handshake + first request head from accept; a later head from its first byte
+WRITE_TIMEOUT_S = 30.0  # a client that does not take the whole answer within this is dropped
+MAX_REQUEST_HEAD_BYTES = 64 * 1024  # request line + headers; past it: 431 and closed
+MAX_REQUEST_BODY_BYTES = 64 * 1024  # a body up to this is skipped; larger or chunked: closed after the answer
 ACCEPT_BACKOFF_S = 0.5  # pause of the accept loop when the process is out of file descriptors
 
 # --- log follower ------------------------------------------------------------------------------

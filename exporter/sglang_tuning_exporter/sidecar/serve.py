@@ -36,6 +36,7 @@ from sglang_tuning_exporter.sidecar.engine import (
     ToObservations,
     ToSamples,
 )
+from sglang_tuning_exporter.sidecar.httpserver import BoundedHTTPServer
 from sglang_tuning_exporter.sidecar.serveconfig import (
     ServeConfig,
     ServeConfigError,
@@ -259,6 +260,13 @@ def make_web(cfg: ServeConfig, sidecar: Sidecar, clock: Callable[[], float],
                   telemetry_path=cfg.telemetry_path, changes=tracker.changes if tracker is not None else None)
 
 
+def serve_http(cfg: ServeConfig, app: WebApp) -> tuple[BoundedHTTPServer, threading.Thread]:
+    """Listen on `cfg`'s address with its web config and bounds (--web.*); raises OSError."""
+    return start_http(app, cfg.listen_host, cfg.listen_port, cfg.web_config,
+                      max_connections=cfg.web_max_connections, idle_timeout_s=cfg.web_idle_timeout_s,
+                      header_timeout_s=cfg.web_header_timeout_s, write_timeout_s=cfg.web_write_timeout_s)
+
+
 def run(args: argparse.Namespace) -> int:
     """Entry point of `serve`."""
     try:
@@ -271,7 +279,7 @@ def run(args: argparse.Namespace) -> int:
     sidecar = build_sidecar(cfg)
     app = make_web(cfg, sidecar, time.time)
     try:
-        server, _ = start_http(app, cfg.listen_host, cfg.listen_port, cfg.web_config)
+        server, _ = serve_http(cfg, app)
     except OSError as exc:
         print(f"serve: cannot listen on {cfg.listen_host}:{cfg.listen_port}: {exc}", file=sys.stderr)
         return EXIT_RUNTIME

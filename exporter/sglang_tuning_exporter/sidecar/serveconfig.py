@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import resource
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from sglang_tuning_exporter.core import limits
 from sglang_tuning_exporter.core.flags import (
     add_flag,
     add_guide_flags,
@@ -59,6 +61,10 @@ class ServeConfig:
     table: CheckTable  # the checks table (loaded once by build_config)
     guide_config: Config  # the --config file, or the defaults
     web_config: WebConfig | None = None  # --web.config.file: TLS, basic auth, headers
+    web_max_connections: int = limits.MAX_CONNECTIONS
+    web_idle_timeout_s: float = limits.IDLE_TIMEOUT_S
+    web_header_timeout_s: float = limits.HEADER_TIMEOUT_S
+    web_write_timeout_s: float = limits.WRITE_TIMEOUT_S
 
 
 def _gzipped(path: Path) -> bool:
@@ -92,6 +98,16 @@ def add_serve_flags(parser: argparse.ArgumentParser) -> None:
              help="path of our Prometheus metrics")
     add_flag(parser, "--web.config.file", dest="web_config_file", default=None, metavar="FILE",
              help="exporter-toolkit web configuration file enabling TLS and/or basic auth (docs/sidecar.md)")
+    add_flag(parser, "--web.max-connections", dest="web_max_connections", default=str(limits.MAX_CONNECTIONS),
+             metavar="N", help="client connections held at once; at the bound the longest-idle one is closed "
+             "for a new one (needs N + 64 file descriptors)")
+    add_flag(parser, "--web.idle-timeout", dest="web_idle_timeout", default=f"{limits.IDLE_TIMEOUT_S:g}s",
+             metavar="DURATION", help="close a kept-alive connection that sends no new request for this long")
+    add_flag(parser, "--web.header-timeout", dest="web_header_timeout", default=f"{limits.HEADER_TIMEOUT_S:g}s",
+             metavar="DURATION", help="a new connection's TLS handshake and first request head must complete "
+             "within this, a later request head within this of its first byte")
+    add_flag(parser, "--web.write-timeout", dest="web_write_timeout", default=f"{limits.WRITE_TIMEOUT_S:g}s",
+             metavar="DURATION", help="drop a client that does not take a whole answer within this")
     add_flag(parser, "--sglang.url", dest="sglang_url", default=None, metavar="URL",
              help="SGLang HTTP base URL to scrape /metrics and read server info from, e.g. http://127.0.0.1:30000")
     add_flag(parser, "--sglang.api-key-file", dest="sglang_api_key_file", default=None, metavar="FILE",
@@ -166,6 +182,10 @@ def build_config(args: argparse.Namespace) -> ServeConfig:
     window = duration("--window", args.window, 1.0)
     evaluation = duration("--evaluation-interval", args.evaluation_interval, 0.01)
     expire = duration("--ranks.expire-after", args.ranks_expire_after, 1.0)
+    idle = duration("--web.idle-timeout", args.web_idle_timeout, 0.01)
+    header = duration("--web.header-timeout", args.web_header_timeout, 0.01)
+    write = duration("--web.write-timeout", args.web_write_timeout, 0.01)
+    max_connections = _max_connections(str(args.web_max_connections), problems)
     ranks_max = 0
     try:
         ranks_max = int(args.ranks_max)
@@ -218,4 +238,24 @@ def build_config(args: argparse.Namespace) -> ServeConfig:
         evaluation_interval_s=evaluation, window_s=window, ranks_max=ranks_max, ranks_expire_after_s=expire, log_level=args.log_level,
         log_format=args.log_format, guide_profile=args.guide_profile, workload=args.workload,
         config_file=config_file, server_args=server_args, web_config=web_config, table=table,
-        guide_config=guide_config)
+        guide_config=guide_config, web_max_connections=max_connections, web_idle_timeout_s=idle,
+        web_header_timeout_s=header, web_write_timeout_s=write)
+
+
+def _max_connections(text: str, problems: list[str]) -> int:
+    """--web.max-connections: at least 1, and within the file descriptors the process may open."""
+    try:
+        value = int(text)
+    except ValueError:
+        problems.append(f"--web.max-connections: {text!r} is not an integer")
+        return limits.MAX_CONNECTIONS
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if value < 1:
+        problems.append(f"--web.max-connections: {value} must be at least 1")
+    elif soft != resource.RLIM_INFINITY and value + _SPARE_FDS > soft:
+        problems.append(f"--web.max-connections: {value} needs {value + _SPARE_FDS} file descriptors, the "
+                        f"limit is {soft} (raise ulimit -n or lower the flag)")
+    return value
+
+
+_SPARE_FDS = 64  # log files, SGLang requests, the listening socket: what the process needs besides clients

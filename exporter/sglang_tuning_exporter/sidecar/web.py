@@ -222,6 +222,8 @@ def make_handler(app: WebApp, web: WebConfig | None = None) -> type[BaseHTTPRequ
                     self.send_header("Content-Encoding", "gzip")
             self.send_header("Content-Length", str(len(body)))
             self.send_header("Cache-Control", "no-store")
+            if self.close_connection:  # e.g. a body we do not skip: the client must not reuse the connection
+                self.send_header("Connection", "close")
             for name, value in extra_headers:
                 self.send_header(name, value)
             self.end_headers()
@@ -243,14 +245,14 @@ def make_handler(app: WebApp, web: WebConfig | None = None) -> type[BaseHTTPRequ
     return Handler
 
 
-def start_http(app: WebApp, host: str, port: int,
-               web: WebConfig | None = None) -> tuple[BoundedHTTPServer, threading.Thread]:
+def start_http(app: WebApp, host: str, port: int, web: WebConfig | None = None,
+               **bounds: Any) -> tuple[BoundedHTTPServer, threading.Thread]:
     """Bind and serve in a daemon thread (HTTPS when `web` has TLS); the server's `server_address` has the port.
 
-    The server is bounded (httpserver.py: backlog, concurrency, idle and header timeouts)."""
+    The server is bounded (httpserver.py: connections, timeouts; `bounds` are BoundedHTTPServer's)."""
     handler = make_handler(app, web)
-    server = (TLSHTTPServer((host, port), handler, make_ssl_context(web.tls)) if web is not None and web.tls
-              else BoundedHTTPServer((host, port), handler))
+    server = (TLSHTTPServer((host, port), handler, make_ssl_context(web.tls), **bounds)
+              if web is not None and web.tls else BoundedHTTPServer((host, port), handler, **bounds))
     thread = threading.Thread(target=server.serve_forever, name="http", daemon=True)
     thread.start()
     return server, thread

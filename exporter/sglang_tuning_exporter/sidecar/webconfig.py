@@ -14,7 +14,6 @@ import hashlib
 import hmac
 import logging
 import re
-import socket
 import ssl
 import threading
 from collections import OrderedDict
@@ -52,7 +51,6 @@ _UNSUPPORTED = {"rate_limit": "rate limiting", "cert": "inline certificates (use
                 "client_allowed_sans": "client SAN allow-lists", "cipher_suites": "cipher suite lists",
                 "curve_preferences": "curve preferences"}
 _BCRYPT_RE = re.compile(r"^\$2[aby]\$(\d\d)\$[./A-Za-z0-9]{53}$")
-HANDSHAKE_TIMEOUT_S = 10.0
 GZIP_LEVEL = 5  # most of level 9's ratio on exposition text at a fraction of the CPU
 
 
@@ -284,7 +282,8 @@ class BasicAuth:
     bcrypt is slow on purpose (about 60 ms at cost 10), so an unauthenticated client could burn the
     CPU with it. Two bounds: results, good and bad, are cached (a bounded LRU keyed by a SHA-256 of
     user, password and hash), so repeating the same credentials costs one bcrypt; and bcrypt runs
-    one check at a time: a new credential that waits more than `busy_wait_s` for it raises AuthBusy.
+    one check at a time with at most one more waiting: a new credential that finds one waiting
+    already, or waits more than `busy_wait_s`, raises AuthBusy.
     """
 
     def __init__(self, users: tuple[tuple[str, bytes], ...], cache_size: int = 1024,
@@ -296,6 +295,8 @@ class BasicAuth:
         self._cache_size = cache_size
         self._lock = threading.Lock()
         self._bcrypt = threading.Lock()  # one bcrypt at a time: a flood gets one core at most
+        # One check running and one waiting, no more: the HTTP workers are few, a flood must not hold them.
+        self._gate = threading.BoundedSemaphore(2)
         self._busy_wait_s = busy_wait_s
 
     @property
@@ -327,18 +328,23 @@ class BasicAuth:
         known = self._cached(key)
         if known is not None:
             return known
-        if not self._bcrypt.acquire(timeout=self._busy_wait_s):
+        if not self._gate.acquire(blocking=False):
             raise AuthBusy
         try:
-            known = self._cached(key)  # another thread may have checked the same credentials meanwhile
-            if known is not None:
-                return known
+            if not self._bcrypt.acquire(timeout=self._busy_wait_s):
+                raise AuthBusy
             try:
-                ok = bcrypt.checkpw(password.encode(), hashed)
-            except ValueError:
-                ok = False
+                known = self._cached(key)  # another thread may have checked the same credentials meanwhile
+                if known is not None:
+                    return known
+                try:
+                    ok = bcrypt.checkpw(password.encode(), hashed)
+                except ValueError:
+                    ok = False
+            finally:
+                self._bcrypt.release()
         finally:
-            self._bcrypt.release()
+            self._gate.release()
         ok = ok and found and len(password.encode()) <= 72  # longer passwords would match on a prefix
         with self._lock:
             self._cache[key] = ok
@@ -369,25 +375,9 @@ def _basic_credentials(authorization: str | None) -> tuple[str, str] | None:
 
 
 class TLSHTTPServer(BoundedHTTPServer):
-    """The bounded HTTP server over TLS; the handshake runs in the request's thread, not the accept loop."""
+    """The bounded HTTP server over TLS: handshakes run in its loop without blocking, bounded by the
+    header timeout (a stalled client holds no thread); failed ones (plain HTTP, bad client cert) close."""
 
-    def __init__(self, address: tuple[str, int], handler: Any, context: ssl.SSLContext) -> None:
+    def __init__(self, address: tuple[str, int], handler: Any, context: ssl.SSLContext, **bounds: Any) -> None:
         self.context = context
-        super().__init__(address, handler)
-
-    def get_request(self) -> tuple[socket.socket, Any]:
-        """Accept, and wrap without handshaking (a slow client must not stall other connections)."""
-        sock, addr = super().get_request()
-        return self.context.wrap_socket(sock, server_side=True, do_handshake_on_connect=False), addr
-
-    def finish_request(self, request: Any, client_address: Any) -> None:
-        """Handshake with a deadline, then serve; failed handshakes (plain HTTP, bad client cert) close."""
-        try:
-            request.settimeout(HANDSHAKE_TIMEOUT_S)
-            request.do_handshake()
-            request.settimeout(None)
-        except (OSError, ssl.SSLError) as exc:
-            log.debug("TLS handshake with %s failed: %s", client_address, exc)
-            return
-        super().finish_request(request, client_address)
-
+        super().__init__(address, handler, ssl_context=context, **bounds)
