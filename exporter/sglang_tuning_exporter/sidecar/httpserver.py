@@ -173,6 +173,8 @@ class BoundedHTTPServer(HTTPServer):
         self._wake_w.setblocking(False)
         self._sel: selectors.BaseSelector | None = None
         self._stop = threading.Event()
+        self._state_lock = threading.Lock()  # serve_forever starting vs shutdown
+        self.running = threading.Event()  # the loop serves (start_http waits for it)
         self._stopped = threading.Event()
         self._listening = False
         self._paused_until = 0.0
@@ -203,9 +205,13 @@ class BoundedHTTPServer(HTTPServer):
     # --- the loop --------------------------------------------------------------------------------
     def serve_forever(self, poll_interval: float = 0.5) -> None:
         """Run the loop (and the workers) until `shutdown()`."""
-        self._stopped.clear()
-        sel = self._sel = selectors.DefaultSelector()
-        sel.register(self._wake_r, selectors.EVENT_READ, None)
+        with self._state_lock:
+            if self._stop.is_set():  # shut down before the loop got going: nothing to run
+                return
+            self._stopped.clear()
+            sel = self._sel = selectors.DefaultSelector()
+            sel.register(self._wake_r, selectors.EVENT_READ, None)
+        self.running.set()
         threads = [threading.Thread(target=self._work, name=f"http-worker-{i}", daemon=True)
                    for i in range(self.workers)]
         for t in threads:
@@ -239,9 +245,11 @@ class BoundedHTTPServer(HTTPServer):
 
     def shutdown(self) -> None:
         """Stop the loop and wait for it to end (a loop that never started: nothing to wait for)."""
-        self._stop.set()
+        with self._state_lock:
+            self._stop.set()
+            started = self._sel is not None
         self._wake()
-        if self._sel is not None:
+        if started:
             self._stopped.wait(10)
 
     def server_close(self) -> None:

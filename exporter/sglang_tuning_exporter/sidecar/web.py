@@ -255,4 +255,5 @@ def start_http(app: WebApp, host: str, port: int, web: WebConfig | None = None,
               if web is not None and web.tls else BoundedHTTPServer((host, port), handler, **bounds))
     thread = threading.Thread(target=server.serve_forever, name="http", daemon=True)
     thread.start()
+    server.running.wait(10)
     return server, thread
