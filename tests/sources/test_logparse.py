@@ -566,3 +566,13 @@ def test_a_setting_sglang_forces_is_read_with_why(message: str, fields: dict[str
     assert e.fields == {**fields, "reason": message}
     graph = parse_line("[2026-11-28 10:00:00 TP0] Cuda graph is disabled because deepep_mode=`normal`", 4)
     assert graph is None or graph.kind != "setting_forced"  # CUDA graphs are the OOM/graph family's
+
+
+def test_the_single_graph_draft_capture_is_a_startup_line_not_the_decode_ceiling() -> None:
+    """The multi-layer EAGLE draft's `Capture single-CG draft extend begin/end` (0.5.15+): its memory figures
+    are read; no `cuda_graph_capture` companion (only the target decode graph bounds `cuda graph: True`)."""
+    e = parse_line("[2026-11-28 10:00:00 TP0] Capture single-CG draft extend end. elapsed=3.20 s, "
+                   "mem usage=1.50 GB, avail mem=14.10 GB.", 5)
+    assert e is not None and e.fields == {"stage": "cuda_graph_end", "graph": "single-CG draft extend",
+                                          "elapsed_s": 3.2, "mem_usage_gb": 1.5, "avail_mem_gb": 14.1}
+    assert capture_event(e) is None

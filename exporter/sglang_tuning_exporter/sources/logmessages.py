@@ -222,7 +222,8 @@ def _batch_sizes(s: str, fields: dict[str, Any]) -> str:
     return _NUM_LIST.sub("", s) if "[" in s else s
 
 
-_CAPTURE = re.compile(r"Capture (?P<what>[\w ]{0,80}?)graph (?P<stage>begin|end|bs)\b[.,]? ?")
+# ... and the multi-layer EAGLE draft's one graph (0.5.15+): `Capture single-CG draft extend begin. ... avail mem=`
+_CAPTURE = re.compile(r"Capture (?P<what>[\w ]{0,80}?(?:graph|single-CG draft extend)) (?P<stage>begin|end|bs)\b[.,]? ?")
 _LOAD = re.compile(r"Load weight (begin|end)\. ?")
 _COMMIT = re.compile(r"in ([0-9.]+) s \(capture overlap window ([0-9.]+) s, startup overlap total ([0-9.]+) s\)")
 _KV = re.compile(r"(?:(?<![\w-])(?P<label>[\w-]{1,40}) )?KV Cache (?P<stage>is allocated|VA upper bound)\. ?")
@@ -294,6 +295,7 @@ def _capture(s: str, n: int) -> _Result:
     if m is None:
         return None
     what = m.group("what").strip()
+    what = what[:-len("graph")].strip() if what.endswith("graph") else what
     prefill = "prefill" in what.lower() or "piecewise" in what.lower()
     stage = ("prefill_graph_" if prefill else "cuda_graph_") + m.group("stage")
     fields: dict[str, Any] = {"stage": stage}
