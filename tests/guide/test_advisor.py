@@ -206,3 +206,42 @@ def test_statuses_equal_the_full_evaluation(a: dict[str, float | None], b: dict[
         full = {f.check: f.status for f in evaluate(TABLE, {rank: signals[rank]}, server, profile=profile,
                                                     workload=workload)}
         assert quick[rank] == full
+
+
+# ------------------------------------------------------------------ evidence that matches the data (#24)
+ABSENCE_CHECKS = {"retractions_frequent", "startup_mem_fraction_too_small", "startup_headroom_oom", "prefill_oom",
+                  "decode_oom", "oom_unknown_phase"}
+
+
+def test_absence_over_no_time_is_no_verdict() -> None:
+    """Five Decode lines of one second: no retraction and no OOM in 0 s is not `ok` but unknown, with why;
+    the same absence over a minute is ok, and an event seen in 0 s still fires."""
+    zero = {**sig(retractions_per_minute=0.0, window_span_s=0.0),
+            **{f"oom_{p}_count": 0.0 for p in ("prefill", "decode", "startup", "unknown", "capture")}}
+    fs = evaluate(TABLE, {Rank(): zero}, ServerState())
+    for cid in ABSENCE_CHECKS:
+        f = one(fs, cid)
+        assert f.status == "unknown", f
+        assert "in the 0 s seen" in f.evidence and "min_span_s 60" in f.evidence, f.evidence
+    assert {cid for cid, st in statuses(TABLE, {Rank(): zero}, ServerState())[Rank()].items()
+            if st == "unknown"} >= ABSENCE_CHECKS
+    minute = {**zero, "window_span_s": 60.0}
+    assert {one(evaluate(TABLE, {Rank(): minute}, ServerState()), c).status for c in ABSENCE_CHECKS} == {"ok"}
+    oom = {**zero, "oom_decode_count": 1.0}
+    assert one(evaluate(TABLE, {Rank(): oom}, ServerState()), "decode_oom").status == "critical"
+    assert all(c.min_span_s == 60 for c in TABLE.checks if c.id in ABSENCE_CHECKS)
+
+
+def test_evidence_says_the_span_it_covers() -> None:
+    """2 retractions in a 12 s excerpt: the evidence says 12 s, never the 10 min window it did not see;
+    a ratio over 2 s says 2 s."""
+    f = one(evaluate(TABLE, {Rank(): sig(retractions_per_minute=2.0, window_span_s=12.0)}, ServerState()),
+            "retractions_frequent")
+    assert f.status == "warning"
+    assert "2 retractions in the 12 s seen" in f.evidence and "10 min" not in f.evidence, f.evidence
+    q = one(evaluate(TABLE, {Rank(): sig(queue_empty_ratio=1.0, cuda_graph_miss_ratio=0.0, window_span_s=2.0)},
+                     ServerState()), "queue_empty")
+    assert q.status == "warning" and "the 2 s seen" in q.evidence and "10 min" not in q.evidence, q.evidence
+    full = one(evaluate(TABLE, {Rank(): sig(retractions_per_minute=2.0, window_span_s=600.0)}, ServerState()),
+               "retractions_frequent")
+    assert "over the last 10 min" in full.evidence

@@ -60,7 +60,8 @@ def test_nothing_judged_never_reads_healthy(tmp_path: Path) -> None:
     assert "1 batch lines with #queue-req" in cov["unknown_why"]["queue_overloaded"]
     for fmt in ("text", "markdown", "html"):
         _, text, _ = diagnose_run([str(log), "--format", fmt])
-        assert "No findings: nothing" not in text and "could not be judged" in text, fmt
+        # One line is no time at all: even the absence of OOMs and retractions is not judged (min_span_s).
+        assert "No findings: nothing" not in text and "NOT JUDGED" in text, fmt
         assert "queue_overloaded" in text.split("Indications", 1)[1], fmt
 
 
@@ -163,3 +164,43 @@ def test_plan_step_text_is_one_spelling_for_every_format() -> None:
     line = plan_step_markdown(step, code=lambda t: f"[{t}]", text=str.upper)
     assert line == f"2. [{plan_step_change(step)}] — PREFILL OOM. *Then:* WATCH OOMS."
 
+
+
+# ------------------------------------------------------------------------- one value per flag
+CG_SIGNALS = {Rank(): {"cuda_graph_miss_ratio": 1.0, "graph_samples": 300.0, "cuda_graph_miss_batch_p90": 187.0,
+                       "cuda_graph_max_bs_captured": 32.0, "max_running_requests": 4096.0,
+                       "cuda_graph_ceiling_ratio": 32 / 4096, "window_span_s": 600.0}}
+CG_SERVER = ServerState("0.5.23", {"cuda_graph_max_bs_decode": 32, "max_running_requests": 4096})
+
+
+def test_every_finding_on_a_flag_carries_the_plans_one_value() -> None:
+    """The CUDA-graph case of issue #24: cuda_graph_uncovered alone would raise the ceiling to 192 and
+    cuda_graph_ceiling_low to 256; the plan takes 256, and both findings (their value, their change text)
+    say 256, the uncovered one keeping its own 192 as a reason."""
+    findings = evaluate(TABLE, CG_SIGNALS, CG_SERVER)
+    fired = {f.check: f for f in findings if f.status in ("warning", "critical")}
+    assert set(fired) == {"cuda_graph_uncovered", "cuda_graph_ceiling_low"}
+    d = findings_document(findings=findings, signals=CG_SIGNALS, server=CG_SERVER, profile=None, workload=None,
+                          table=TABLE)
+    plan = d["plan"]
+    assert isinstance(plan, list)
+    step = next(s for s in plan if s["flag"] == "--cuda-graph-max-bs-decode")
+    assert step["to"] == 256
+    for f in fired.values():
+        assert f.suggested == 256, f
+        assert "to 256" in f.evidence and "to 192" not in f.evidence
+    own = fired["cuda_graph_uncovered"].evidence
+    assert "192" in own and "the plan" in own  # its own value survives only as the reason
+    assert [f["suggested"] for f in d["findings"] if f["status"] != "ok" and f["flag"] == step["flag"]] == [256, 256]
+
+
+def test_dissenting_finding_carries_the_plans_value_and_says_why() -> None:
+    """decode_oom lowers --max-running-requests, running_capped would raise it: one value on both."""
+    signals = {Rank(): {"oom_decode_count": 1.0, "running_capped_ratio": 0.9, "decode_samples": 100.0,
+                        "running_max": 256.0, "token_usage_mean": 0.5, "window_span_s": 600.0}}
+    server = ServerState("0.5.23", {"max_running_requests": 256})
+    findings = evaluate(TABLE, signals, server)
+    fired = {f.check: f for f in findings if f.status in ("warning", "critical")}
+    assert {"decode_oom", "running_capped"} <= set(fired)
+    assert fired["decode_oom"].suggested == fired["running_capped"].suggested == 192
+    assert "judge it again" in fired["running_capped"].evidence

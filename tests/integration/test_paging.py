@@ -276,3 +276,37 @@ def test_restart_with_other_flags_then_oom_pages_change_made_worse(running_stack
     api = requests.get(f"http://{t.exporter_instance}/api/changes", timeout=5).json()
     (change,) = [c for c in api["changes"] if c["flag"] == "--mem-fraction-static"]
     assert change["verdict"] == "worse" and "out-of-memory" in change["why"]
+
+
+def test_one_value_per_flag_across_plan_findings_metrics_and_alerts(running_stack: RunningStack) -> None:
+    """Issue #24, the CUDA-graph scenario: SGLangCUDAGraphUncovered (alone: 192) and SGLangCUDAGraphCeilingLow
+    (alone: 256) name one flag; the plan, /api/findings, the exported suggested values and both alerts'
+    `suggested_value` annotations all carry the plan's one value."""
+    stack = running_stack.stack
+    t = stack.target("graph-underscore")
+    checks = _checks()
+    alerts = {checks[c].alert for c in ("cuda_graph_uncovered", "cuda_graph_ceiling_low")}
+
+    def both_firing() -> list[dict[str, Any]]:
+        got = [a for a in stack.firing() if a["labels"].get("instance") == t.exporter_instance
+               and a["labels"].get("alertname") in alerts]
+        return got if {a["labels"]["alertname"] for a in got} == alerts else []
+
+    assert wait_for(both_firing, running_stack.deadline(ALERT_DEADLINE_S)), (
+        f"not both of {alerts} fired for {t.spec.key}\n{stack.describe(t.spec.key)}")
+    doc = requests.get(f"http://{t.exporter_instance}/api/findings", timeout=5).json()
+    step = next(s for s in doc["plan"] if s["flag"] == "--cuda-graph-max-bs-decode")
+    planned = float(step["to"])
+    assert planned == 256, step
+    fired = [f for f in doc["findings"] if f["flag"] == step["flag"] and f["status"] in ("warning", "critical")]
+    assert {f["check"] for f in fired} == {"cuda_graph_uncovered", "cuda_graph_ceiling_low"}
+    assert {float(f["suggested"]) for f in fired} == {planned}, fired
+    exported = stack.query(f'sglang_tuning_suggested_value{{instance="{t.exporter_instance}",'
+                           f'flag="{step["flag"]}"}}')
+    assert {s["metric"]["check"] for s in exported} == {"cuda_graph_uncovered", "cuda_graph_ceiling_low"}
+    assert {float(s["value"][1]) for s in exported} == {planned}, exported
+
+    def annotated() -> set[float]:
+        return {float(a["annotations"]["suggested_value"]) for a in both_firing()}
+
+    assert wait_for(lambda: annotated() == {planned}, 30), f"alert annotations say {annotated()}, the plan {planned}"

@@ -558,3 +558,27 @@ def test_a_cut_off_first_line_costs_what_the_data_costs(tmp_path: Path) -> None:
     assert res.error is None, res.error
     assert res.evaluations <= 3, res.evaluations
     assert res.document["window"]["start"].startswith("2025-06-23"), res.document["window"]
+
+
+def test_findings_of_different_windows_carry_the_plans_one_value(tmp_path: Path) -> None:
+    """Issue #24: retractions fire in the first 10 min (raise --schedule-conservativeness to 1.3) and an
+    underused KV cache in the next (lower it to 0.3): one value for the flag in the plan and in both
+    findings, the dissenting one told to judge again after the plan's step."""
+    w = LogWriter().server_args(schedule_conservativeness=1.0, max_running_requests=4096).startup()
+    for i in range(300):
+        w.decode(200, 0.99, 400)
+        if i % 4 == 0:
+            w.retract(3)
+        w.tick(2.0)
+    steady(w, 10, running=200, usage=0.5, queue=400)
+    log = tmp_path / "two.log"
+    log.write_text(w.text(), encoding="utf-8")
+    code, out, err = run([str(log), "--format", "json", "--jobs", "1"])
+    assert code == 0, err
+    doc = json.loads(out)
+    fired = {f["check"]: f for f in doc["findings"] if f["status"] in ("warning", "critical")}
+    assert {"retractions_frequent", "kv_underused"} <= set(fired)
+    step = next(s for s in doc["plan"] if s["flag"] == "--schedule-conservativeness")
+    assert step["to"] == 1.3
+    assert fired["retractions_frequent"]["suggested"] == fired["kv_underused"]["suggested"] == 1.3
+    assert "judge it again" in fired["kv_underused"]["evidence"]

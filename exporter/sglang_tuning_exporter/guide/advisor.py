@@ -10,8 +10,9 @@ from typing import Any
 from sglang_tuning_exporter.core.model import STATUS_CODE, Finding, Rank, ServerState, version_fields
 from sglang_tuning_exporter.guide.checks import Check, CheckTable
 from sglang_tuning_exporter.guide.config import Config
+from sglang_tuning_exporter.guide.plan import FlagValue, flag_values, planned_reason
 from sglang_tuning_exporter.guide.settings import resolve
-from sglang_tuning_exporter.guide.suggest import default_schedule_policy, flag_name, suggest
+from sglang_tuning_exporter.guide.suggest import Suggestion, default_schedule_policy, flag_name, suggest
 from sglang_tuning_exporter.pipeline.signals import FACT_NAMES, FEW, SAMPLE_COUNT_OF, SignalParams
 from sglang_tuning_exporter.pipeline.window import Window
 
@@ -103,7 +104,25 @@ def _rank_text(rank: Rank) -> str:
 
 
 def _window_text(seconds: float) -> str:
-    return f"{seconds / 60:g} min" if seconds >= 60 else f"{seconds:g} s"
+    return f"{round(seconds / 60, 1):g} min" if seconds >= 60 else f"{seconds:.0f} s"
+
+
+def _span(sig: Mapping[str, float | None], window_s: float) -> float:
+    """The seconds of data the rank's windowed signals cover (window_span_s; the whole window when the
+    evaluator does not measure it, e.g. a Prometheus range)."""
+    span = sig.get("window_span_s")
+    return window_s if span is None else min(float(span), window_s)
+
+
+def _span_text(span: float, window_s: float) -> str:
+    """`the last 10 min` for a full window, `the 12 s seen` for less: the evidence never claims more."""
+    return f"the last {_window_text(window_s)}" if span >= window_s - 0.5 else f"the {_window_text(span)} seen"
+
+
+def too_short(c: Check, sig: Mapping[str, float | None]) -> bool:
+    """An `ok` of `c` over less data than its min_span_s: the absence of an event over too short a span."""
+    span = sig.get("window_span_s")
+    return c.min_span_s > 0 and span is not None and span < c.min_span_s
 
 
 def _status(check: Check, value: float, levels: Mapping[str, float]) -> tuple[str, float | None]:
@@ -115,8 +134,12 @@ def _status(check: Check, value: float, levels: Mapping[str, float]) -> tuple[st
 
 
 def evaluate(table: CheckTable, signals: RankSignals, server: ServerState, *, profile: str | None = None,
-             workload: str | None = None, config: Config | None = None) -> list[Finding]:
-    """Every check of the workload, once per rank: ok / warning / critical / unknown."""
+             workload: str | None = None, config: Config | None = None,
+             planned: Mapping[str, FlagValue] | None = None) -> list[Finding]:
+    """Every check of the workload, once per rank: ok / warning / critical / unknown.
+
+    The findings on one flag carry the plan's one value for it (issue #24): the plan of these findings,
+    or `planned` when the caller planned over more findings (diagnose's worst windows)."""
     cfg = config or Config()
     prof, wl = resolve(table, cfg, profile=profile, workload=workload)
     band = cfg.queue_bands.get(prof, table.profiles[prof].queue_band)
@@ -125,6 +148,7 @@ def evaluate(table: CheckTable, signals: RankSignals, server: ServerState, *, pr
     args = {**server.args, **cfg.server_args}
     ranks: list[Rank] = sorted(signals) or [Rank()]
     findings: list[Finding] = []
+    rank_sig: list[tuple[Rank, dict[str, float | None]]] = []  # per finding: its rank and signals
     for rank in ranks:
         sig: dict[str, float | None] = {**extra, **{k: v for k, v in signals.get(rank, {}).items()
                                                     if v is not None or k not in extra}}
@@ -144,6 +168,18 @@ def evaluate(table: CheckTable, signals: RankSignals, server: ServerState, *, pr
                              "the CUDA graph, so an empty queue does not mean a slow client).",
                     severity=f.severity, guide=f.guide, tradeoff=f.tradeoff)
         findings.extend(by_id[c.id] for c in checks)
+        rank_sig.extend((rank, sig) for _ in checks)
+    values = planned if planned is not None else flag_values(table, findings, signals, server)
+    if not values:
+        return findings
+    by_check = {c.id: c for c in checks}
+    for i, f in enumerate(findings):
+        v = values.get(f.flag) if f.flag is not None and f.status in FIRING else None
+        if v is None or (f.suggested == v.to and f.action == v.action):
+            continue
+        rank, sig = rank_sig[i]
+        findings[i] = _evaluate_one(by_check[f.check], sig, rank, args, server.version, prof, wl, cfg, band,
+                                    planned=v)
     return findings
 
 
@@ -161,7 +197,8 @@ def quick_status(c: Check, sig: Mapping[str, float | None], levels: Mapping[str,
             return "unknown"
         if not compare(gv, g.comparison, g.value):
             return "ok"
-    return _status(c, value, levels)[0]
+    status = _status(c, value, levels)[0]
+    return "unknown" if status == "ok" and too_short(c, sig) else status
 
 
 def statuses(table: CheckTable, signals: RankSignals, server: ServerState, *, profile: str | None = None,
@@ -191,11 +228,13 @@ def statuses(table: CheckTable, signals: RankSignals, server: ServerState, *, pr
 
 def _evaluate_one(c: Check, sig: Mapping[str, float | None], rank: Rank, args: Mapping[str, Any],
                   version: str | None, profile: str, workload: str, cfg: Config,
-                  band: tuple[float, float]) -> Finding:
+                  band: tuple[float, float], planned: FlagValue | None = None) -> Finding:
     ov = cfg.override(c.id)
     levels = c.thresholds_for(profile, workload)
     levels.update(ov.thresholds)
     window_s = cfg.window_s
+    span = _span(sig, window_s)
+    seen = _span_text(span, window_s)
     min_samples = ov.min_samples if ov.min_samples is not None else c.min_samples
     severity = c.severity_for(workload)
     action = c.client_action if c.action == "client" else c.action
@@ -220,14 +259,13 @@ def _evaluate_one(c: Check, sig: Mapping[str, float | None], rank: Rank, args: M
     count_name = SAMPLE_COUNT_OF.get(c.signal)
     count = sig.get(count_name) if count_name else None
     if count_name is not None and (count or 0) < min_samples:
-        return unknown(f"{_fmt(count or 0.0)} {COUNT_WORDS.get(count_name, count_name.replace('_', ' '))} in the "
-                       f"last {_window_text(window_s)}; {min_samples} needed")
+        return unknown(f"{_fmt(count or 0.0)} {COUNT_WORDS.get(count_name, count_name.replace('_', ' '))} in "
+                       f"{seen}; {min_samples} needed")
     if value is None:
         missing = MISSING_WHY.get(c.signal) or ("OOMs are seen only in the log, and none was read"
                                                if c.signal.startswith("oom_") else None)
         return unknown(f"{missing} ({c.signal} unknown on {_rank_text(rank)})" if missing else
-                       f"signal {c.signal} unknown on {_rank_text(rank)} (no data in the last "
-                       f"{_window_text(window_s)})")
+                       f"signal {c.signal} unknown on {_rank_text(rank)} (no data in {seen})")
     for g in c.guard:
         gv = sig.get(g.signal)
         if gv is None:
@@ -237,15 +275,30 @@ def _evaluate_one(c: Check, sig: Mapping[str, float | None], rank: Rank, args: M
                         f"{c.signal}={_fmt(value)}; {g.signal}={_fmt(gv)} does not meet "
                         f"{g.comparison} {_fmt(g.value)}")
     status, threshold = _status(c, value, levels)
-    when = "at startup" if c.signal in STARTUP_SIGNALS else f"over the last {_window_text(window_s)}"
+    when = "at startup" if c.signal in STARTUP_SIGNALS else f"over {seen}"
     measured = f"{c.signal}={_fmt(value)} {when} on {_rank_text(rank)}"
+    if c.signal.endswith("_per_minute") and span < window_s - 0.5:
+        # A rate says the events and the span behind it: "2 in 12 s", not a rate over a window never seen.
+        events = value * max(1.0, span / 60.0)
+        measured = (f"{_fmt(round(events, 1))} {c.signal.removesuffix('_per_minute').replace('_', ' ')} in {seen} "
+                    f"on {_rank_text(rank)} ({c.signal}={_fmt(value)}"
+                    f"{', a span under a minute counting as one minute' if span < 60 else ''})")
     if count_name is not None:
         measured += f" ({_fmt(count)} samples)"
+    if status == "ok" and too_short(c, sig):
+        return unknown(f"nothing counted in {seen} on {_rank_text(rank)} ({c.signal}={_fmt(value)}): an absence "
+                       f"is judged only over at least {_window_text(c.min_span_s)} of data (min_span_s "
+                       f"{_fmt(c.min_span_s)})")
     if status == "ok":
         return make("ok", f"{c.title}: ok", f"{measured}; fires at {c.comparison} {_fmt(threshold)}")
     flag, s = suggest(c, sig, args, version, workload)
+    if planned is not None and planned.flag == flag:
+        s = Suggestion(s.current, planned.to, planned_reason(s.suggested, s.reasoning, c.id, c.action, planned))
     shown = _pct if c.signal.endswith("_ratio") else _fmt
-    fields = {"value": shown(value), "threshold": shown(threshold), "window": _window_text(window_s),
+    window = _window_text(span)
+    if c.signal.endswith("_per_minute") and span < 60:
+        window += " (counted as one minute)"
+    fields = {"value": shown(value), "threshold": shown(threshold), "window": window,
               "flag": flag or "",
               "suggested": "a value not computed from this input" if s.suggested is None else _fmt(s.suggested),
               "current": "its current value" if s.current is None else _fmt(s.current),

@@ -136,6 +136,9 @@ class Check:
     evidence_notes: tuple[tuple[str, str], ...] = ()
     # Checks this check's remedy can make worse (its trade-off as data): a change's verdict watches them.
     hurts: tuple[str, ...] = ()
+    # The shortest span of data (seconds) over which the absence of the event the check counts is a
+    # verdict: over less, `ok` is `unknown` (a firing verdict stands; docs/checks.md, "min_span_s").
+    min_span_s: float = 0.0
 
     def thresholds_for(self, profile: str, workload: str | None = None) -> dict[str, float]:
         """Level -> threshold for a profile, with the workload's override applied."""
@@ -300,7 +303,7 @@ def _profiles(raw: Any, problems: list[str]) -> dict[str, Profile]:
 
 
 _CHECK_KEYS = {"id", "alert", "title", "guide", "signal", "comparison", "thresholds", "profile_thresholds",
-               "guard", "window_s", "for_s", "min_samples", "workloads", "workload_overrides", "severity",
+               "guard", "window_s", "for_s", "min_samples", "min_span_s", "workloads", "workload_overrides", "severity",
                "flag", "flags_by_version", "action", "client_action", "suggest", "suppressed_by", "summary",
                "evidence_notes",
                "description", "tradeoff", "runbook", "promql", "plan", "hurts"}
@@ -392,8 +395,8 @@ def _check(raw: Any, i: int, profiles: dict[str, Profile], workloads: tuple[str,
             continue
         guards.append(Guard(g["signal"], g["comparison"], float(g["value"])))
     nums: dict[str, float] = {}
-    for key in ("window_s", "for_s", "min_samples"):
-        v = raw.get(key, defaults.get(key))
+    for key in ("window_s", "for_s", "min_samples", "min_span_s"):
+        v = raw.get(key, defaults.get(key, 0.0 if key == "min_span_s" else None))
         if not isinstance(v, (int, float)) or isinstance(v, bool) or v < 0:
             problems.append(f"{where}: {key} must be a number >= 0, got {v!r}")
             v = 0
@@ -460,7 +463,7 @@ def _check(raw: Any, i: int, profiles: dict[str, Profile], workloads: tuple[str,
         guide=_quotes(raw.get("guide"), where, problems), signal=str(raw.get("signal", "")),
         comparison=str(comparison), thresholds=thresholds, guard=tuple(guards),
         window_s=nums["window_s"], for_s=nums["for_s"], min_samples=int(nums["min_samples"]),
-        workloads=tuple(wl), workload_overrides=dict(overrides), severity=str(severity),
+        min_span_s=nums["min_span_s"], workloads=tuple(wl), workload_overrides=dict(overrides), severity=str(severity),
         flag=flag if isinstance(flag, str) else None, flags_by_version=tuple(vflags),
         action=str(action), client_action=str(raw.get("client_action") or ""),
         suggest=Suggest(str(sraw["method"]), dict(params), sraw.get("guide_value")),

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from sglang_tuning_exporter.core.model import STATUS_CODE, Finding, Rank, ServerState
@@ -285,6 +286,45 @@ def _memory_budget(table: CheckTable, steps: list[dict[str, Any]], signals: Rank
                          "capture needs more of it")
 
 
+@dataclass(frozen=True, slots=True)
+class FlagValue:
+    """The plan's one value for a flag of one server (issue #24): every finding on the flag shows it."""
+
+    flag: str
+    to: Any
+    action: str
+    lead: str  # the check whose stage and direction the step follows
+    checks: tuple[str, ...]  # every firing check on the flag (and those whose memory the step budgets)
+
+
+def flag_values(table: CheckTable, findings: Sequence[Finding], signals: RankSignals,
+                server: ServerState | None = None) -> dict[str, FlagValue]:
+    """Flag -> the plan's value for it: what every finding, card, alert and report entry on the flag says."""
+    out: dict[str, FlagValue] = {}
+    for s in build_plan(table, findings, signals, server):
+        if s["flag"] is not None:
+            out[s["flag"]] = FlagValue(s["flag"], s["to"], s["action"], s["checks"][0], tuple(s["checks"]))
+    return out
+
+
+def planned_reason(own: Any, own_reason: str, check: str, action: str, planned: FlagValue) -> str:
+    """A finding's "Suggested value" when the plan reconciled its flag: the plan's value first, then what
+    this check alone would take and why (its own value becomes a reason, never a second number to apply)."""
+    others = [c for c in planned.checks if c != check]
+    text = f"{value_text(planned.to)}, the plan's one value for {planned.flag}"
+    if planned.action != action and action in ("increase", "decrease") and planned.lead != check:
+        return (f"{text} ({planned.action} first, for {planned.lead}); this check alone would {action} it"
+                + (f" to {value_text(own)}" if own is not None else "")
+                + f": judge it again after that step" + (f" ({own_reason})" if own_reason else ""))
+    if planned.lead == check and planned.action != action:
+        text += " (one memory budget with the plan's other steps)"
+    elif others:
+        text += f", which {' and '.join(others)} also {'need' if len(others) > 1 else 'needs'}"
+    if own is None or own == planned.to:
+        return text + (f" ({own_reason})" if own_reason else "")
+    return text + f"; this check alone: {value_text(own)}" + (f" ({own_reason})" if own_reason else "")
+
+
 def command_diff(plan: Sequence[Mapping[str, Any]], args: Mapping[str, Any]) -> list[str]:
     """The launch flags the plan changes, as diff lines; empty when the server's arguments are unknown."""
     if not args:
@@ -352,8 +392,8 @@ def _with_verdict(parts: dict[str, Any], findings: Sequence[Finding]) -> dict[st
     return parts
 
 
-__all__ = ["FIRING", "build_plan", "command_diff", "coverage", "document_parts", "indications", "plan_step_change",
-           "plan_step_markdown", "plan_step_text", "plan_step_values", "unplanned_parts", "value_text", "verdict_line"]
+__all__ = ["FIRING", "FlagValue", "build_plan", "command_diff", "coverage", "document_parts", "flag_values", "indications", "plan_step_change",
+           "plan_step_markdown", "plan_step_text", "plan_step_values", "planned_reason", "unplanned_parts", "value_text", "verdict_line"]
 
 
 def value_text(x: Any) -> str:

@@ -27,6 +27,7 @@ from sglang_tuning_exporter.guide.advisor import (
 )
 from sglang_tuning_exporter.guide.checks import CheckTable
 from sglang_tuning_exporter.guide.config import Config
+from sglang_tuning_exporter.guide.plan import FIRING, flag_values
 from sglang_tuning_exporter.offline import formats as diagnose_formats
 from sglang_tuning_exporter.offline.scanner import ChunkResult
 from sglang_tuning_exporter.pipeline.observations import EventConverter
@@ -104,7 +105,9 @@ class Diagnosis:
         self.next_eval: float | None = None
         self.first_t: float | None = None
         self.last_t: float | None = None
-        self.worst: dict[tuple[str, tuple[Any, ...]], tuple[Finding, float, float]] = {}
+        # (check, rank) -> its worst finding, that window's bounds, and what it was judged on (the rank's
+        # signals, the server) so that the finding can be restated with the plan's value at the end.
+        self.worst: dict[tuple[str, tuple[Any, ...]], tuple[Finding, float, float, Any]] = {}
         self.last_signals: dict[Rank, dict[str, float | None]] = {}
         self.last_statuses: dict[Rank, dict[str, str]] = {}  # the latest evaluation's: at the log's end, what the sidecar shows
         self.evaluations = 0
@@ -137,12 +140,13 @@ class Diagnosis:
                 for cid, s in st.items())
             if not worse:
                 continue
-            for f in evaluate(self.table, {rank: sig.get(rank, {})}, server, **kw):
+            judged_on = ({rank: sig.get(rank, {})}, server)
+            for f in evaluate(self.table, judged_on[0], server, **kw):
                 key = (f.check, key_r)
                 cur = self.worst.get(key)
                 if cur is None or STATUS_CODE[f.status] > STATUS_CODE[cur[0].status] or (
                         final and STATUS_CODE[f.status] == STATUS_CODE[cur[0].status] and f.status not in ("warning", "critical")):
-                    self.worst[key] = (f, start, now)
+                    self.worst[key] = (f, start, now, judged_on)
         agg = aggregate_signals(sig)
         for name, ser in self.series.items():
             ser.add(now, agg.get(name))
@@ -217,14 +221,14 @@ class Diagnosis:
         self._evaluate(end + 1e-6, final=True)
         order = {c.id: i for i, c in enumerate(self.table.checks)}
         entries = sorted(self.worst.values(), key=lambda x: (tuple(sorted(x[0].rank.items())), order.get(x[0].check, 0)))
-        findings = [f for f, _, _ in entries]
         server = self.server
         if self.overrides:
             server = ServerState(server.version, {**server.args, **self.overrides}, server.model_name)
+        findings = self._with_plan_values([f for f, _, _, _ in entries], [j for _, _, _, j in entries], server)
         doc = findings_document(findings=findings, signals=self.last_signals, server=server, profile=self.profile,
                                 workload=self.workload, window=(self.first_t, self.last_t), table=self.table,
                                 config=self.cfg)
-        for fd, (_, ws, we) in zip(doc["findings"], entries, strict=True):
+        for fd, (_, ws, we, _) in zip(doc["findings"], entries, strict=True):
             fd["window"] = {"start": _iso(max(ws, self.first_t or ws)), "end": _iso(min(we, end))}
         doc["source"] = source
         doc["input"] = {"lines": self.lines, "events": self.events, "fast_path_lines": self.fast,
@@ -235,6 +239,20 @@ class Diagnosis:
                              fast_lines=self.fast, unparsed=self.unparsed, synthetic_time=self.conv.synthetic_time,
                              evaluations=self.evaluations, series=self.series,
                              final_statuses=self.last_statuses, final_signals=self.last_signals)
+
+
+    def _with_plan_values(self, findings: list[Finding], judged_on: list[Any], server: ServerState) -> list[Finding]:
+        """The worst findings come from different windows: a flag's findings are restated with the plan's one
+        value over all of them (issue #24), each on the signals of its own window."""
+        values = flag_values(self.table, findings, self.last_signals, server)
+        kw: dict[str, Any] = {"profile": self.profile, "workload": self.workload, "config": self.cfg}
+        out = []
+        for f, (sig, at) in zip(findings, judged_on, strict=True):
+            v = values.get(f.flag) if f.flag is not None and f.status in FIRING else None
+            if v is not None and (f.suggested != v.to or f.action != v.action):
+                f = next(g for g in evaluate(self.table, sig, at, planned=values, **kw) if g.check == f.check)
+            out.append(f)
+        return out
 
 
 def _iso(t: float | None) -> Any:

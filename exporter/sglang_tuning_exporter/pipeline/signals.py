@@ -62,7 +62,7 @@ SIGNAL_NAMES = (
     "max_total_num_tokens", "max_running_requests", "cuda_graph_max_bs_captured", "cuda_graph_ceiling_ratio",
     "chunked_prefill_size", "context_len", "metrics_enabled", "gen_throughput_mean", "kv_cache_gb",
     "cuda_graph_gb", "oom_gpu_free_gb",
-    "mem_fraction_static_estimate", "cuda_graph_disabled_steps",
+    "mem_fraction_static_estimate", "cuda_graph_disabled_steps", "window_span_s",
     "decode_samples", "queue_samples", "kv_samples", "graph_samples", "prefill_samples",
 )
 
@@ -109,6 +109,7 @@ def compute_signals(total: Bucket, facts: dict[str, float], p: SignalParams, *, 
                     from_log: bool) -> dict[str, float | None]:
     """The signals of one rank from its merged window bucket and its startup facts (pure)."""
     out: dict[str, float | None] = dict.fromkeys(SIGNAL_NAMES)
+    out["window_span_s"] = span_s  # what the rates and ratios cover (the evidence says it; min_span_s)
     enough = p.min_samples
     # A prefill-only rank (PD prefill node, v0.1 logs) is judged from its Prefill lines.
     s = total.decode if (total.decode.queue_n or total.decode.running_n) else total.prefill
