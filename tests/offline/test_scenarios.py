@@ -240,8 +240,8 @@ def test_oom_before_the_first_batch_lowers_the_fraction(tmp_path: Path, profile:
     assert f.status == "critical" and f.flag == "--mem-fraction-static" and f.action == "decrease"
     assert f.current == 0.93 and f.suggested == 0.85
     assert "LOWER" in f.evidence and "0.4 GB" in f.evidence
-    assert by_check(findings, "startup_mem_fraction_too_small").status == "ok"
-    assert by_check(findings, "decode_graph_capture_oom").status == "ok"
+    assert by_check(findings, "startup_mem_fraction_too_small").status not in ("warning", "critical")
+    assert by_check(findings, "decode_graph_capture_oom").status not in ("warning", "critical")
 
 
 def test_default_mem_fraction_none_is_never_printed(tmp_path: Path) -> None:

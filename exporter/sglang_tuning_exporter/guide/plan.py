@@ -315,7 +315,7 @@ def planned_reason(own: Any, own_reason: str, check: str, action: str, planned: 
     if planned.action != action and action in ("increase", "decrease") and planned.lead != check:
         return (f"{text} ({planned.action} first, for {planned.lead}); this check alone would {action} it"
                 + (f" to {value_text(own)}" if own is not None else "")
-                + f": judge it again after that step" + (f" ({own_reason})" if own_reason else ""))
+                + ": judge it again after that step" + (f" ({own_reason})" if own_reason else ""))
     if planned.lead == check and planned.action != action:
         text += " (one memory budget with the plan's other steps)"
     elif others:
