@@ -157,10 +157,11 @@ def test_plan_step_text_is_one_spelling_for_every_format() -> None:
     value said in words, a client step named by its checks; the formats only number and escape it."""
     step = {"step": 2, "flag": "--chunked-prefill-size", "action": "decrease", "current": 8192.0, "to": None,
             "why": "prefill OOM", "then": "watch OOMs"}
-    assert plan_step_change(step) == "decrease --chunked-prefill-size: 8192 -> a value not computed (see why)"
+    assert plan_step_change(step) == "decrease --chunked-prefill-size: 8192 -> a value to measure first (see why)"
     assert plan_step_text(step) == "2. " + plan_step_change(step)
     assert plan_step_change({"step": 1, "flag": None, "checks": ["queue_empty"]}) == "client side (queue_empty)"
-    assert plan_step_change({**step, "to": True, "current": None}) == "decrease --chunked-prefill-size: ? -> true"
+    assert plan_step_change({**step, "to": True, "current": None}) == (
+        "decrease --chunked-prefill-size: current not in the input -> true")
     line = plan_step_markdown(step, code=lambda t: f"[{t}]", text=str.upper)
     assert line == f"2. [{plan_step_change(step)}] — PREFILL OOM. *Then:* WATCH OOMS."
 
@@ -204,3 +205,21 @@ def test_dissenting_finding_carries_the_plans_value_and_says_why() -> None:
     assert {"decode_oom", "running_capped"} <= set(fired)
     assert fired["decode_oom"].suggested == fired["running_capped"].suggested == 192
     assert "judge it again" in fired["running_capped"].evidence
+
+
+def test_plan_text_comes_from_the_active_profile_and_never_says_question_mark() -> None:
+    """The queue step's `then` names the active profile's band (older-md: 50-500, not docs-2025's 100-2000);
+    a step without a value says what is missing and what would give it; an unknown current value is said."""
+    findings = evaluate(TABLE, {Rank(): {"queue_empty_ratio": 0.9, "queue_samples": 100.0,
+                                         "cuda_graph_miss_ratio": 0.0, "graph_samples": 100.0}},
+                        ServerState(), profile="older-md")
+    d = findings_document(findings=findings, signals={}, server=ServerState(), profile="older-md", workload=None,
+                          table=TABLE)
+    step = next(s for s in d["plan"] if s["checks"] == ["queue_empty"])
+    assert "between 50 and 500 (the older-md band)" in step["then"] and "2000" not in step["then"], step["then"]
+    oom = evaluate(TABLE, {Rank(): {"oom_decode_count": 1.0, "window_span_s": 600.0}}, ServerState())
+    plan = build_plan(TABLE, oom, {})
+    cut = next(s for s in plan if s["flag"] == "--max-running-requests")
+    assert cut["to"] is None and "No value computed: neither the cap nor the batch size is known" in cut["why"]
+    text = plan_step_text(cut)
+    assert "?" not in text and "current not in the input" in text and "to measure" in text, text

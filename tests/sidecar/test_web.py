@@ -115,6 +115,6 @@ def test_plan_steps_show_values_as_every_other_format() -> None:
     st.set_evaluation(signals={Rank(dp=0): {"retractions_per_minute": 4.0}}, findings=list(snap.findings),
                       document=lambda: {"profile": "p", "findings": [], "plan": steps}, now=2.0)
     page = app.handle("GET", "/").body.decode()
-    assert "decrease <code class=\"flag\">--chunked-prefill-size</code>: 8192 &rarr; a value not computed (see why)" \
+    assert "decrease <code class=\"flag\">--chunked-prefill-size</code>: 8192 &rarr; a value to measure first (see why)" \
         in page
     assert "increase <code class=\"flag\">--schedule-conservativeness</code>: 1 &rarr; 1.3" in page

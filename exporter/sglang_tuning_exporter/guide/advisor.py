@@ -10,7 +10,7 @@ from typing import Any
 from sglang_tuning_exporter.core.model import STATUS_CODE, Finding, Rank, ServerState, version_fields
 from sglang_tuning_exporter.guide.checks import Check, CheckTable
 from sglang_tuning_exporter.guide.config import Config
-from sglang_tuning_exporter.guide.plan import FlagValue, flag_values, planned_reason
+from sglang_tuning_exporter.guide.plan import SUGGESTED_MARK, FlagValue, flag_values, planned_reason
 from sglang_tuning_exporter.guide.settings import resolve
 from sglang_tuning_exporter.guide.suggest import Suggestion, default_schedule_policy, flag_name, suggest
 from sglang_tuning_exporter.pipeline.signals import FACT_NAMES, FEW, SAMPLE_COUNT_OF, SignalParams
@@ -309,7 +309,7 @@ def _evaluate_one(c: Check, sig: Mapping[str, float | None], rank: Rank, args: M
         description = c.description
     evidence = f"{measured}; {status} at {c.comparison} {_fmt(threshold)}. {description}"
     if s.reasoning:
-        evidence += f" Suggested value: {s.reasoning}."
+        evidence += f"{SUGGESTED_MARK}{s.reasoning}."
     return make(status, c.summary, evidence, flag=flag, current=s.current, suggested=s.suggested)
 
 

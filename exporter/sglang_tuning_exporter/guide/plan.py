@@ -29,6 +29,11 @@ from sglang_tuning_exporter.pipeline.signals import FEW, SAMPLE_COUNT_OF
 
 RankSignals = Mapping[Rank, Mapping[str, float | None]]
 FIRING = ("warning", "critical")
+# How a finding's evidence introduces its suggested value (advisor), and the words for a missing value:
+# a plan step says what is missing and what would give it, never `?` (issue #24).
+SUGGESTED_MARK = " Suggested value: "
+CURRENT_UNKNOWN = "current not in the input"
+NO_VALUE = "a value to measure first (see why)"
 GRAPH_FLAGS = ("--cuda-graph-max-bs", "--cuda-graph-max-bs-decode")
 MEM_FLAG = "--mem-fraction-static"
 # The floor of the guide's good headroom band (5-8 GB): a graph raise must not push below it.
@@ -159,9 +164,27 @@ def _round_down(x: float, step: float) -> float:
     return round(math.floor(x / step + 1e-9) * step, 6)
 
 
+def _watch_text(text: str, profile: str, band: tuple[float, float]) -> str:
+    """A check's `plan.watch` with the active profile's numbers (`{band_low}`, `{band_high}`, `{profile}`)."""
+    return (text.replace("{band_low}", _fmt(band[0])).replace("{band_high}", _fmt(band[1]))
+            .replace("{profile}", profile))
+
+
+def _no_value(f: Finding, c: Check) -> str:
+    """Why a step has no value, and which measurement would give one (never a bare `?`)."""
+    said = f.evidence.split(SUGGESTED_MARK, 1)[1].rstrip(". ") if SUGGESTED_MARK in f.evidence else ""
+    what = f"; the value comes from the measurement named there. Meanwhile watch {c.plan.watch}" \
+        if c.plan.watch else ""
+    return f". No value computed: {said or 'the input lacks what the suggestion needs'}{what}"
+
+
 def build_plan(table: CheckTable, findings: Sequence[Finding], signals: RankSignals,
-               server: ServerState | None = None) -> list[dict[str, Any]]:
-    """`plan` of interfaces.md: one step per flag (client steps one per check), in stage order."""
+               server: ServerState | None = None, *, profile: str | None = None,
+               band: tuple[float, float] | None = None) -> list[dict[str, Any]]:
+    """`plan` of interfaces.md: one step per flag (client steps one per check), in stage order.
+    `profile` and `band`: the active guide profile and its queue band, for the numbers in `then`."""
+    prof = profile or table.default_profile()
+    band = band or table.profiles[prof].queue_band
     checks = table.by_id()
     stage_of = {s: i for i, s in enumerate(table.plan_stages)}
     order = {c.id: i for i, c in enumerate(table.checks)}
@@ -208,7 +231,9 @@ def build_plan(table: CheckTable, findings: Sequence[Finding], signals: RankSign
             why += (f". Its current value is not in the input (no server_args line): {_fmt(to)} is "
                     f"{'the guide' if lead.suggested == c.suggest.guide_value else 'the computed'} value; "
                     f"{lead.action} to it only if the server is not already past it")
-        then = (f"watch {c.plan.watch} for {c.plan.watch_for}" if c.plan.watch else
+        if to is None and lead.flag is not None:
+            why += _no_value(lead, c)
+        then = (f"watch {_watch_text(c.plan.watch, prof, band)} for {c.plan.watch_for}" if c.plan.watch else
                 "watch the check's signal for 30 min of normal traffic")
         if isinstance(to, float) and to.is_integer() and isinstance(current, int) and not isinstance(current, bool):
             to = int(to)  # an integer flag (batch sizes, request counts) keeps integer values
@@ -373,7 +398,10 @@ def document_parts(table: CheckTable, findings: Sequence[Finding], signals: Rank
                    config: Config | None = None) -> dict[str, Any]:
     """`coverage`, `indications`, `plan`, the command diff and the verdict line of a findings document
     (diagnose, `/api/findings`, each instance of the fleet report)."""
-    plan = build_plan(table, findings, signals, server)
+    cfg = config or Config()
+    prof, _ = resolve(table, cfg, profile=profile, workload=workload)
+    band = cfg.queue_bands.get(prof, table.profiles[prof].queue_band)
+    plan = build_plan(table, findings, signals, server, profile=prof, band=band)
     parts: dict[str, Any] = {
         "coverage": coverage(findings),
         "indications": indications(table, findings, signals, profile=profile, workload=workload, config=config),
@@ -392,7 +420,7 @@ def _with_verdict(parts: dict[str, Any], findings: Sequence[Finding]) -> dict[st
     return parts
 
 
-__all__ = ["FIRING", "FlagValue", "build_plan", "command_diff", "coverage", "document_parts", "flag_values", "indications", "plan_step_change",
+__all__ = ["CURRENT_UNKNOWN", "FIRING", "NO_VALUE", "SUGGESTED_MARK", "FlagValue", "build_plan", "command_diff", "coverage", "document_parts", "flag_values", "indications", "plan_step_change",
            "plan_step_markdown", "plan_step_text", "plan_step_values", "planned_reason", "unplanned_parts", "value_text", "verdict_line"]
 
 
@@ -405,8 +433,8 @@ def value_text(x: Any) -> str:
 
 def plan_step_values(step: Mapping[str, Any]) -> tuple[str, str]:
     """A flag step's current and proposed values as every format shows them (`8192`, not `8192.0`)."""
-    cur = "?" if step.get("current") is None else value_text(step["current"])
-    to = "a value not computed (see why)" if step.get("to") is None else value_text(step["to"])
+    cur = CURRENT_UNKNOWN if step.get("current") is None else value_text(step["current"])
+    to = NO_VALUE if step.get("to") is None else value_text(step["to"])
     return cur, to
 
 

@@ -14,7 +14,13 @@ from typing import TYPE_CHECKING, Any
 from sglang_tuning_exporter.core.markdown import md_text
 from sglang_tuning_exporter.core.model import STATUS_CODE, Finding
 from sglang_tuning_exporter.guide.checks import CheckTable
-from sglang_tuning_exporter.guide.plan import plan_step_change, plan_step_markdown, plan_step_text, value_text
+from sglang_tuning_exporter.guide.plan import (
+    CURRENT_UNKNOWN,
+    plan_step_change,
+    plan_step_markdown,
+    plan_step_text,
+    value_text,
+)
 
 if TYPE_CHECKING:
     from sglang_tuning_exporter.offline.diagnosis import FileDiagnosis, Series
@@ -54,7 +60,7 @@ def change_text(f: Finding) -> str:
     """The exact change a person makes: `--flag current -> suggested (action)`."""
     if f.flag is None:
         return f"client side: {f.action}"
-    cur = "?" if f.current is None else value_text(f.current)
+    cur = CURRENT_UNKNOWN if f.current is None else value_text(f.current)
     if f.suggested is None:
         return f"{f.action} {f.flag} (current {cur}; no value computed, see evidence)"
     if f.action == "set":
