@@ -95,6 +95,9 @@ class LogInput:
     unparsed: Callable[[], int] = lambda: 0
     oversized: Callable[[], int] = lambda: 0
     idle_flush_s: float = 5.0
+    # `--from-start`: the file's history is replayed on the log's clock; once it is read to its end and
+    # nothing new arrives, the clock stops there (the figures stay the log's; docs/signals.md, "Clocks").
+    replay: bool = False
 
 
 @dataclass(slots=True)
@@ -146,6 +149,8 @@ class Sidecar:
     _last_line_at: float | None = None
     _next_eval: float = float("-inf")
     _floor_noted: str | None = None  # the last release floor the log's line formats gave
+    _replay_wall: float | None = None  # `--from-start`: the tick that last read lines of the replay
+    _replay_end: float | None = None  # the log time the replay ended at (the clock stops there)
     evaluations: int = 0
     _wall: float = 0.0  # the current tick's time (config events carry no clock of their own)
 
@@ -216,6 +221,7 @@ class Sidecar:
                          detail=f"read failed: {exc}", reason=reason)
             return
         events = self._parse(src.reader, lines)
+        self._note_replay(src, bool(lines), now)
         if lines:
             self._last_line_at = now
         elif self._last_line_at is not None and now - self._last_line_at >= src.idle_flush_s:
@@ -246,6 +252,21 @@ class Sidecar:
             reason, gone = "not_found", "log file not found (waiting for it)"
         self._record("log", ok=exists, duration_s=self.timer() - start, now=now, detail="" if exists else gone,
                      reason=None if exists else reason)
+
+    def _note_replay(self, src: LogInput, got_lines: bool, now: float) -> None:
+        """Track a `--from-start` replay: read to the end with nothing new -> judged at its end; a new
+        line afterwards -> a live log again, for good."""
+        if not src.replay:
+            return
+        if got_lines:
+            self._replay_wall = now
+            if self._replay_end is not None:
+                src.replay = False  # the file grows: it is a live log now, aged by the wall clock
+                self._replay_end = None
+                self.state.set_replay_end(None)
+        elif self._replay_wall is not None and self._replay_end is None:
+            self._replay_end = self._log_now(self._replay_wall)
+            self.state.set_replay_end(self._replay_end)
 
     @staticmethod
     def _parse(reader: EventFeed, lines: list[str]) -> list[Event]:
@@ -405,6 +426,8 @@ class Sidecar:
 
     # --- guide ----------------------------------------------------------------------------------
     def _log_now(self, wall: float) -> float:
+        if self._replay_end is not None:
+            return self._replay_end  # a replay that ended is judged at its end, not aged by the wall clock
         return self.advisor.log_now(wall) if self.advisor.log_now is not None else wall
 
     def _evaluate(self, wall: float) -> None:

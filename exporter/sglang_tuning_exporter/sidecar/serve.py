@@ -170,7 +170,9 @@ def build_log_input(cfg: ServeConfig) -> LogInput | None:
         # Following from the end: the running server's startup facts come from its last startup
         # section (docs/signals.md, "Sticky facts"); its traffic is judged from now on.
         follower = WithStartup(follower, startup_lines(path))
-    return log_input_for(follower, EventReader())
+    src = log_input_for(follower, EventReader())
+    src.replay = cfg.from_start and path != "-"
+    return src
 
 
 def log_input_for(follower: Any, reader: Any) -> LogInput:

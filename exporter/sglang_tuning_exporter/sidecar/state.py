@@ -39,6 +39,8 @@ class SourceStatus:
     duration_s: float | None = None
     last_attempt: float | None = None
     detail: str = ""
+    last_ok: float | None = None  # when it last worked: what it gave since is stale while it is down
+    down_since: float | None = None  # the first failed attempt of the current outage
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,6 +83,8 @@ class Snapshot:
     source_failures: Mapping[tuple[str, str], float] = field(default_factory=dict)  # (source, reason)
     input_truncations: Mapping[tuple[str, str], float] = field(default_factory=dict)  # (source, limit)
     log_unread_bytes: float = 0.0
+    # `--from-start` read the whole file and no line came since: the log time it ended at (judged there).
+    log_replay_end: float | None = None
 
     @property
     def up(self) -> bool:
@@ -126,6 +130,7 @@ class LiveState:
         self._failures: dict[tuple[str, str], float] = {}
         self._truncations_by: dict[tuple[str, str], float] = {}
         self._last_line_time: float | None = None
+        self._replay_end: float | None = None
         self._expired = 0.0
         self._restarts = 0.0
         self._garbage = 0.0
@@ -326,6 +331,11 @@ class LiveState:
             self._truncations = max(self._truncations, truncations)
             self._oversized = max(self._oversized, oversized)
 
+    def set_replay_end(self, log_time: float | None) -> None:
+        """A replayed log (`--from-start`) ended at `log_time` (None: lines arrive again, the log is live)."""
+        with self._lock:
+            self._replay_end = log_time
+
     def record_source(self, source: str, *, ok: bool, duration_s: float | None, now: float,
                       detail: str = "", reason: str | None = None) -> None:
         """Outcome of one attempt to read a source; a failure with a `reason` is counted under it."""
@@ -334,7 +344,9 @@ class LiveState:
                 key = (source, reason)
                 self._failures[key] = self._failures.get(key, 0.0) + 1
             old = self._sources[source]
-            self._sources[source] = SourceStatus(old.enabled, ok, duration_s, now, detail)
+            down_since = None if ok else (old.down_since if old.up is False else now)
+            self._sources[source] = SourceStatus(old.enabled, ok, duration_s, now, detail,
+                                                 now if ok else old.last_ok, down_since)
 
     def count_truncations(self, source: str, limit: str, n: int) -> None:
         """`n` inputs of `source` cut or skipped at `limit` (see limits.py)."""
@@ -437,4 +449,4 @@ class LiveState:
                 findings=self._findings, document=self._document,
                 evaluated_at=self._evaluated_at, window_s=self.window_s,
                 source_failures=dict(self._failures), input_truncations=dict(self._truncations_by),
-                log_unread_bytes=self._unread_bytes)
+                log_unread_bytes=self._unread_bytes, log_replay_end=self._replay_end)

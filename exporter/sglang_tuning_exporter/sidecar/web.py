@@ -23,6 +23,8 @@ from prometheus_client.registry import CollectorRegistry
 from sglang_tuning_exporter.guide import plan
 from sglang_tuning_exporter.guide.changes import last_change, last_change_text
 from sglang_tuning_exporter.sidecar.collector import TUNING_ARGS, BuildInfo, encode_text
+from sglang_tuning_exporter.sidecar.freshness import freshness
+from sglang_tuning_exporter.sidecar.freshness import notes as freshness_notes
 from sglang_tuning_exporter.sidecar.httpserver import BoundedHTTPServer, TimedRequestHandler
 from sglang_tuning_exporter.sidecar.state import SOURCES, Snapshot
 from sglang_tuning_exporter.sidecar.webconfig import (
@@ -123,7 +125,9 @@ class WebApp:
         if path == "/":
             return Response(200, "text/html; charset=utf-8", self.status_page().encode())
         if path == "/api/findings":
-            doc = findings_json(self._snapshot())
+            snap = self._snapshot()
+            doc = findings_json(snap)
+            doc["freshness"] = freshness(snap)  # additive: stale, quiet or ended sources (issue #24)
             note = last_change(self._changes())
             if note is not None:  # additive: the plan's step 0, whether the last flag change helped
                 doc["last_change"] = note
@@ -170,6 +174,7 @@ class WebApp:
             verdict=doc.get("verdict") or (plan.verdict_line({"coverage": cov, "findings": []}) if snap.findings
                                            else ""),
             blind=blind, unknown_checks=unknown_checks, plan_steps=steps,
+            freshness=freshness_notes(freshness(snap)),
             command_diff=doc.get("command_diff") or [], indications=doc.get("indications") or [],
             firing=[r for r in rows if r["status"] in ("warning", "critical")],
             unknown_rows=[r for r in rows if r["status"] == "unknown"],
