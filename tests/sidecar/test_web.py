@@ -59,7 +59,11 @@ def test_findings_api_returns_the_document() -> None:
     app, _ = _app()
     resp = app.handle("GET", "/api/findings")
     assert resp.content_type == "application/json"
-    assert json.loads(resp.body) == {"profile": "p", "findings": [{"check": "retractions_frequent"}]}
+    doc = json.loads(resp.body)
+    fresh = doc.pop("freshness")  # added by the sidecar: how fresh each source's figures are
+    assert doc == {"profile": "p", "findings": [{"check": "retractions_frequent"}]}
+    assert fresh["log"]["state"] == "waiting" and all(("state" in e and "note" in e) or e["state"] == "fresh"
+                                                      for e in fresh.values())
 
 
 def test_status_page_shows_checks_sources_and_links() -> None:
