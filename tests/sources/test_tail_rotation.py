@@ -220,3 +220,30 @@ def test_unreadable_log_is_permission_denied_not_not_found(tmp_path: Path) -> No
     text = encode_text(build_families(sc.state.snapshot(0.0), BuildInfo("t", "3"))).decode()
     assert 'sglang_tuning_source_failures_total{source="log",reason="permission_denied"} 1.0' in text
     assert "sglang_tuning_log_unread_bytes_total 0.0" in text
+
+
+def test_copytruncate_nul_hole_skips_the_nuls_and_reads_the_next_line(tmp_path: Path) -> None:
+    """A writer without O_APPEND goes on at its old offset after copytruncate, so the file starts with a
+    run of NULs: it is skipped and the line after it read (it used to be lost with the NULs, counted as
+    one over-long line), at every truncation."""
+    log = tmp_path / "server.log"
+    clock = Clock()
+    fh = open(log, "wb")  # noqa: SIM115 - a plain (not O_APPEND) writer, closed below
+    try:
+        fh.write(b"".join(f"line {i:06d} {'x' * 40}\n".encode() for i in range(100)))
+        fh.flush()
+        f = Follower(str(log), from_start=True, clock=clock, max_line_bytes=1024)
+        assert _numbers(f.poll()) == list(range(100))
+        n = 100
+        for _ in range(3):
+            shutil.copy(log, log.with_name("server.log.1"))
+            os.truncate(log, 0)
+            clock.t += 1.0
+            for _ in range(2):  # the writer's offset is past the truncation: a hole of NULs before it
+                fh.write(f"line {n:06d} {'x' * 40}\n".encode())
+                n += 1
+            fh.flush()
+            assert _numbers(f.poll()) == [n - 2, n - 1]
+        assert f.truncated_lines == 0 and f.truncations == 3
+    finally:
+        fh.close()

@@ -219,8 +219,12 @@ class _Open:
                 break
             total += len(data)
             self.offset += len(data)
-            lines.extend(self.splitter.feed(data))
             self.tail = (self.tail + data)[-limits.FINGERPRINT_BYTES:]
+            if data[:1] == b"\x00" and not self.splitter.pending:
+                # The NUL hole of copytruncate under a writer without O_APPEND (it goes on at its old
+                # offset): no line, skipped so the line after it is read, not cut as one over-long line.
+                data = data.lstrip(b"\x00")
+            lines.extend(self.splitter.feed(data))
         if total:
             self.last_data_at = now
         return total
