@@ -146,3 +146,64 @@ def test_a_partial_line_is_completed_across_a_chunk_boundary() -> None:
 
     whole = buckets([[first, second, tail]])
     assert whole and whole == buckets([[first], [second, tail]]) == buckets([[first, second], [tail]])
+
+
+# --- C and Python alike around a partial line (differential) -------------------------------------
+_PARTIAL = [
+    # A partial Decode line (queue only: "Decode batch" quoted in a note), a whole one of a learnt
+    # layout, then one the C reader hands back (`\r\r\r`): the whole line commits the partial sample.
+    "[2025-11-22 23:24:43 DP0 TP0 EP0] Prefill batch, #new-seq: 1, note: Decode batch, #queue-req: 2",
+    "[2025-11-22 23:24:43 DP0 TP0 EP0] Decode batch, #running-req: 5, #full token: 10, full token usage: 0.50, "
+    "#swa token: 3, swa token usage: 0.70, npu graph: True, gen throughput (token/s): 1.0, #queue-req: 1",
+    "50%|#####   | 5/10 [00:01<00:01, 4.9it/s]\r[2025-11-22 23:24:43 DP0 TP0 EP0] Decode batch, #running-req: 3, "
+    "#token: 1442, token usage: 0.18, cuda graph: False, gen throughput (token/s): 12.5, #queue-req:\r\r\r 0",
+]
+
+
+def _diagnosed_both(data: bytes, monkeypatch: pytest.MonkeyPatch) -> list[Any]:
+    from sglang_tuning_exporter.guide.checks import load_table
+    from sglang_tuning_exporter.guide.config import Config
+    from sglang_tuning_exporter.offline.diagnosis import ClockSetBack, Diagnosis
+
+    out: list[Any] = []
+    table = load_table()
+    for scan in (SCAN, None):
+        monkeypatch.setattr(scanner, "SCAN", scan)
+        d = Diagnosis(table, Config(), "docs-2025", "throughput", {})
+        try:
+            d.add_chunk(Scanner(d.res, 0.9).scan_bytes(data))
+        except ClockSetBack:
+            out.append("again")
+            continue
+        doc = d.finish("x").document
+        out.append((doc["signals"], doc["signals_by_rank"], d.lines, d.unparsed, d.nul))
+    return out
+
+
+@pytest.mark.skipif(SCAN is None, reason="the C accelerator is not built here or turned off")
+def test_a_whole_line_after_a_partial_one_commits_it_in_c_too(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The C reader summed the whole line beside the window, so the partial sample stayed open and took
+    the next line's values: 2 KV samples where the sidecar's window counts 1."""
+    c, py = _diagnosed_both(("\n".join(_PARTIAL) + "\n").encode(), monkeypatch)
+    assert c == py and py[0]["kv_samples"] == 1.0
+
+
+@pytest.mark.skipif(SCAN is None, reason="the C accelerator is not built here or turned off")
+def test_generated_lines_with_carriage_returns_diagnose_alike(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Real-looking lines with `\\r` runs cut in anywhere: the same signals with and without C."""
+    import random
+
+    from helpers.mixed_logs import POOL
+
+    rnd = random.Random(11)
+    for _ in range(120):
+        lines = []
+        for _ in range(rnd.randint(1, 8)):
+            p = rnd.choice(POOL).replace("{r}", str(rnd.randint(0, 2)))
+            if rnd.random() < 0.5:
+                k = rnd.randint(0, len(p))
+                p = p[:k] + "\r" * rnd.randint(1, 3) + p[k:]
+            lines.append(p)
+        data = ("\n".join(lines) + "\n").encode()
+        c, py = _diagnosed_both(data, monkeypatch)
+        assert c == py, data

@@ -323,7 +323,8 @@ class Scanner:
                 pos, n, nd, np_, _, last_t = scan.scan_buckets(data, pos, reader._next, out, groups[0], groups[1],
                                                                 self.res, self.usage_good, *self.band,
                                                                 self._last_t or 0.0, BACKWARD_TOLERANCE_S, self.origin,
-                                                                EARLIEST_PLAUSIBLE, LATEST_PLAUSIBLE, self.max_line_bytes)
+                                                                EARLIEST_PLAUSIBLE, LATEST_PLAUSIBLE, self.max_line_bytes,
+                                                                self._held())
                 reader._next = n
                 res.fast += nd + np_
                 for e in out:  # retractions, read in C as the reader would (and within the tolerance)
@@ -360,6 +361,12 @@ class Scanner:
         if t is None:
             return e._replace(time=None if clock.latest is None else _iso_of(clock.latest))
         return e
+
+    def _held(self) -> set[tuple[int | None, int | None]] | None:
+        """Replicas whose window holds an open sample (a partial line): their next line must reach the
+        window (it completes or commits that sample), so the C reader hands it back."""
+        open_ = self._window.open_samples()
+        return {(r.dp, r.pp) for r in open_} if open_ else None
 
     def _timed(self, e: Event, res: ChunkResult, *, checked: bool = False) -> Event:
         """An event for the parent. Fast path: a dated one judged by the log clock (`_judged`; the C

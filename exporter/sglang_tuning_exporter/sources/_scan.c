@@ -539,7 +539,23 @@ typedef struct {
     double earliest, until;  /* timeparse's plausible stamps: [earliest, until) (passed in, no table here) */
     double backward;  /* timeparse.BACKWARD_TOLERANCE_S */
     Py_ssize_t max_line;  /* a longer line is handed back (Python skips and counts it) */
+    PyObject *hold;       /* a set of (dp, pp) whose window holds an open sample, or NULL */
 } Params;
+
+/* Whether the line's replica has a sample open in the Python window: its next line completes or
+ * commits it there (window.add_sample), so the line is handed back, not summed here. -1 on error. */
+static int held(const Params *P, int has_dp, long long dp, int has_pp, long long pp) {
+    if (P->hold == NULL || PySet_GET_SIZE(P->hold) == 0) return 0;
+    PyObject *k0 = has_dp ? PyLong_FromLongLong(dp) : Py_NewRef(Py_None);
+    PyObject *k1 = has_pp ? PyLong_FromLongLong(pp) : Py_NewRef(Py_None);
+    PyObject *key = (k0 && k1) ? PyTuple_Pack(2, k0, k1) : NULL;
+    Py_XDECREF(k0);
+    Py_XDECREF(k1);
+    if (key == NULL) return -1;
+    int r = PySet_Contains(P->hold, key);
+    Py_DECREF(key);
+    return r;
+}
 
 /* [YYYY-MM-DD HH:MM:SS(.f)] as epoch seconds, as timeparse.event_seconds and the diagnose scanner read
  * it (calendar.timegm: the month must exist, day/hour/minute are plain arithmetic); 0 when no date. */
@@ -809,6 +825,9 @@ static int line_accumulate(const char *s, const Line *L, const Params *P, PyObje
     if (run == NULL || queue == NULL) return STOP;
     double t;
     if (!stamp_seconds(s, L, P, &t)) return STOP;
+    int open = held(P, L->has_tag[0], L->tag[0], L->has_tag[1], L->tag[1]);
+    if (open < 0) return FAIL;
+    if (open) return STOP;
     /* Stamped far off the latest: an outlier, a gap or a clock set back; Python's log clock decides. */
     if (off_clock(t, P)) return STOP;
     if (t > *P->latest) *P->latest = t;
@@ -989,7 +1008,7 @@ static PyObject *scan_buffer(PyObject *self, PyObject *args) {
 }
 
 /* scan_buckets(data, pos, first_line, out, decode_groups, prefill_groups, resolution, usage_good,
- *              band_lo, band_hi[, latest, backward, origin, earliest, until, max_line])
+ *              band_lo, band_hi[, latest, backward, origin, earliest, until, max_line, hold])
  *   -> (stop, line, decode, prefill, retract, latest or None)
  * A Decode/Prefill line or retraction stamped more than `backward` seconds before or after `latest` (the
  * latest stamp read, kept across calls by the caller; 0: none) is handed back.
@@ -1010,10 +1029,17 @@ static PyObject *scan_buckets(PyObject *self, PyObject *args) {
     P.earliest = -1e300;
     P.until = 1e300;
     P.max_line = PY_SSIZE_T_MAX;
-    if (!PyArg_ParseTuple(args, "y*nLO!O!O!dddd|dddddn", &buf, &pos, &n, &PyList_Type, &out, &PyDict_Type,
+    P.hold = NULL;
+    if (!PyArg_ParseTuple(args, "y*nLO!O!O!dddd|dddddnO", &buf, &pos, &n, &PyList_Type, &out, &PyDict_Type,
                           &groups[0], &PyDict_Type, &groups[1], &P.res, &P.usage_good, &P.band_lo, &P.band_hi,
-                          &latest, &P.backward, &P.origin, &P.earliest, &P.until, &P.max_line))
+                          &latest, &P.backward, &P.origin, &P.earliest, &P.until, &P.max_line, &P.hold))
         return NULL;
+    if (P.hold == Py_None) P.hold = NULL;
+    if (P.hold != NULL && !PyAnySet_Check(P.hold)) {
+        PyErr_SetString(PyExc_TypeError, "scan_buckets: hold must be a set or None");
+        PyBuffer_Release(&buf);
+        return NULL;
+    }
     if (!ready() || !columns_ready || !(P.res > 0.0)) {
         if (!PyErr_Occurred())
             PyErr_SetString(PyExc_ValueError, "scan_buckets: configure_columns() first, and a positive resolution");
