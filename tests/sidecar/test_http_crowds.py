@@ -328,3 +328,14 @@ def test_an_oversized_request_head_is_refused(server: BoundedHTTPServer) -> None
     head = b"GET / HTTP/1.1\r\nX-Big: " + b"a" * (limits.MAX_REQUEST_HEAD_BYTES + 10)
     out = _exchange(server.server_address[1], head)
     assert out.startswith(b"HTTP/1.1 431"), out[:100]
+
+
+def test_a_client_that_half_closes_after_its_request_is_answered(server: BoundedHTTPServer) -> None:
+    """`printf 'GET ...' | nc -N`: the request, then FIN; the answer still comes."""
+    with socket.create_connection((LOOPBACK, server.server_address[1]), timeout=5) as s:
+        s.sendall(b"GET /-/healthy HTTP/1.1\r\nHost: x\r\n\r\n")
+        s.shutdown(socket.SHUT_WR)
+        out = b""
+        while chunk := s.recv(65536):
+            out += chunk
+    assert out.startswith(b"HTTP/1.1 200") and out.endswith(b"OK\n"), out

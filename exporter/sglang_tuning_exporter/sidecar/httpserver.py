@@ -56,7 +56,8 @@ HANDSHAKE, FIRST, IDLE, HEAD, BODY, BUSY, WRITE = "handshake", "first", "idle", 
 class _Conn:
     """One client connection and what the loop knows of it."""
 
-    __slots__ = ("addr", "buf", "close_after", "deadline", "discard", "out", "phase", "since", "sock", "want")
+    __slots__ = ("addr", "buf", "close_after", "deadline", "discard", "eof", "out", "phase", "since", "sock",
+                 "want")
 
     def __init__(self, sock: socket.socket, addr: Any, phase: str, deadline: float, now: float) -> None:
         self.sock = sock
@@ -68,6 +69,7 @@ class _Conn:
         self.discard = 0  # bytes of a request body still to skip
         self.out = memoryview(b"")  # the answer still to write
         self.close_after = False
+        self.eof = False  # the client sent FIN: answer what it asked, then close
         self.want = 0  # the selector events registered for it
 
     def enter(self, phase: str, deadline: float, now: float) -> None:
@@ -182,6 +184,8 @@ class BoundedHTTPServer(HTTPServer):
         self._warned_at = float("-inf")
         self._quiet = 0  # warnings held back since the last one logged
         super().__init__(address, handler)
+        # A client that resets between readiness and accept() must not leave the loop blocked in accept().
+        self.socket.setblocking(False)
 
     # --- logging ---------------------------------------------------------------------------------
     def _warn(self, msg: str, *args: Any) -> None:
@@ -293,6 +297,8 @@ class BoundedHTTPServer(HTTPServer):
         """Accept; out of file descriptors (EMFILE...), stop listening ACCEPT_BACKOFF_S instead of spinning."""
         try:
             return super().get_request()
+        except BlockingIOError:  # the connection went away before we took it
+            raise
         except OSError as exc:
             self.accept_errors += 1
             if exc.errno in _OUT_OF_RESOURCES:
@@ -417,9 +423,10 @@ class BoundedHTTPServer(HTTPServer):
                 log.debug("http: reading from %s failed: %s", conn.addr, exc)
                 self._close(conn)
                 return
-            if not data:  # the client closed
-                self._close(conn)
-                return
+            if not data:  # the client closed its side: answer a complete request, then close
+                conn.eof = True
+                self._register(conn, 0)
+                break
             got += len(data)
             conn.buf += data
         self._advance(conn)
@@ -431,6 +438,9 @@ class BoundedHTTPServer(HTTPServer):
             take = min(conn.discard, len(conn.buf))
             del conn.buf[:take]
             conn.discard -= take
+            if conn.discard and conn.eof:
+                self._close(conn)
+                return
             if conn.discard:
                 self._register(conn, selectors.EVENT_READ)
                 return
@@ -443,6 +453,9 @@ class BoundedHTTPServer(HTTPServer):
             self._write(conn)
             return
         if head is None:
+            if conn.eof:
+                self._close(conn)
+                return
             if conn.buf and conn.phase == IDLE:
                 conn.enter(HEAD, now + self.header_timeout_s, now)
             self._register(conn, selectors.EVENT_READ)
@@ -492,7 +505,7 @@ class BoundedHTTPServer(HTTPServer):
                 self._close(conn)
                 return
             conn.out = conn.out[sent:]
-        if conn.close_after:
+        if conn.close_after or (conn.eof and _split_head(conn.buf)[0] is None):
             with contextlib.suppress(OSError):
                 conn.sock.shutdown(socket.SHUT_WR)
             self._close(conn)
@@ -506,4 +519,7 @@ class BoundedHTTPServer(HTTPServer):
             conn.enter(IDLE, now + self.idle_timeout_s, now)
         self._next_scan = min(self._next_scan, conn.deadline)
         # Bytes already here (pipelined, or held inside TLS) raise no readiness event: look now.
-        self._read(conn)
+        if conn.eof:
+            self._advance(conn)
+        else:
+            self._read(conn)

@@ -1,7 +1,7 @@
 """HTTP endpoints: /metrics, the status page `/`, /api/findings, /-/healthy and /-/ready.
 
 `WebApp.handle(path)` is a plain function of the request path (testable without sockets); the
-`ThreadingHTTPServer` handler around it stays thin.
+request handler around it (httpserver.py serves it) stays thin.
 """
 
 from __future__ import annotations
