@@ -11,6 +11,7 @@ import subprocess
 import sys
 import threading
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from http.server import ThreadingHTTPServer
 from pathlib import Path
 
@@ -410,3 +411,43 @@ def test_serve_process_over_https_with_auth(certs: dict[str, Path], tmp_path: Pa
     finally:
         stop_process(proc)
     assert proc.returncode == 0
+
+
+def test_a_bcrypt_flood_gets_429_and_the_probes_still_answer(serving: list[ThreadingHTTPServer],
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """While bcrypt is busy with one new password and another waits for it, a third new password is
+    answered 429 with Retry-After at once, and /-/healthy answers meanwhile."""
+    entered, release = threading.Event(), threading.Event()
+
+    def stuck(password: bytes, hashed: bytes) -> bool:
+        entered.set()
+        release.wait(10)
+        return False
+
+    monkeypatch.setattr(bcrypt, "checkpw", stuck)
+    port = _start(serving, WebConfig(users=(("alice", ALICE_HASH.encode()),)))
+
+    def get(path: str, password: str | None = None) -> tuple[int, str | None]:
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+        try:
+            conn.request("GET", path, headers={"Authorization": _basic("alice", password)} if password else {})
+            resp = conn.getresponse()
+            resp.read()
+            return resp.status, resp.getheader("Retry-After")
+        finally:
+            conn.close()
+
+    results: list[tuple[int, str | None]] = []
+    first = threading.Thread(target=lambda: results.append(get("/metrics", "guess-1")))
+    first.start()
+    try:
+        assert entered.wait(10)
+        with ThreadPoolExecutor(max_workers=2) as pool:
+            pending = [pool.submit(get, "/metrics", f"guess-{i}") for i in (2, 3)]
+            assert get("/-/healthy") == (200, None)
+            answers = [p.result(timeout=10) for p in pending]
+        assert (429, "1") in answers, answers
+    finally:
+        release.set()
+        first.join(10)
+    assert results == [(401, None)]
