@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from helpers.hostile_sglang import Body, Drip, HostileSGLang, Stall, deep_json
+from helpers.hostile_sglang import Body, Cut, Drip, HostileSGLang, Redirect, Stall, deep_json
 from sglang_tuning_exporter.core import limits
 from sglang_tuning_exporter.sidecar.collector import BuildInfo, build_families, encode_text
 from sglang_tuning_exporter.sidecar.engine import Advisor, Sidecar
@@ -150,7 +150,12 @@ def test_http_failures_are_counted_by_reason() -> None:
     Drip(b"sglang:num_queue_reqs 1\n" * 100, every_s=0.05),  # the body, a byte at a time
     Drip(b"sglang:num_queue_reqs 1\n", every_s=0.05, headers=True),  # even the status line drips
     Stall(),  # headers, then nothing
-], ids=["body-drip", "header-drip", "stall"])
+    # No Content-Length: the body ends when the server closes (http.client hands such a socket to the
+    # response, out of the connection's reach), or chunked, a one-byte chunk at a time.
+    Drip(b"sglang:num_queue_reqs 1\n" * 100, every_s=0.05, framing="close"),
+    Drip(b"sglang:num_queue_reqs 1\n" * 100, every_s=0.05, framing="close", headers=True),
+    Drip(b"sglang:num_queue_reqs 1\n" * 100, every_s=0.05, framing="chunked"),
+], ids=["body-drip", "header-drip", "stall", "close-drip", "close-header-drip", "chunked-drip"])
 def test_scrape_has_a_whole_request_deadline(route: Drip | Stall) -> None:
     """`--sglang.scrape-timeout` bounds the request, not each socket read: a server dripping a byte
     every 50 ms (each read well inside the timeout) is cut off at the deadline, as a timeout."""
@@ -161,6 +166,49 @@ def test_scrape_has_a_whole_request_deadline(route: Drip | Stall) -> None:
         took = time.monotonic() - start
     assert exc.value.reason == "timeout"
     assert took < 1.5, took
+
+
+@pytest.mark.parametrize("route", [
+    Cut(GOOD_METRICS * 20, sent=len(GOOD_METRICS) * 9),  # fewer bytes than Content-Length said
+    Cut(GOOD_METRICS * 20, sent=len(GOOD_METRICS) * 9, framing="chunked"),  # a chunk cut short
+    Cut(GOOD_METRICS * 20, sent=len(GOOD_METRICS) * 20 + 7, framing="chunked"),  # no last chunk
+], ids=["length", "chunked-mid", "chunked-end"])
+def test_a_body_cut_short_is_a_failed_request(route: Cut) -> None:
+    """A body shorter than its framing promised is no answer: reason `invalid`, never a partial scrape."""
+    with HostileSGLang({"/metrics": route}) as s, pytest.raises(HttpError) as exc:
+        urllib_get(s.url + "/metrics", 2.0)
+    assert exc.value.reason == "invalid" and "cut short" in str(exc.value)
+
+
+@pytest.mark.parametrize("body", [
+    GOOD_METRICS * 9 + b"sglang:num_running_reqs{tp_rank=",  # close-delimited, ends mid-line
+    GOOD_METRICS * 9 + b"sglang:num_running_reqs 4",  # the last line without its newline
+], ids=["mid-line", "no-final-newline"])
+def test_an_exposition_that_ends_mid_line_is_a_failed_scrape(body: bytes) -> None:
+    """A close-delimited /metrics has no length to check: an exposition whose last line is not ended
+    was cut (the format ends every line with a newline). The scrape fails (`invalid`) and reads nothing."""
+    with HostileSGLang({"/metrics": Drip(body, every_s=0.0, chunk=1 << 16, framing="close"),
+                        "/server_info": Body(GOOD_INFO)}) as s:
+        cfg = build_config(_args("--sglang.url", s.url, "--sglang.scrape-timeout", "2s"))
+        sc = build_sidecar(cfg, timer=time.perf_counter, advisor=_advisor())
+        sc.tick(0.0)
+    snap = sc.state.snapshot(0.0)
+    assert snap.sources["metrics"].up is False and "newline" in snap.sources["metrics"].detail
+    assert _failures(_exposition(sc, 0.0), "metrics") == {"invalid": 1.0}
+    assert snap.scrape_samples is None  # nothing of it was read
+
+
+def test_redirects_stay_on_the_configured_host() -> None:
+    """A redirect to the same host is followed; one to another host is refused (`http_status`), and the
+    API key never reaches the other host."""
+    with HostileSGLang({"/metrics": Body(GOOD_METRICS)}) as other:
+        with HostileSGLang({"/metrics": Redirect(other.url + "/metrics"), "/moved": Redirect("/real"),
+                            "/real": Body(GOOD_METRICS)}) as s:
+            assert urllib_get(s.url + "/moved", 2.0, api_key="k3y") == GOOD_METRICS
+            with pytest.raises(HttpError) as exc:
+                urllib_get(s.url + "/metrics", 2.0, api_key="k3y")
+        assert exc.value.reason == "http_status" and "another host" in str(exc.value)
+        assert other.seen == []
 
 
 def test_a_dripping_endpoint_does_not_freeze_the_tick() -> None:

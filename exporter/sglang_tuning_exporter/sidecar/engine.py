@@ -359,6 +359,10 @@ class Sidecar:
             self._record("metrics", ok=False, duration_s=self.timer() - start, now=now, reason="too_large",
                          detail=f"/metrics body larger than {limits.MAX_METRICS_BODY_BYTES} bytes")
             return
+        if body and not body.endswith(b"\n"):  # a close-delimited body has no length to check it by
+            self._record("metrics", ok=False, duration_s=self.timer() - start, now=now, reason="invalid",
+                         detail="/metrics ends mid-line (no final newline): the answer was cut short")
+            return
         exposition = parse_exposition(body.decode("utf-8", errors="replace"), keep=wanted)
         for limit, n in (("line", exposition.long_lines), ("label_value", exposition.clipped_labels),
                          ("samples", exposition.dropped_samples)):

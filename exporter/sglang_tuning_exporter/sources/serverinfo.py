@@ -6,19 +6,15 @@
 
 from __future__ import annotations
 
-import contextlib
-import http.client
 import json
 import math
-import socket
-import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 from urllib.parse import urlsplit
 
-from sglang_tuning_exporter.core import limits
+from sglang_tuning_exporter.core import limits, outbound
 from sglang_tuning_exporter.core.redact import redact_args, redact_text
 
 ENDPOINTS = ("/server_info", "/get_server_info", "/get_server_args")
@@ -41,67 +37,21 @@ class HttpGet(Protocol):
     def __call__(self, url: str, timeout: float) -> bytes: ...
 
 
-def _abort(conn: http.client.HTTPConnection, expired: threading.Event) -> None:
-    """The deadline: unblock whatever read or write the request is in (the socket is closed by its owner)."""
-    expired.set()
-    sock = conn.sock
-    if sock is not None:
-        with contextlib.suppress(OSError):
-            sock.shutdown(socket.SHUT_RDWR)
-
-
 def urllib_get(url: str, timeout: float, *, api_key: str | None = None, max_bytes: int | None = None) -> bytes:
-    """The real HttpGet: one GET whose WHOLE request (connect, headers, body) ends within `timeout`.
-
-    A socket timeout bounds each read, not the request: a server dripping a byte a second would hold
-    the sidecar's loop for as long as it likes. A timer shuts the socket down at the deadline instead.
-    The body is read up to `max_bytes` (default: the /metrics limit); past it the request fails.
-    `api_key` is SGLang's --api-key."""
+    """The real HttpGet: one GET whose WHOLE request (connect, headers, body) ends within `timeout`,
+    whatever the framing (core/outbound.py). The body is read up to `max_bytes` (default: the /metrics
+    limit); past it, cut short or late, the request fails. `api_key` is SGLang's --api-key."""
     cap = limits.MAX_METRICS_BODY_BYTES if max_bytes is None else max_bytes
-    parts = urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise HttpError(f"GET {url}: not an http(s) URL", reason="connection")
-    headers = {"User-Agent": "sglang-tuning-exporter", "Accept": "text/plain, application/json",
-               "Accept-Encoding": "identity"}
+    headers = {"Accept": "text/plain, application/json"}
     if api_key:
         headers["Authorization"] = f"Bearer {api_key}"
-    conn_cls = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
-    conn = conn_cls(parts.hostname, parts.port, timeout=timeout)
-    expired = threading.Event()
-    timer = threading.Timer(timeout, _abort, (conn, expired))
-    timer.daemon = True
-    timer.start()
     try:
-        conn.connect()
-        if expired.is_set():  # the deadline passed while connecting, before the socket was known
-            raise TimeoutError
-        path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
-        conn.request("GET", path, headers=headers)
-        resp = conn.getresponse()
-        if resp.status >= 400:
-            raise HttpError(f"HTTP {resp.status} from {url}", resp.status)
-        chunks: list[bytes] = []
-        size = 0
-        # At most one byte past the cap (that byte says the body is too large): a huge body costs
-        # neither memory nor reading past it.
-        while data := resp.read1(min(1 << 16, cap + 1 - size)):
-            chunks.append(data)
-            size += len(data)
-            if size > cap:
-                raise HttpError(f"GET {url}: body larger than {cap} bytes", reason="too_large")
-        if expired.is_set():
-            raise TimeoutError
-        return b"".join(chunks)
-    except HttpError:
-        raise
-    except (TimeoutError, OSError, http.client.HTTPException, ValueError) as exc:
-        if expired.is_set() or isinstance(exc, TimeoutError):
-            raise HttpError(f"GET {url}: no complete answer within the {timeout:g} s deadline",
-                            reason="timeout") from None
-        raise HttpError(f"GET {url} failed: {exc}", reason="connection") from None
-    finally:
-        timer.cancel()
-        conn.close()
+        answer = outbound.request(url, timeout_s=timeout, max_bytes=cap, headers=headers)
+    except outbound.OutboundError as exc:
+        raise HttpError(str(exc), exc.status, reason=exc.reason) from None
+    if answer.status >= 400:
+        raise HttpError(f"HTTP {answer.status} from {outbound.origin(url)}{urlsplit(url).path}", answer.status)
+    return answer.body
 
 
 @dataclass(frozen=True, slots=True)
