@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import base64
+import dataclasses
+import gzip
 import json
 import shutil
 import socket
 import ssl
 import subprocess
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -16,9 +19,11 @@ from pathlib import Path
 from urllib.parse import parse_qs
 
 import pytest
-import requests
 
+from helpers.hostile_sglang import Body, Drip, HostileSGLang, Redirect, Stall
 from helpers.netutil import free_port
+from sglang_tuning_exporter.cli import main
+from sglang_tuning_exporter.core import limits
 from sglang_tuning_exporter.fleet.promapi import PromConfig, PrometheusClient, PrometheusError
 
 
@@ -122,7 +127,7 @@ def test_basic_auth_and_extra_headers_sent(server: tuple[str, Recorder]) -> None
     url, rec = server
     rec.answers.append(ok("vector", []))
     cfg = PromConfig(url=url, username="alice", password="s3cret", headers=(("X-Scope-OrgID", "team-a"),))
-    PrometheusClient(cfg, session=requests.Session()).instant("up", 1.0)
+    PrometheusClient(cfg).instant("up", 1.0)
     headers = rec.seen[0][1]
     assert headers["Authorization"] == "Basic " + base64.b64encode(b"alice:s3cret").decode()
     assert headers["X-Scope-OrgID"] == "team-a"
@@ -208,3 +213,141 @@ def test_tls_with_ca_file_and_skip_verify(tls_server: tuple[str, Path, Recorder]
     with pytest.raises(PrometheusError, match="TLS error talking to Prometheus"):
         PrometheusClient(PromConfig(url=url, timeout_s=5)).instant("up", 1.0)
     assert PrometheusClient(PromConfig(url=url, insecure_skip_verify=True)).instant("up", 1.0) == []
+
+
+# --- a hostile Prometheus (issue 23): the report gives up in time, in bounded memory, in one line ----------
+ANSWER = json.dumps({"status": "success", "data": {"resultType": "vector", "result": [
+    {"metric": {"instance": "a:1"}, "value": [1700000000, "1"]}]}}).encode()
+
+
+@pytest.mark.parametrize("route", [
+    Drip(ANSWER, every_s=0.05),  # Content-Length, the body a byte at a time
+    Drip(ANSWER, every_s=0.05, framing="close"),  # no length: the body ends when the server closes
+    Drip(ANSWER, every_s=0.05, framing="chunked"),  # a one-byte chunk at a time
+    Drip(ANSWER, every_s=0.05, headers=True),  # even the status line drips
+    Stall(),  # headers, then nothing
+], ids=["length", "close", "chunked", "headers", "stall"])
+def test_timeout_holds_for_the_whole_answer(route: Drip | Stall) -> None:
+    """`--prometheus.timeout` bounds the whole answer, not each read: a Prometheus dripping a byte every
+    50 ms is cut off at the deadline with the one-line timeout error."""
+    with HostileSGLang({"/api/v1/query": route}) as s:
+        start = time.monotonic()
+        with pytest.raises(PrometheusError, match=r"did not answer within 0.5 s .*--prometheus.timeout"):
+            PrometheusClient(PromConfig(url=s.url, timeout_s=0.5)).instant("up", 1.0)
+        took = time.monotonic() - start
+    assert took < 1.5, took
+
+
+def test_a_gzip_answer_is_inflated_within_the_cap(monkeypatch: pytest.MonkeyPatch) -> None:
+    """gzip is asked for and inflated; a small gzip body that inflates past the cap is refused at the cap
+    (never inflated whole in memory), with a line naming the cap."""
+    monkeypatch.setattr(limits, "MAX_PROMETHEUS_ANSWER_BYTES", 1024 * 1024)
+    zipped = (("Content-Encoding", "gzip"),)
+    bomb = gzip.compress(b'{"status": "success", "data": {"resultType": "vector", "result": [' + b" " * (64 << 20))
+    with HostileSGLang({"/api/v1/query": Body(gzip.compress(ANSWER), headers=zipped),
+                        "/api/v1/query_range": Body(bomb, headers=zipped)}) as s:
+        client = PrometheusClient(PromConfig(url=s.url, timeout_s=5))
+        assert [x.labels["instance"] for x in client.instant("up", 1.0)] == ["a:1"]
+        with pytest.raises(PrometheusError, match=r"more than 1 MiB \(1048576 bytes, the cap per answer\)"):
+            client.range("up", 0.0, 1.0, 1.0)
+        assert s.seen[0][1]["Accept-Encoding"] == "gzip"
+
+
+def test_an_answer_past_the_cap_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A million series (or any answer past the cap) is refused by a line naming the cap, read no further."""
+    monkeypatch.setattr(limits, "MAX_PROMETHEUS_ANSWER_BYTES", 1024 * 1024)
+    items = ",".join(json.dumps({"metric": {"instance": f"i{i}"}, "value": [1, "1"]}) for i in range(40_000))
+    big = ('{"status": "success", "data": {"resultType": "vector", "result": [' + items + "]}}").encode()
+    with HostileSGLang({"/api/v1/query": Drip(big, every_s=0.0, chunk=1 << 16, framing="close")}) as s, \
+            pytest.raises(PrometheusError, match=r"the cap per answer\) to 'up': narrow --selector"):
+        PrometheusClient(PromConfig(url=s.url, timeout_s=5)).instant("up", 1.0)
+
+
+def test_no_header_or_credential_crosses_a_redirect_to_another_host() -> None:
+    """A 307 to another host is not followed: the tenant header, the API key and the password stay home.
+    A redirect on the same host (a path prefix) is followed."""
+    with HostileSGLang({"/api/v1/query": Body(ANSWER)}) as other:
+        with HostileSGLang({"/api/v1/query": Redirect(other.url + "/api/v1/query"),
+                            "/prom/api/v1/query": Redirect("/real/api/v1/query", 308),
+                            "/real/api/v1/query": Body(ANSWER)}) as s:
+            cfg = PromConfig(url=s.url, username="alice", password="s3cret",
+                             headers=(("X-Scope-OrgID", "team-a"), ("X-Api-Key", "k3y")))
+            with pytest.raises(PrometheusError, match=r"redirected \(HTTP 307\) to another host"):
+                PrometheusClient(cfg).instant("up", 1.0)
+            moved = PrometheusClient(dataclasses.replace(cfg, url=s.url + "/prom"))
+            assert len(moved.instant("up", 1.0)) == 1
+            assert s.seen[-1][0] == "/real/api/v1/query" and s.seen[-1][1]["X-Scope-OrgID"] == "team-a"
+        assert other.seen == []
+
+
+@pytest.mark.parametrize(("body", "pattern"), [
+    ("[]", r"JSON that is not an API answer \(HTTP 200, a list"),
+    ("{}", r"JSON that is not an API answer \(HTTP 200, no `status`\)"),
+    ('{"status": "success"}', r"no data object"),
+    ('{"status": "success", "data": []}', r"no data object"),
+    ('{"status": "success", "data": {"resultType": "vector", "result": {}}}', r"`result` is an object, not a list"),
+    ('{"status": "success", "data": {"resultType": "vector", "result": [{"metric": {}}]}}',
+     r"`value` holds null where a \[time, value\] pair belongs"),
+    ('{"status": "success", "data": {"resultType": "vector", "result": [{"metric": {}, "value": [1, "2", 3]}]}}',
+     r"`value` holds a list where a \[time, value\] pair belongs"),
+    ('{"status": "success", "data": {"resultType": "vector", "result": [{"metric": 5, "value": [1, "2"]}]}}',
+     r"`metric` is not an object of string labels"),
+    ('{"status": "success", "data": {"resultType": "vector", "result": [7]}}', r"a `result` item is not an object"),
+    ('{"status": "success", "data": {"resultType": "scalar", "result": "x"}}', r"`result` holds a string"),
+    ('{"status": "success", "data": {"resultType": 3, "result": []}}', r"non-string \(int\) result"),
+])
+def test_json_of_the_wrong_shape_is_one_line(server: tuple[str, Recorder], body: str, pattern: str) -> None:
+    """Valid JSON that is not the API's shape gives one PrometheusError line, never a traceback."""
+    url, rec = server
+    rec.answers.append(Canned(200, body))
+    with pytest.raises(PrometheusError, match=pattern) as info:
+        PrometheusClient(PromConfig(url=url)).instant("up", 1.0)
+    assert "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize(("result", "pattern"), [
+    ('[{"metric": {}}]', r"a series without its `values` list"),
+    ('[{"metric": {}, "values": [[1, "1"], [2]]}]', r"`values` holds a list where a \[time, value\] pair"),
+    ('[{"metric": {}, "values": [["t", "1"]]}]', r"a sample time is a string, not a number"),
+    ('[{"metric": {}, "values": [[1, {}]]}]', r"sample value that is not a number"),
+    ('"x"', r"`result` is a string, not a list"),
+])
+def test_range_answers_of_the_wrong_shape_are_one_line(server: tuple[str, Recorder], result: str,
+                                                       pattern: str) -> None:
+    """The same for matrices: a series without values or with values that are not pairs."""
+    url, rec = server
+    rec.answers.append(Canned(200, '{"status": "success", "data": {"resultType": "matrix", "result": ' + result + "}}"))
+    with pytest.raises(PrometheusError, match=pattern):
+        PrometheusClient(PromConfig(url=url)).range("up", 0.0, 1.0, 1.0)
+
+
+SHAPES = ["[]", "{}", '{"status": "success"}', '{"status": "success", "data": []}',
+          '{"status": "success", "data": {"resultType": "vector", "result": 5}}',
+          '{"status": "success", "data": {"resultType": "vector", "result": [{"values": 1}]}}',
+          '{"status": "success", "data": {"resultType": "matrix", "result": [{"metric": {}, "values": [1, 2]}]}}']
+
+
+@pytest.mark.parametrize("body", SHAPES)
+def test_report_exits_1_with_one_line_on_any_shape(body: str, capsys: pytest.CaptureFixture[str],
+                                                   tmp_path: Path) -> None:
+    """`report` against a Prometheus answering valid JSON of the wrong shape to every query: exit 1, one
+    line on stderr, no traceback, no report written."""
+    routes = {p: Body(body.encode(), content_type="application/json")
+              for p in ("/api/v1/query", "/api/v1/query_range")}
+    with HostileSGLang(routes) as s:
+        code = main(["report", "--prometheus.url", s.url, "--prometheus.timeout", "2s",
+                     "--output", str(tmp_path / "r.json"), "--format", "json"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 1 and len(err) == 1, err
+    assert err[0].startswith("report: Prometheus ") and "Traceback" not in err[0]
+    assert not (tmp_path / "r.json").exists()
+
+
+def test_report_gives_up_on_a_drip_at_its_timeout(capsys: pytest.CaptureFixture[str]) -> None:
+    """The whole `report` against a Prometheus that drips its answers: done by the deadline, exit 1."""
+    with HostileSGLang({"/api/v1/query": Drip(ANSWER * 50, every_s=0.05, framing="close")}) as s:
+        start = time.monotonic()
+        code = main(["report", "--prometheus.url", s.url, "--prometheus.timeout", "500ms", "--format", "json"])
+        took = time.monotonic() - start
+    assert code == 1 and "did not answer within 0.5 s" in capsys.readouterr().err
+    assert took < 3.0, took

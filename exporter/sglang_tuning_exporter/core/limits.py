@@ -23,6 +23,9 @@ MAX_INTERNAL_STATES = 1024  # internal_states entries (one per DP rank) read; th
 MAX_SERVER_ARGS = 1024
 MAX_JSON_DEPTH_HINT = "nested too deeply"  # the reason a server-info document hit the decoder's recursion
 
+# --- the report's Prometheus API answers --------------------------------------------------------
+MAX_PROMETHEUS_ANSWER_BYTES = 64 * 1024 * 1024  # one answer (inflated) past this fails the report, naming it
+
 # --- our HTTP server ---------------------------------------------------------------------------
 LISTEN_BACKLOG = 512  # pending connections the kernel holds while we hold MAX_CONNECTIONS
 MAX_CONNECTIONS = 512  # connections held at once (--web.max-connections); idle ones cost no thread

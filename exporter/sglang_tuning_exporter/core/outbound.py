@@ -30,11 +30,13 @@ _READ = 1 << 16
 
 
 class OutboundError(Exception):
-    """A request without a usable answer; `str(err)` is one line, `reason` one of connection, timeout,
-    too_large, invalid (a body cut short or undecodable), http_status (a redirect not followed)."""
+    """A request without a usable answer; `str(err)` is one line, `detail` the same without the request
+    named, `reason` one of connection, tls, timeout, too_large, invalid (a body cut short or
+    undecodable), http_status (a redirect not followed)."""
 
-    def __init__(self, message: str, reason: str, status: int | None = None) -> None:
-        super().__init__(message)
+    def __init__(self, where: str, detail: str, reason: str, status: int | None = None) -> None:
+        super().__init__(f"{where}: {detail}")
+        self.detail = detail
         self.reason = reason
         self.status = status
 
@@ -126,7 +128,7 @@ def _read_body(resp: http.client.HTTPResponse, cap: int, where: str) -> bytes:
     """The body, inflated when gzip, at most `cap` bytes; OutboundError when larger or cut short."""
     encoding = (resp.getheader("Content-Encoding") or "identity").strip().lower()
     if encoding not in ("identity", "gzip", "x-gzip", ""):
-        raise OutboundError(f"{where}: unsupported Content-Encoding {encoding[:40]!r}", "invalid")
+        raise OutboundError(where, f"unsupported Content-Encoding {encoding[:40]!r}", "invalid")
     inflate = zlib.decompressobj(16 + zlib.MAX_WBITS) if encoding in ("gzip", "x-gzip") else None
     chunks: list[bytes] = []
     size = 0
@@ -136,7 +138,7 @@ def _read_body(resp: http.client.HTTPResponse, cap: int, where: str) -> bytes:
         chunks.append(data)
         size += len(data)
         if size > cap:
-            raise OutboundError(f"{where}: answer larger than {cap} bytes (the cap), not read further", "too_large")
+            raise OutboundError(where, f"answer larger than {cap} bytes (the cap), not read further", "too_large")
 
     while True:
         # One byte past the cap says "too large": a huge body costs neither memory nor reading past it.
@@ -151,11 +153,11 @@ def _read_body(resp: http.client.HTTPResponse, cap: int, where: str) -> bytes:
             while inflate.unconsumed_tail:  # bounded per step: a bomb stops at the cap
                 add(inflate.decompress(inflate.unconsumed_tail, cap + 1 - size))
         except zlib.error as exc:
-            raise OutboundError(f"{where}: invalid gzip body: {exc}", "invalid") from None
+            raise OutboundError(where, f"invalid gzip body: {exc}", "invalid") from None
     if resp.length:  # http.client counts down what Content-Length still promises
-        raise OutboundError(f"{where}: body cut short ({resp.length} bytes of it missing)", "invalid")
+        raise OutboundError(where, f"body cut short ({resp.length} bytes of it missing)", "invalid")
     if inflate is not None and not inflate.eof:
-        raise OutboundError(f"{where}: gzip body cut short", "invalid")
+        raise OutboundError(where, "gzip body cut short", "invalid")
     return b"".join(chunks)
 
 
@@ -181,14 +183,14 @@ def request(url: str, *, timeout_s: float, max_bytes: int, method: str = "GET",
                 return answer
             target = urljoin(url, location)
             if origin(target) != origin(url):
-                raise OutboundError(f"{origin(url)} redirected (HTTP {answer.status}) to another host, "
+                raise OutboundError(origin(url), f"redirected (HTTP {answer.status}) to another host, "
                                     f"{origin(target)[:200]}: not followed (headers and credentials stay with "
                                     "the configured URL; point it at the new place)", "http_status", answer.status)
             if answer.status == 303 or (answer.status in (301, 302) and method == "POST"):
                 method, body = "GET", None
                 sent.pop("Content-Type", None)
             url = target
-    raise OutboundError(f"{origin(url)}: more than {MAX_REDIRECTS} redirects", "http_status")
+    raise OutboundError(origin(url), f"more than {MAX_REDIRECTS} redirects", "http_status")
 
 
 def _exchange(url: str, method: str, headers: Mapping[str, str], body: bytes | None, deadline: _Deadline,
@@ -196,11 +198,11 @@ def _exchange(url: str, method: str, headers: Mapping[str, str], body: bytes | N
     parts = urlsplit(url)
     where = f"{method} {origin(url)}{parts.path or '/'}"
     if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise OutboundError(f"{url[:200]}: not an http(s) URL", "connection")
+        raise OutboundError(f"{method} {url.rpartition('@')[2][:200]}", "not an http(s) URL", "connection")
     try:
         port = parts.port
     except ValueError:
-        raise OutboundError(f"{origin(url)}: invalid port", "connection") from None
+        raise OutboundError(origin(url), "invalid port", "connection") from None
     tls = (context or ssl.create_default_context()) if parts.scheme == "https" else None
     conn = _Connection(parts.hostname, port, deadline, tls)
     try:
@@ -218,17 +220,17 @@ def _exchange(url: str, method: str, headers: Mapping[str, str], body: bytes | N
     except ssl.SSLError as exc:
         if deadline.expired:
             raise _late(where, deadline) from None
-        raise OutboundError(f"{where}: TLS error: {exc.reason or exc}", "connection") from None
+        raise OutboundError(where, f"TLS error: {exc.reason or exc}", "tls") from None
     except (OSError, http.client.HTTPException, ValueError) as exc:
         if deadline.expired or isinstance(exc, TimeoutError):
             raise _late(where, deadline) from None
         if isinstance(exc, http.client.IncompleteRead):
-            raise OutboundError(f"{where}: body cut short (chunked answer ended early)", "invalid") from None
+            raise OutboundError(where, "body cut short (chunked answer ended early)", "invalid") from None
         detail = " ".join(str(exc).split())[:200] or type(exc).__name__
-        raise OutboundError(f"{where} failed: {detail}", "connection") from None
+        raise OutboundError(where, f"failed: {detail}", "connection") from None
     finally:
         conn.close()
 
 
 def _late(where: str, deadline: _Deadline) -> OutboundError:
-    return OutboundError(f"{where}: no complete answer within the {deadline.timeout_s:g} s deadline", "timeout")
+    return OutboundError(where, f"no complete answer within the {deadline.timeout_s:g} s deadline", "timeout")

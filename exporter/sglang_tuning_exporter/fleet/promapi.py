@@ -1,20 +1,22 @@
 """A thin typed client for the Prometheus HTTP API (instant and range queries) with auth, TLS and timeouts.
 
-Every failure becomes a `PrometheusError` whose message is one line a person can act on; callers never see
-a `requests` exception or a traceback.
+Every failure becomes a `PrometheusError` whose message is one line a person can act on, whatever the
+server answers (a drip, a flood, JSON of the wrong shape); callers never see a traceback.
 """
 
 from __future__ import annotations
 
+import base64
 import json
 import math
+import ssl
 import threading
-import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import urlencode
 
-import requests
+from sglang_tuning_exporter.core import limits, outbound
 
 USER_AGENT = "sglang-tuning-exporter-report"
 
@@ -70,99 +72,181 @@ def _float(raw: Any) -> float:
 
 
 class PrometheusClient:
-    """Runs PromQL against one Prometheus-compatible endpoint and counts the queries it sends."""
+    """Runs PromQL against one Prometheus-compatible endpoint and counts the queries it sends.
 
-    def __init__(self, config: PromConfig, session: requests.Session | None = None) -> None:
-        """Build from `config`; `session` is injectable so tests can point it anywhere."""
+    Each query is one request (core/outbound.py) with `timeout_s` for the WHOLE exchange, however the
+    answer is framed or dripped, and at most MAX_PROMETHEUS_ANSWER_BYTES of answer (inflated)."""
+
+    def __init__(self, config: PromConfig) -> None:
+        """Build from `config` (auth, headers, TLS)."""
         self.config = config
         self.base = config.url.rstrip("/")
-        self.session = session if session is not None else requests.Session()
         self.queries = 0
         self._lock = threading.Lock()  # queries may be sent from several threads
-        self.session.headers["User-Agent"] = USER_AGENT
-        for name, value in config.headers:
-            self.session.headers[name] = value
+        headers = {"User-Agent": USER_AGENT, "Accept": "application/json", **dict(config.headers)}
         if config.bearer_token is not None:
-            self.session.headers["Authorization"] = f"Bearer {config.bearer_token}"
+            headers["Authorization"] = f"Bearer {config.bearer_token}"
         elif config.username is not None:
-            self.session.auth = (config.username, config.password or "")
-        # Passed on every request: a session-level `verify` loses to REQUESTS_CA_BUNDLE in requests.
-        self.verify: bool | str = True
-        if config.insecure_skip_verify:
-            self.verify = False
-        elif config.ca_file:
-            self.verify = config.ca_file
-        if config.cert_file:
-            self.session.cert = (config.cert_file, config.key_file) if config.key_file else config.cert_file
+            pair = f"{config.username}:{config.password or ''}".encode()
+            headers["Authorization"] = "Basic " + base64.b64encode(pair).decode()
+        self.headers = headers
+        self._tls: ssl.SSLContext | None = None
+
+    def _context(self) -> ssl.SSLContext | None:
+        """The TLS context of an https URL, built once (CA, client certificate, or no verification)."""
+        if not self.base.lower().startswith("https:"):
+            return None
+        with self._lock:
+            if self._tls is None:
+                cfg = self.config
+                try:
+                    ctx = ssl.create_default_context(cafile=cfg.ca_file or None)
+                    if cfg.insecure_skip_verify:
+                        ctx.check_hostname = False
+                        ctx.verify_mode = ssl.CERT_NONE
+                    if cfg.cert_file:
+                        ctx.load_cert_chain(cfg.cert_file, cfg.key_file or None)
+                except (OSError, ValueError) as exc:  # ssl.SSLError is an OSError
+                    raise PrometheusError(f"cannot set up the connection to {self.base}: "
+                                          f"{_one_line(str(exc))}") from None
+                self._tls = ctx
+            return self._tls
 
     def instant(self, expr: str, at: float) -> list[Sample]:
         """Evaluate `expr` at unix time `at`; a scalar answer becomes one sample without labels."""
         data = self._post("/api/v1/query", {"query": expr, "time": _fmt_time(at)}, expr)
         kind, result = data.get("resultType"), data.get("result")
-        if kind == "vector" and isinstance(result, list):
+        shape = _Shape(self.base, expr, kind)
+        if kind == "vector":
             out: list[Sample] = []
-            for item in result:
-                ts, raw = item["value"]
-                out.append(Sample(labels=dict(item.get("metric", {})), value=_float(raw), time=float(ts)))
+            for item in shape.items(result):
+                ts, raw = shape.point(item.get("value"), "value")
+                out.append(Sample(labels=shape.labels(item), value=raw, time=ts))
             return out
-        if kind == "scalar" and isinstance(result, list):
-            return [Sample(labels={}, value=_float(result[1]), time=float(result[0]))]
-        raise PrometheusError(f"Prometheus answered {expr!r} with a {kind} result, expected a vector")
+        if kind == "scalar":
+            ts, raw = shape.point(result, "result")
+            return [Sample(labels={}, value=raw, time=ts)]
+        raise PrometheusError(f"Prometheus answered {_one_line(expr, 120)!r} with a {_kind(kind)} result, "
+                              "expected a vector")
 
     def range(self, expr: str, start: float, end: float, step_s: float) -> list[Series]:
         """Evaluate `expr` from `start` to `end` every `step_s` seconds."""
         params = {"query": expr, "start": _fmt_time(start), "end": _fmt_time(end), "step": f"{step_s:g}"}
         data = self._post("/api/v1/query_range", params, expr)
         kind, result = data.get("resultType"), data.get("result")
-        if kind != "matrix" or not isinstance(result, list):
-            raise PrometheusError(f"Prometheus answered {expr!r} with a {kind} result, expected a matrix")
-        return [Series(labels=dict(item.get("metric", {})),
-                       points=tuple((float(t), _float(v)) for t, v in item.get("values", [])))
-                for item in result]
+        if kind != "matrix":
+            raise PrometheusError(f"Prometheus answered {_one_line(expr, 120)!r} with a {_kind(kind)} result, "
+                                  "expected a matrix")
+        shape = _Shape(self.base, expr, kind)
+        out: list[Series] = []
+        for item in shape.items(result):
+            values = item.get("values")
+            if not isinstance(values, list):
+                raise shape.error("a series without its `values` list")
+            out.append(Series(labels=shape.labels(item), points=tuple(shape.point(v, "values") for v in values)))
+        return out
 
     def _post(self, path: str, params: Mapping[str, str], expr: str) -> dict[str, Any]:
         # POST keeps long PromQL out of the URL (Prometheus, Thanos and Mimir all accept form bodies).
         with self._lock:
             self.queries += 1
-        url = self.base + path
+        cfg, cap = self.config, limits.MAX_PROMETHEUS_ANSWER_BYTES
         try:
-            with warnings.catch_warnings():
-                # The user asked for --prometheus.insecure-skip-verify; do not print urllib3's warning per query.
-                warnings.simplefilter("ignore")
-                resp = self.session.post(url, data=dict(params), timeout=self.config.timeout_s, verify=self.verify)
-        except requests.exceptions.Timeout:
-            raise PrometheusError(
-                f"Prometheus at {self.base} did not answer within {self.config.timeout_s:g} s "
-                f"(raise --prometheus.timeout or shorten --range)") from None
-        except requests.exceptions.SSLError as exc:
-            raise PrometheusError(f"TLS error talking to Prometheus at {self.base}: {_reason(exc)}") from None
-        except requests.exceptions.ConnectionError as exc:
-            raise PrometheusError(f"cannot reach Prometheus at {self.base}: {_reason(exc)}") from None
-        except requests.exceptions.RequestException as exc:
-            raise PrometheusError(f"request to Prometheus at {self.base} failed: {_reason(exc)}") from None
-        except OSError as exc:  # e.g. an unreadable CA or client-certificate file
-            raise PrometheusError(f"cannot set up the connection to {self.base}: {_one_line(str(exc))}") from None
-        return _decode(resp, self.base, expr)
+            answer = outbound.request(self.base + path, method="POST", body=urlencode(params).encode(),
+                                      headers=self.headers, timeout_s=cfg.timeout_s, max_bytes=cap,
+                                      context=self._context(), accept_gzip=True)
+        except outbound.OutboundError as exc:
+            raise PrometheusError(_failure(exc, self.base, cfg.timeout_s, cap, expr)) from None
+        return _decode(answer, self.base, expr)
 
 
-def _decode(resp: requests.Response, base: str, expr: str) -> dict[str, Any]:
+def _failure(exc: outbound.OutboundError, base: str, timeout_s: float, cap: int, expr: str) -> str:
+    """The one line a failed request becomes (what to change, where there is something to change)."""
+    if exc.reason == "timeout":
+        return (f"Prometheus at {base} did not answer within {timeout_s:g} s (the whole answer, however slowly "
+                "it comes; raise --prometheus.timeout or shorten --range)")
+    if exc.reason == "too_large":
+        return (f"Prometheus at {base} answered more than {cap // (1024 * 1024)} MiB ({cap} bytes, the cap per "
+                f"answer) to {_one_line(expr, 120)!r}: narrow --selector or shorten --range")
+    if exc.reason == "tls":
+        return f"TLS error talking to Prometheus at {base}: {_one_line(exc.detail)}"
+    if exc.reason == "invalid":
+        return f"Prometheus at {base} sent an incomplete or undecodable answer: {_one_line(exc.detail)}"
+    if exc.reason == "http_status":
+        return f"Prometheus at {base}: {_one_line(exc.detail)}"
+    return f"cannot reach Prometheus at {base}: {_one_line(exc.detail)}"
+
+
+def _kind(kind: Any) -> str:
+    return kind if isinstance(kind, str) else "missing" if kind is None else f"non-string ({type(kind).__name__})"
+
+
+@dataclass(frozen=True, slots=True)
+class _Shape:
+    """Checks one answer's result against the API's shape; every mismatch is one PrometheusError line."""
+
+    base: str
+    expr: str
+    kind: Any
+
+    def error(self, what: str) -> PrometheusError:
+        return PrometheusError(f"Prometheus at {self.base} returned a malformed {_kind(self.kind)} answer "
+                               f"({what}) [query: {_one_line(self.expr, 120)}]")
+
+    def items(self, result: Any) -> list[dict[str, Any]]:
+        if not isinstance(result, list):
+            raise self.error(f"`result` is {_type(result)}, not a list")
+        if not all(isinstance(item, dict) for item in result):
+            raise self.error("a `result` item is not an object")
+        return result
+
+    def labels(self, item: Mapping[str, Any]) -> dict[str, str]:
+        metric = item.get("metric", {})
+        if not isinstance(metric, dict) or not all(isinstance(v, str) for v in metric.values()):
+            raise self.error("a series' `metric` is not an object of string labels")
+        return metric
+
+    def point(self, pair: Any, name: str) -> tuple[float, float]:
+        if not isinstance(pair, list) or len(pair) != 2:
+            raise self.error(f"`{name}` holds {_type(pair)} where a [time, value] pair belongs")
+        ts, raw = pair
+        if not isinstance(ts, (int, float)) or isinstance(ts, bool):
+            raise self.error(f"a sample time is {_type(ts)}, not a number")
+        return float(ts), _float(raw)
+
+
+def _type(value: Any) -> str:
+    return {dict: "an object", list: "a list", str: "a string", type(None): "null"}.get(type(value), "a number")
+
+
+def _decode(answer: outbound.Answer, base: str, expr: str) -> dict[str, Any]:
     """Turn an HTTP answer into the API's `data` object or a one-line PrometheusError."""
     body: Any = None
+    text = answer.body.decode("utf-8", errors="replace")
     try:
-        body = resp.json()
-    except (ValueError, json.JSONDecodeError):
+        body = json.loads(text)
+    except RecursionError:
+        raise PrometheusError(f"Prometheus at {base} returned JSON nested too deeply to read") from None
+    except ValueError:
         body = None
+    status = answer.status
     if not isinstance(body, dict):
-        ctype = resp.headers.get("Content-Type", "unknown content type")
-        snippet = _one_line(resp.text, 120) if resp.text else "empty body"
-        if resp.status_code >= 400:
-            raise PrometheusError(f"Prometheus at {base} returned HTTP {resp.status_code}: {snippet}")
-        raise PrometheusError(f"Prometheus at {base} returned a non-JSON answer (HTTP {resp.status_code}, "
-                              f"{ctype}): {snippet}")
-    if body.get("status") != "success" or resp.status_code >= 400:
-        kind = body.get("errorType", "error")
+        ctype = answer.headers.get("content-type", "unknown content type")
+        snippet = _one_line(text, 120) if text else "empty body"
+        if status >= 400:
+            raise PrometheusError(f"Prometheus at {base} returned HTTP {status}: {snippet}")
+        if body is not None:
+            raise PrometheusError(f"Prometheus at {base} returned JSON that is not an API answer (HTTP {status}, "
+                                  f"{_type(body)} where an object with `status` and `data` belongs)")
+        raise PrometheusError(f"Prometheus at {base} returned a non-JSON answer (HTTP {status}, "
+                              f"{_one_line(ctype, 60)}): {snippet}")
+    if "status" not in body and status < 400:
+        raise PrometheusError(f"Prometheus at {base} returned JSON that is not an API answer (HTTP {status}, "
+                              "no `status`)")
+    if body.get("status") != "success" or status >= 400:
+        kind = _one_line(str(body.get("errorType", "error")), 40)
         msg = _one_line(str(body.get("error", "no error message")))
-        raise PrometheusError(f"Prometheus at {base} rejected the query (HTTP {resp.status_code}, {kind}): {msg}"
+        raise PrometheusError(f"Prometheus at {base} rejected the query (HTTP {status}, {kind}): {msg}"
                               f" [query: {_one_line(expr, 120)}]")
     partial = body.get("warnings")
     if partial:
@@ -173,18 +257,6 @@ def _decode(resp: requests.Response, base: str, expr: str) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise PrometheusError(f"Prometheus at {base} returned no data object")
     return data
-
-
-def _reason(exc: BaseException) -> str:
-    # requests nests the real cause several levels deep; the innermost message is the useful one.
-    inner: BaseException = exc
-    while inner.__context__ is not None and inner.__context__ is not inner:
-        inner = inner.__context__
-    for arg in getattr(exc, "args", ()):
-        reason = getattr(arg, "reason", None)
-        if reason is not None:
-            return _one_line(str(reason))
-    return _one_line(str(inner) or type(inner).__name__)
 
 
 def _fmt_time(t: float) -> str:

@@ -48,7 +48,7 @@ def urllib_get(url: str, timeout: float, *, api_key: str | None = None, max_byte
     try:
         answer = outbound.request(url, timeout_s=timeout, max_bytes=cap, headers=headers)
     except outbound.OutboundError as exc:
-        raise HttpError(str(exc), exc.status, reason=exc.reason) from None
+        raise HttpError(str(exc), exc.status, reason="connection" if exc.reason == "tls" else exc.reason) from None
     if answer.status >= 400:
         raise HttpError(f"HTTP {answer.status} from {outbound.origin(url)}{urlsplit(url).path}", answer.status)
     return answer.body
