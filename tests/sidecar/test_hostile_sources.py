@@ -10,19 +10,24 @@ from __future__ import annotations
 
 import argparse
 import json
+import threading
 import time
+from collections.abc import Callable
 
 import pytest
 
 from helpers.hostile_sglang import Body, Cut, Drip, HostileSGLang, Redirect, Stall, deep_json
 from sglang_tuning_exporter.core import limits
+from sglang_tuning_exporter.core.events import Event
 from sglang_tuning_exporter.sidecar.collector import BuildInfo, build_families, encode_text
-from sglang_tuning_exporter.sidecar.engine import Advisor, Sidecar
-from sglang_tuning_exporter.sidecar.serve import build_sidecar
+from sglang_tuning_exporter.sidecar.engine import Advisor, LogInput, Sidecar
+from sglang_tuning_exporter.sidecar.jobs import ThreadJobs
+from sglang_tuning_exporter.sidecar.serve import Loop, build_sidecar
 from sglang_tuning_exporter.sidecar.serveconfig import add_serve_flags, build_config
 from sglang_tuning_exporter.sources.scrape import ScrapeInterpreter, parse_exposition, rank_of, wanted
 from sglang_tuning_exporter.sources.serverinfo import (
     HttpError,
+    HttpGet,
     ServerInfoClient,
     parse_server_info,
     urllib_get,
@@ -225,6 +230,138 @@ def test_a_dripping_endpoint_does_not_freeze_the_tick() -> None:
     assert snap.sources["metrics"].up is False and "deadline" in snap.sources["metrics"].detail
     assert _failures(_exposition(sc, 0.0), "metrics") == {"timeout": 1.0}
     assert snap.sources["server_info"].up is True
+
+
+class _Lines:
+    """A log follower that hands out one new line per poll and counts the polls."""
+
+    rotations = truncations = 0
+
+    def __init__(self) -> None:
+        self.polls = 0
+
+    def poll(self) -> list[str]:
+        self.polls += 1
+        return [f"line {self.polls}"]
+
+
+class _NoEvents:
+    def feed(self, line: str) -> list[Event]:
+        return []
+
+
+def _threaded(url: str, timeout: str, get: HttpGet | None = None) -> tuple[Sidecar, _Lines, threading.Event]:
+    wake = threading.Event()
+    lines = _Lines()
+    cfg = build_config(_args("--sglang.url", url, "--sglang.scrape-timeout", timeout, "--sglang.scrape-interval",
+                             "1s", "--evaluation-interval", "1s"))
+    sc = build_sidecar(cfg, timer=time.perf_counter, advisor=_advisor(),
+                       log_input=LogInput(follower=lines, reader=_NoEvents(), exists=lambda: True),
+                       **({"http_get": get} if get is not None else {}))
+    sc.jobs = ThreadJobs(notify=wake.set)
+    return sc, lines, wake
+
+
+def _run_loop(sc: Sidecar, wake: threading.Event, until: Callable[[], bool], limit_s: float) -> tuple[float, float]:
+    """Tick like serve's loop (woken by jobs, else every 50 ms) until `until()`; (time taken, longest tick)."""
+    start = longest = time.monotonic()
+    longest = 0.0
+    while not until() and time.monotonic() - start < limit_s:
+        t0 = time.monotonic()
+        sc.tick(time.time(), t0)
+        longest = max(longest, time.monotonic() - t0)
+        wake.wait(0.05)
+        wake.clear()
+    return time.monotonic() - start, longest
+
+
+@pytest.mark.parametrize("framing", ["close", "length", "chunked"])
+def test_a_dripping_source_never_holds_the_loop(framing: str) -> None:
+    """A /metrics dripped a byte every 50 ms (for 30 s), scrape timeout 0.5 s: the loop keeps reading the
+    log every tick (no tick takes 100 ms), evaluations go on (/-/ready), and the metrics source is down with
+    reason `timeout` within twice its timeout."""
+    body = GOOD_METRICS * 6
+    with HostileSGLang({"/metrics": Drip(body, every_s=0.05, framing=framing),
+                        "/server_info": Body(GOOD_INFO)}) as s:
+        sc, lines, wake = _threaded(s.url, "500ms")
+        took, longest = _run_loop(sc, wake, lambda: sc.state.source_up("metrics") is False, 3.0)
+    assert sc.state.source_up("metrics") is False and took < 1.0, took
+    assert longest < 0.1, longest
+    assert lines.polls >= 8 and sc.ready and sc.state.source_up("server_info") is True
+    text = _exposition(sc, time.time())
+    assert "sglang_tuning_up 0.0" in text and _failures(text, "metrics") == {"timeout": 1.0}
+
+
+def test_a_getter_that_never_returns_is_failed_at_twice_the_timeout() -> None:
+    """A getter without a deadline of its own (it blocks until released): the source is down (reason
+    `timeout`) once its job ran twice the timeout, the loop never waits for it, and its late answer is
+    dropped; the next scrape runs as usual."""
+    release = threading.Event()
+    calls: list[str] = []
+
+    def get(url: str, timeout: float) -> bytes:
+        calls.append(url)
+        if url.endswith("/metrics") and len(calls) <= 2:
+            release.wait(5.0)
+        return GOOD_INFO if "info" in url else GOOD_METRICS
+
+    sc, lines, wake = _threaded("http://sglang:30000", "200ms", get)
+    took, longest = _run_loop(sc, wake, lambda: sc.state.source_up("metrics") is False, 3.0)
+    assert 0.4 <= took < 0.8, took
+    assert longest < 0.1 and lines.polls >= 5
+    assert "still waiting" in sc.state.snapshot(time.time()).sources["metrics"].detail
+    release.set()
+    _run_loop(sc, wake, lambda: sc.state.source_up("metrics") is True, 3.0)
+    assert sc.state.source_up("metrics") is True
+    assert _failures(_exposition(sc, time.time()), "metrics") == {"timeout": 1.0}
+
+
+def test_a_wall_clock_stepped_back_stops_nothing() -> None:
+    """Scrapes and evaluations are scheduled on the monotonic clock: the wall clock stepped back an hour
+    (NTP, a VM resumed) after the first tick, every later tick still scrapes and evaluates when due."""
+    hits: list[str] = []
+
+    def get(url: str, timeout: float) -> bytes:
+        hits.append(url.rsplit("/", 1)[1])
+        return GOOD_INFO if "info" in url else GOOD_METRICS
+
+    cfg = build_config(_args("--sglang.url", "http://sglang:30000", "--sglang.scrape-interval", "1s",
+                             "--evaluation-interval", "1s"))
+    sc = build_sidecar(cfg, timer=lambda: 0.0, http_get=get, advisor=_advisor())
+    wall = 1_800_000_000.0
+    sc.tick(wall, 100.0)
+    for i in range(1, 6):
+        sc.tick(wall - 3600 + i, 100.0 + i)  # one hour back, then on
+    assert hits.count("metrics") == 6 and sc.evaluations == 6
+
+
+def test_the_loop_passes_the_monotonic_clock() -> None:
+    """serve's Loop ticks with the wall clock and the monotonic one; a wall clock stepped back an hour
+    does not stop its scrapes."""
+    walls = iter([1_800_000_000.0] + [1_800_000_000.0 - 3600] * 10_000)
+    hits: list[float] = []
+
+    def get(url: str, timeout: float) -> bytes:
+        hits.append(time.monotonic())
+        return GOOD_INFO if "info" in url else GOOD_METRICS
+
+    cfg = build_config(_args("--sglang.url", "http://sglang:30000", "--sglang.scrape-interval", "100ms"))
+    sc = build_sidecar(cfg, http_get=get, advisor=_advisor())
+    mono = [0.0]
+
+    def step() -> float:
+        mono[0] += 0.05  # 50 ms of monotonic time per tick, however fast the ticks come
+        return mono[0]
+
+    loop = Loop(sc, lambda: next(walls), 0.001, mono=step)
+    loop.start()
+    try:
+        deadline = time.monotonic() + 5
+        while len(hits) < 8 and time.monotonic() < deadline:
+            loop.wake.wait(0.01)
+    finally:
+        loop.stop()
+    assert len(hits) >= 8
 
 
 def test_real_client_reports_status_and_refusal_reasons() -> None:

@@ -1,5 +1,7 @@
-"""The sidecar's engine: one `tick(now)` reads the log, scrapes SGLang, refreshes server info and
-re-evaluates the guide. No threads and no clock here; `serve.py` calls `tick` from its loop.
+"""The sidecar's engine: one `tick(now, mono)` reads the log, scrapes SGLang, refreshes server info and
+re-evaluates the guide. No threads and no clock here; `serve.py` calls `tick` from its loop. The HTTP
+sources' requests (and the parsing of what they answer) run as `Jobs` (sidecar/jobs.py): in threads
+under `serve`, so one slow source never holds the loop; their outcomes are applied on the loop.
 
 The parser and advisor layers are reached through small Protocols so tests hand in fakes and the
 sidecar degrades (no findings, still serving) when one of them is unavailable.
@@ -7,6 +9,7 @@ sidecar degrades (no findings, still serving) when one of them is unavailable.
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -21,9 +24,17 @@ from sglang_tuning_exporter.core.timeparse import plausible_seconds
 from sglang_tuning_exporter.core.versions import merge_version
 from sglang_tuning_exporter.pipeline.observations import SERVER_EVENT_KINDS, server_update
 from sglang_tuning_exporter.sidecar.change_tracker import ChangeTracker
+from sglang_tuning_exporter.sidecar.jobs import InlineJobs, Jobs, Outcome
 from sglang_tuning_exporter.sidecar.state import LiveState
-from sglang_tuning_exporter.sources.scrape import COUNTED, ScrapeInterpreter, parse_exposition, wanted
-from sglang_tuning_exporter.sources.serverinfo import HttpError, HttpGet, ServerInfoClient
+from sglang_tuning_exporter.sources.scrape import (
+    COUNTED,
+    Exposition,
+    ScrapeInterpreter,
+    ScrapeResult,
+    parse_exposition,
+    wanted,
+)
+from sglang_tuning_exporter.sources.serverinfo import FetchResult, HttpError, HttpGet, ServerInfoClient
 
 log = logging.getLogger("sglang_tuning_exporter.sidecar.engine")
 
@@ -127,6 +138,17 @@ def _rank_normaliser(args: Mapping[str, Any]) -> Callable[[Rank], Rank]:
     return norm
 
 
+@dataclass(frozen=True, slots=True)
+class _Scraped:
+    """What a scrape job hands back to the loop: a failure, or the parsed and interpreted exposition."""
+
+    duration_s: float
+    exposition: Exposition | None = None
+    result: ScrapeResult | None = None
+    detail: str = ""
+    reason: str | None = None
+
+
 @dataclass(slots=True)
 class Sidecar:
     """Wires sources -> state -> advisor; `tick(now)` does one round of work."""
@@ -140,6 +162,7 @@ class Sidecar:
     on_evaluated: Callable[[], None] | None = None  # e.g. pre-render the evaluation's metric families
     server_overrides: Mapping[str, Any] = field(default_factory=dict)
     changes: ChangeTracker | None = None  # flag changes and their verdicts (issue 16)
+    jobs: Jobs = field(default_factory=InlineJobs)  # where the HTTP sources' requests run
     _interp: ScrapeInterpreter = field(default_factory=ScrapeInterpreter)
     _info: ServerInfoClient | None = None
     _next_scrape: float = float("-inf")
@@ -153,6 +176,10 @@ class Sidecar:
     _replay_end: float | None = None  # the log time the replay ended at (the clock stops there)
     evaluations: int = 0
     _wall: float = 0.0  # the current tick's time (config events carry no clock of their own)
+    _mono: float = 0.0  # the current tick's monotonic time: what schedules and ages
+    _started: dict[str, float] = field(default_factory=dict)  # source -> mono start of its running job
+    _overdue: set[str] = field(default_factory=set)  # sources whose running job was already failed as late
+    _info_tried: bool = False  # the first scrape waits for the first server-info answer (rank sizes)
 
     def __post_init__(self) -> None:
         if self.metrics is not None:
@@ -166,24 +193,73 @@ class Sidecar:
         """True once the first evaluation ran."""
         return self.evaluations > 0
 
-    def tick(self, now: float) -> None:
-        """One round: log, scrape (when due), server info (when due), expiry, evaluation.
+    def tick(self, now: float, mono: float | None = None) -> None:
+        """One round: log, start the HTTP sources' jobs when due, apply the finished ones, expiry,
+        evaluation. `now` is wall time (what data is stamped with); `mono` (default: `now`) is the
+        monotonic clock that schedules: a wall clock stepped back stops nothing.
 
         Each source runs guarded: whatever it raises marks that source down (reason `internal`), is
         counted, and the other sources and the evaluation still run."""
         self._wall = now
+        self._mono = mono = now if mono is None else mono
         if self.log_input is not None:
             self._guarded("log", now, self._read_log)
-        if self.metrics is not None and now >= self._next_info:
-            self._next_info = now + self.metrics.interval  # retry soon unless it works (then: later)
-            self._guarded("server_info", now, self._refresh_server_info)  # first: ranks need tp/pp/ep sizes
-        if self.metrics is not None and now >= self._next_scrape:
-            self._next_scrape = now + self.metrics.interval
-            self._guarded("metrics", now, self._scrape)
+        if self.metrics is not None:
+            m = self.metrics
+            if mono >= self._next_info and self._idle("server_info"):
+                self._next_info = mono + m.interval  # retry soon unless it works (then: later)
+                self._start("server_info", self._fetch_info)
+            # The first scrape waits for the first server info: ranks need the tp/pp/ep sizes.
+            if mono >= self._next_scrape and self._idle("metrics") and (self._info_tried or self._idle("server_info")):
+                self._next_scrape = mono + m.interval
+                self._start("metrics", functools.partial(self._scrape_job, self._log_now(now)))
+            for outcome in self.jobs.take():
+                self._finish(outcome, now)
+            self._check_overdue(now)
         self.state.expire(now)
-        if now >= self._next_eval:
-            self._next_eval = now + self.evaluate_every_s
+        if mono >= self._next_eval:
+            self._next_eval = mono + self.evaluate_every_s
             self._evaluate(now)
+
+    # --- the HTTP sources' jobs ---------------------------------------------------------------
+    def _idle(self, source: str) -> bool:
+        return not self.jobs.busy(source)
+
+    def _start(self, source: str, work: Callable[[], Any]) -> None:
+        self._started[source] = self._mono
+        self._overdue.discard(source)
+        self.jobs.start(source, work)
+
+    def _finish(self, outcome: Outcome, now: float) -> None:
+        """Apply a finished job on the loop (a late one's answer is dropped: it was failed already)."""
+        source = outcome.source
+        started = self._started.pop(source, self._mono)
+        if source in self._overdue:
+            self._overdue.discard(source)
+            return
+        if source == "server_info":
+            self._info_tried = True
+        if outcome.error is not None:  # a bug or an input nobody foresaw: this source is down
+            exc = outcome.error
+            log.debug("source %s failed", source, exc_info=exc)
+            self._record(source, ok=False, duration_s=self._mono - started, now=now, reason="internal",
+                         detail=f"internal error: {type(exc).__name__}: {str(exc)[:200]}")
+            return
+        step = self._apply_server_info if source == "server_info" else self._apply_scrape
+        self._guarded(source, now, functools.partial(step, outcome.value))
+
+    def _check_overdue(self, now: float) -> None:
+        """A job still running at twice the timeout (a getter without a deadline of its own) fails its
+        source as a timeout now; its answer, if it ever comes, is dropped."""
+        assert self.metrics is not None
+        limit = 2 * self.metrics.timeout
+        for source, started in self._started.items():
+            if source not in self._overdue and self._mono - started > limit and self.jobs.busy(source):
+                self._overdue.add(source)
+                if source == "server_info":
+                    self._info_tried = True
+                self._record(source, ok=False, duration_s=self._mono - started, now=now, reason="timeout",
+                             detail=f"no answer within {limit:g} s (twice --sglang.scrape-timeout); still waiting")
 
     def _guarded(self, source: str, now: float, step: Callable[[float], None]) -> None:
         start = self.timer()
@@ -223,8 +299,8 @@ class Sidecar:
         events = self._parse(src.reader, lines)
         self._note_replay(src, bool(lines), now)
         if lines:
-            self._last_line_at = now
-        elif self._last_line_at is not None and now - self._last_line_at >= src.idle_flush_s:
+            self._last_line_at = self._mono
+        elif self._last_line_at is not None and self._mono - self._last_line_at >= src.idle_flush_s:
             # A multi-line record (traceback, OOM) is held until the next line; a crashed
             # server writes none, so close the record once the log has been quiet a while.
             flush = getattr(src.reader, "flush", None)
@@ -345,29 +421,36 @@ class Sidecar:
                 self.state.set_server(version=upd["version"])
 
     # --- SGLang HTTP --------------------------------------------------------------------------
-    def _scrape(self, now: float) -> None:
+    def _scrape_job(self, at: float) -> _Scraped:
+        """Off the loop: GET /metrics, parse it and turn it into observations at log time `at` (one
+        scrape job at a time: the interpreter's counter baselines are this job's alone)."""
         assert self.metrics is not None
         m = self.metrics
         start = self.timer()
         try:
             body = m.get(m.base_url.rstrip("/") + "/metrics", m.timeout)
         except HttpError as exc:
-            self._record("metrics", ok=False, duration_s=self.timer() - start, now=now,
-                         detail=str(exc), reason=exc.reason)
-            return
+            return _Scraped(self.timer() - start, detail=str(exc), reason=exc.reason)
         if len(body) > limits.MAX_METRICS_BODY_BYTES:  # an injected getter without the cap
-            self._record("metrics", ok=False, duration_s=self.timer() - start, now=now, reason="too_large",
-                         detail=f"/metrics body larger than {limits.MAX_METRICS_BODY_BYTES} bytes")
-            return
+            return _Scraped(self.timer() - start, reason="too_large",
+                            detail=f"/metrics body larger than {limits.MAX_METRICS_BODY_BYTES} bytes")
         if body and not body.endswith(b"\n"):  # a close-delimited body has no length to check it by
-            self._record("metrics", ok=False, duration_s=self.timer() - start, now=now, reason="invalid",
-                         detail="/metrics ends mid-line (no final newline): the answer was cut short")
-            return
+            return _Scraped(self.timer() - start, reason="invalid",
+                            detail="/metrics ends mid-line (no final newline): the answer was cut short")
         exposition = parse_exposition(body.decode("utf-8", errors="replace"), keep=wanted)
+        result = self._interp.interpret(exposition, at)
+        return _Scraped(self.timer() - start, exposition, result)
+
+    def _apply_scrape(self, scraped: _Scraped, now: float) -> None:
+        """On the loop: a scrape job's outcome into the state and the window."""
+        exposition, result = scraped.exposition, scraped.result
+        if exposition is None or result is None:
+            self._record("metrics", ok=False, duration_s=scraped.duration_s, now=now, detail=scraped.detail,
+                         reason=scraped.reason)
+            return
         for limit, n in (("line", exposition.long_lines), ("label_value", exposition.clipped_labels),
                          ("samples", exposition.dropped_samples)):
             self.state.count_truncations("metrics", limit, n)
-        result = self._interp.interpret(exposition, self._log_now(now))
         norm = _rank_normaliser(self.state.server_state().args)
         # With a working log, counted events come from its lines: the scrape's counter deltas
         # would count the same retractions and batches twice.
@@ -389,19 +472,23 @@ class Sidecar:
         self.state.record_scrape(garbage_lines=result.garbage_lines, samples=result.samples,
                                  model_name=result.model_name, restarted=result.restarted)
         ok = result.samples > 0
-        self._record("metrics", ok=ok, duration_s=self.timer() - start, now=now,
+        self._record("metrics", ok=ok, duration_s=scraped.duration_s, now=now,
                      detail="" if ok else "no samples (is --enable-metrics set?)",
                      reason=None if ok else "invalid")
         if result.restarted:
-            self._next_info = now  # re-read args and version of the new process at once
+            self._next_info = self._mono  # re-read args and version of the new process at once
 
-    def _refresh_server_info(self, now: float) -> None:
-        assert self.metrics is not None and self._info is not None
-        res = self._info.fetch()
+    def _fetch_info(self) -> FetchResult:
+        """Off the loop: the server-info request (never raises)."""
+        assert self._info is not None
+        return self._info.fetch()
+
+    def _apply_server_info(self, res: FetchResult, now: float) -> None:
+        assert self.metrics is not None
         if res.info is None:
             self._record("server_info", ok=False, duration_s=res.duration_s, now=now,
                          detail=res.error or "", reason=res.reason or "connection")
-            self._next_info = now + self.metrics.interval  # retry soon
+            self._next_info = self._mono + self.metrics.interval  # retry soon
             return
         info = res.info
         for limit, n in info.truncated.items():
@@ -426,7 +513,7 @@ class Sidecar:
             self.advisor.window.set_server_facts(info.rank_facts)
         self._record("server_info", ok=True, duration_s=res.duration_s, now=now,
                                  detail=res.endpoint or "")
-        self._next_info = now + self.metrics.server_info_interval
+        self._next_info = self._mono + self.metrics.server_info_interval
 
     # --- guide ----------------------------------------------------------------------------------
     def _log_now(self, wall: float) -> float:

@@ -37,6 +37,7 @@ from sglang_tuning_exporter.sidecar.engine import (
     ToSamples,
 )
 from sglang_tuning_exporter.sidecar.httpserver import BoundedHTTPServer
+from sglang_tuning_exporter.sidecar.jobs import ThreadJobs
 from sglang_tuning_exporter.sidecar.serveconfig import (
     ServeConfig,
     ServeConfigError,
@@ -217,22 +218,27 @@ def build_sidecar(cfg: ServeConfig, *, timer: Callable[[], float] = time.perf_co
 
 
 class Loop:
-    """Runs `sidecar.tick(clock())` every `period` seconds in a background thread."""
+    """Runs `sidecar.tick(clock(), mono())` every `period` seconds in a background thread, and at once
+    when a source's job ends (`wake`). `mono` schedules: a wall clock stepped back stops nothing."""
 
-    def __init__(self, sidecar: Sidecar, clock: Callable[[], float], period: float) -> None:
+    def __init__(self, sidecar: Sidecar, clock: Callable[[], float], period: float,
+                 mono: Callable[[], float] = time.monotonic) -> None:
         self.sidecar = sidecar
         self.clock = clock
+        self.mono = mono
         self.period = period
         self.stop_event = threading.Event()
+        self.wake = threading.Event()
         self.thread = threading.Thread(target=self._run, name="sidecar-loop", daemon=True)
 
     def _run(self) -> None:
         while not self.stop_event.is_set():
             try:
-                self.sidecar.tick(self.clock())
+                self.sidecar.tick(self.clock(), self.mono())
             except Exception:  # keep serving whatever we have
                 log.exception("sidecar tick failed")
-            self.stop_event.wait(self.period)
+            self.wake.wait(self.period)
+            self.wake.clear()
 
     def start(self) -> None:
         """Start the background thread."""
@@ -241,6 +247,7 @@ class Loop:
     def stop(self) -> None:
         """Ask the thread to stop and wait for it."""
         self.stop_event.set()
+        self.wake.set()
         self.thread.join(timeout=10)
 
 
@@ -280,13 +287,16 @@ def run(args: argparse.Namespace) -> int:
     configure_logging(cfg.log_level, cfg.log_format)
     sidecar = build_sidecar(cfg)
     app = make_web(cfg, sidecar, time.time)
+    period = min(1.0, cfg.scrape_interval_s)
+    loop = Loop(sidecar, time.time, period)
+    # SGLang's requests and their parsing run in threads of their own: a slow source never holds the
+    # loop (the log keeps being read); the loop applies each outcome as soon as it is woken.
+    sidecar.jobs = ThreadJobs(notify=loop.wake.set)
     try:
         server, _ = serve_http(cfg, app)
     except OSError as exc:
         print(f"serve: cannot listen on {cfg.listen_host}:{cfg.listen_port}: {exc}", file=sys.stderr)
         return EXIT_RUNTIME
-    period = min(1.0, cfg.scrape_interval_s)
-    loop = Loop(sidecar, time.time, period)
     loop.start()
     host, port = server.server_address[:2]
     web = cfg.web_config
