@@ -428,6 +428,23 @@ def test_samples_past_the_limit_are_dropped_and_counted(monkeypatch: pytest.Monk
     assert len(exp.samples) == 10 and exp.dropped_samples == 15
 
 
+def test_ranks_past_the_cap_in_one_scrape_are_dropped_and_counted() -> None:
+    """An exposition naming 3000 ranks with --ranks.max 8: the first 8 ranks are kept (never evicted and
+    re-added scrape after scrape), the other 2992 are counted (`limit="ranks"`), not tracked."""
+    body = "".join(f'sglang:num_queue_reqs{{dp_rank="{r}"}} 1\nsglang:num_running_reqs{{dp_rank="{r}"}} 2\n'
+                   for r in range(3000)).encode()
+    cfg = build_config(_args("--sglang.url", "http://sglang:30000", "--sglang.scrape-interval", "1s",
+                             "--ranks.max", "8"))
+    sc = build_sidecar(cfg, timer=lambda: 0.0, http_get=lambda url, t: body if url.endswith("/metrics") else GOOD_INFO,
+                       advisor=_advisor())
+    sc.tick(0.0)
+    sc.tick(1.0)
+    snap = sc.state.snapshot(1.0)
+    assert sorted(r.rank.dp or 0 for r in snap.ranks) == list(range(8))
+    assert _counted(_exposition(sc, 1.0))[("metrics", "ranks")] == 2 * 2992
+    assert "sglang_tuning_ranks_expired_total 0.0" in _exposition(sc, 1.0)
+
+
 def test_internal_states_past_the_limit_are_cut() -> None:
     """A million internal_states entries: only the first MAX_INTERNAL_STATES are read, the cut noted."""
     doc = {"version": "0.5.23", "internal_states": [{"memory_usage": {"startup_available": 1.0}}] * 1_000_000}

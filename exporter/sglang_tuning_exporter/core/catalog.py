@@ -72,7 +72,7 @@ CATALOG: tuple[MetricSpec, ...] = (
     _m("source_up", "gauge", "1 if the source (log|metrics|server_info) worked at its last attempt.", ("source",)),
     _m("source_enabled", "gauge", "1 if the source is configured.", ("source",)),
     _m("source_failures_total", "counter", "Failed attempts to read a source, by reason (connection|timeout|http_status|too_large|invalid|internal for SGLang; not_found|permission_denied|read_error|closed|internal for the log).", ("source", "reason")),
-    _m("input_truncations_total", "counter", "Input cut or skipped at a documented limit (docs/sidecar.md, Limits), by source and limit (line|label_value|samples|string|server_args|internal_states).", ("source", "limit")),
+    _m("input_truncations_total", "counter", "Input cut or skipped at a documented limit (docs/sidecar.md, Limits), by source and limit (line|label_value|samples|ranks|string|server_args|internal_states).", ("source", "limit")),
     _m("source_duration_seconds", "gauge", "Duration of the last read of the source.", ("source",)),
     _m("scrape_duration_seconds", "gauge", "Duration of the last scrape of SGLang's /metrics."),
     _m("log_lines_total", "counter", "Log lines read, by event kind (other = not an event).", ("kind",)),

@@ -147,6 +147,8 @@ class _Scraped:
     result: ScrapeResult | None = None
     detail: str = ""
     reason: str | None = None
+    observations: tuple[Observation, ...] = ()  # the result's, within the rank cap
+    ranks_dropped: int = 0  # ranks past --ranks.max in this one scrape (their samples unread)
 
 
 @dataclass(slots=True)
@@ -179,6 +181,7 @@ class Sidecar:
     _mono: float = 0.0  # the current tick's monotonic time: what schedules and ages
     _started: dict[str, float] = field(default_factory=dict)  # source -> mono start of its running job
     _overdue: set[str] = field(default_factory=set)  # sources whose running job was already failed as late
+    _fetched: set[str] = field(default_factory=set)  # running jobs past their request (parsing: not late)
     _info_tried: bool = False  # the first scrape waits for the first server-info answer (rank sizes)
 
     def __post_init__(self) -> None:
@@ -212,7 +215,7 @@ class Sidecar:
             # The first scrape waits for the first server info: ranks need the tp/pp/ep sizes.
             if mono >= self._next_scrape and self._idle("metrics") and (self._info_tried or self._idle("server_info")):
                 self._next_scrape = mono + m.interval
-                self._start("metrics", functools.partial(self._scrape_job, self._log_now(now)))
+                self._start("metrics", self._scrape_work(now))
             for outcome in self.jobs.take():
                 self._finish(outcome, now)
             self._check_overdue(now)
@@ -228,6 +231,7 @@ class Sidecar:
     def _start(self, source: str, work: Callable[[], Any]) -> None:
         self._started[source] = self._mono
         self._overdue.discard(source)
+        self._fetched.discard(source)
         self.jobs.start(source, work)
 
     def _finish(self, outcome: Outcome, now: float) -> None:
@@ -249,12 +253,14 @@ class Sidecar:
         self._guarded(source, now, functools.partial(step, outcome.value))
 
     def _check_overdue(self, now: float) -> None:
-        """A job still running at twice the timeout (a getter without a deadline of its own) fails its
-        source as a timeout now; its answer, if it ever comes, is dropped."""
+        """A job still in its request at twice the timeout (a getter without a deadline of its own) fails
+        its source as a timeout now; its answer, if it ever comes, is dropped. Parsing a large answer
+        is not late: the loop does not wait for it either."""
         assert self.metrics is not None
         limit = 2 * self.metrics.timeout
         for source, started in self._started.items():
-            if source not in self._overdue and self._mono - started > limit and self.jobs.busy(source):
+            if (source not in self._overdue and source not in self._fetched and self._mono - started > limit
+                    and self.jobs.busy(source)):
                 self._overdue.add(source)
                 if source == "server_info":
                     self._info_tried = True
@@ -421,9 +427,15 @@ class Sidecar:
                 self.state.set_server(version=upd["version"])
 
     # --- SGLang HTTP --------------------------------------------------------------------------
-    def _scrape_job(self, at: float) -> _Scraped:
+    def _scrape_work(self, now: float) -> Callable[[], _Scraped]:
+        """A scrape job, bound on the loop to the log time and the rank cap."""
+        return functools.partial(self._scrape_job, self._log_now(now), self.state.max_ranks)
+
+    def _scrape_job(self, at: float, max_ranks: int) -> _Scraped:
         """Off the loop: GET /metrics, parse it and turn it into observations at log time `at` (one
-        scrape job at a time: the interpreter's counter baselines are this job's alone)."""
+        scrape job at a time: the interpreter's counter baselines are this job's alone). Ranks past
+        `max_ranks` in one scrape are dropped here: the state would evict them at once anyway, after
+        seconds of work on the loop for an exposition naming thousands."""
         assert self.metrics is not None
         m = self.metrics
         start = self.timer()
@@ -431,6 +443,7 @@ class Sidecar:
             body = m.get(m.base_url.rstrip("/") + "/metrics", m.timeout)
         except HttpError as exc:
             return _Scraped(self.timer() - start, detail=str(exc), reason=exc.reason)
+        self._fetched.add("metrics")  # a set's add is atomic: the loop reads it
         if len(body) > limits.MAX_METRICS_BODY_BYTES:  # an injected getter without the cap
             return _Scraped(self.timer() - start, reason="too_large",
                             detail=f"/metrics body larger than {limits.MAX_METRICS_BODY_BYTES} bytes")
@@ -439,7 +452,18 @@ class Sidecar:
                             detail="/metrics ends mid-line (no final newline): the answer was cut short")
         exposition = parse_exposition(body.decode("utf-8", errors="replace"), keep=wanted)
         result = self._interp.interpret(exposition, at)
-        return _Scraped(self.timer() - start, exposition, result)
+        kept: set[Rank] = set()
+        dropped: set[Rank] = set()
+        observations: list[Observation] = []
+        for o in result.observations:
+            if o.rank not in kept:
+                if len(kept) >= max_ranks:
+                    dropped.add(o.rank)
+                    continue
+                kept.add(o.rank)
+            observations.append(o)
+        return _Scraped(self.timer() - start, exposition, result, observations=tuple(observations),
+                        ranks_dropped=len(dropped))
 
     def _apply_scrape(self, scraped: _Scraped, now: float) -> None:
         """On the loop: a scrape job's outcome into the state and the window."""
@@ -449,7 +473,7 @@ class Sidecar:
                          reason=scraped.reason)
             return
         for limit, n in (("line", exposition.long_lines), ("label_value", exposition.clipped_labels),
-                         ("samples", exposition.dropped_samples)):
+                         ("samples", exposition.dropped_samples), ("ranks", scraped.ranks_dropped)):
             self.state.count_truncations("metrics", limit, n)
         norm = _rank_normaliser(self.state.server_state().args)
         # With a working log, counted events come from its lines: the scrape's counter deltas
@@ -464,7 +488,7 @@ class Sidecar:
             return n
 
         observations = [o if (r := normalised(o.rank)) is o.rank or r == o.rank else Observation(o.time, o.name, o.value, r, o.source)
-                        for o in result.observations if not (log_up and o.name in COUNTED)]
+                        for o in scraped.observations if not (log_up and o.name in COUNTED)]
         self.state.add_observations(observations, now)
         if self.advisor.window is not None:
             for o in observations:

@@ -99,6 +99,8 @@ def parse_exposition(text: str, keep: Callable[[str], bool] | None = None) -> Ex
     clipped = [0]
     max_line, max_samples = limits.MAX_EXPOSITION_LINE_CHARS, limits.MAX_SCRAPE_SAMPLES
     unread_names: dict[str, bool] = {}  # name -> a well-formed name `keep` rejects
+    # Label sets as written -> (parsed, values cut): families repeat one rank's label set.
+    label_sets: dict[str, tuple[tuple[tuple[str, str], ...] | None, int]] = {}
     lines = text.split("\n")
     if lines and lines[-1] == "":
         lines.pop()
@@ -133,17 +135,25 @@ def parse_exposition(text: str, keep: Callable[[str], bool] | None = None) -> Ex
                 else:
                     skipped += 1
                     continue
+        if len(samples) >= max_samples:
+            dropped += 1  # past the cap: not even parsed (a line of a family we read, well-formed or not)
+            continue
         m = _SAMPLE_RE.match(line)
         if m is None:
             garbage += 1
             continue
-        labels = _parse_labels(m.group(2), clipped) if m.group(2) else ()
+        body = m.group(2)
+        labels: tuple[tuple[str, str], ...] | None = ()
+        if body:
+            known = label_sets.get(body)
+            if known is None:
+                cut = [0]
+                known = label_sets[body] = (_parse_labels(body, cut), cut[0])
+            labels = known[0]
+            clipped[0] += known[1]
         value = _parse_value(m.group(3))
         if labels is None or value is None:
             garbage += 1
-            continue
-        if len(samples) >= max_samples:
-            dropped += 1
             continue
         samples.append(Sample(m.group(1), labels, value, no))
     return Exposition(tuple(samples), types, garbage, len(lines), len(samples) + skipped + dropped,
@@ -278,6 +288,14 @@ class ScrapeInterpreter:
         model: str | None = None
         seen_new_retraction_counter: set[Rank] = set()
         phase_sums: dict[tuple[str, Rank], float] = {}
+        ranks: dict[tuple[tuple[str, str], ...], Rank] = {}  # label set -> rank: decided once per set
+
+        def rank_of_set(label_set: tuple[tuple[str, str], ...], labels: Mapping[str, str]) -> Rank:
+            rank = ranks.get(label_set)
+            if rank is None:
+                rank = ranks[label_set] = self._rank(labels)
+            return rank
+
         for s in exposition.samples:
             base = base_name(s.name)
             if base is None or base in IGNORED:
@@ -288,18 +306,18 @@ class ScrapeInterpreter:
             model = model or model_of(labels)
             if base in GAUGES:
                 if math.isfinite(s.value):
-                    obs.append(Observation(now, GAUGES[base], s.value, self._rank(labels), "metrics"))
+                    obs.append(Observation(now, GAUGES[base], s.value, rank_of_set(s.labels, labels), "metrics"))
                 continue
             if base in PHASE_SUMS:
                 if math.isfinite(s.value):
-                    pk = (PHASE_SUMS[base], self._rank(labels))
+                    pk = (PHASE_SUMS[base], rank_of_set(s.labels, labels))
                     phase_sums[pk] = phase_sums.get(pk, 0.0) + s.value
                 continue
             key = (base, labels.get("mode"))
             if key not in COUNTERS:
                 key = (base, None)
             if key in COUNTERS:
-                rank = self._rank(labels)
+                rank = rank_of_set(s.labels, labels)
                 if base == "num_retracted_requests_total":
                     seen_new_retraction_counter.add(rank)
                 name = COUNTERS[key]
