@@ -9,7 +9,9 @@ sidecar degrades (no findings, still serving) when one of them is unavailable.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
+import gc
 import logging
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -28,7 +30,6 @@ from sglang_tuning_exporter.sidecar.jobs import InlineJobs, Jobs, Outcome
 from sglang_tuning_exporter.sidecar.state import LiveState
 from sglang_tuning_exporter.sources.scrape import (
     COUNTED,
-    Exposition,
     ScrapeInterpreter,
     ScrapeResult,
     parse_exposition,
@@ -140,15 +141,14 @@ def _rank_normaliser(args: Mapping[str, Any]) -> Callable[[Rank], Rank]:
 
 @dataclass(frozen=True, slots=True)
 class _Scraped:
-    """What a scrape job hands back to the loop: a failure, or the parsed and interpreted exposition."""
+    """What a scrape job hands back to the loop: a failure, or the interpreted exposition (observations
+    within the rank cap) and what the limits cut, by limit."""
 
     duration_s: float
-    exposition: Exposition | None = None
     result: ScrapeResult | None = None
+    cuts: tuple[tuple[str, int], ...] = ()
     detail: str = ""
     reason: str | None = None
-    observations: tuple[Observation, ...] = ()  # the result's, within the rank cap
-    ranks_dropped: int = 0  # ranks past --ranks.max in this one scrape (their samples unread)
 
 
 @dataclass(slots=True)
@@ -450,6 +450,18 @@ class Sidecar:
         if body and not body.endswith(b"\n"):  # a close-delimited body has no length to check it by
             return _Scraped(self.timer() - start, reason="invalid",
                             detail="/metrics ends mid-line (no final newline): the answer was cut short")
+        # No cyclic garbage comes of parsing, but the collector's full passes over the hundreds of
+        # thousands of objects a large exposition makes took seconds, holding every thread (the loop
+        # too): it is off until they are gone, and only what the loop needs is kept.
+        collecting = gc.isenabled()
+        gc.disable()
+        try:
+            return self._interpret(body, at, max_ranks, start)
+        finally:
+            if collecting:
+                gc.enable()
+
+    def _interpret(self, body: bytes, at: float, max_ranks: int, start: float) -> _Scraped:
         exposition = parse_exposition(body.decode("utf-8", errors="replace"), keep=wanted)
         result = self._interp.interpret(exposition, at)
         kept: set[Rank] = set()
@@ -462,18 +474,18 @@ class Sidecar:
                     continue
                 kept.add(o.rank)
             observations.append(o)
-        return _Scraped(self.timer() - start, exposition, result, observations=tuple(observations),
-                        ranks_dropped=len(dropped))
+        cuts = (("line", exposition.long_lines), ("label_value", exposition.clipped_labels),
+                ("samples", exposition.dropped_samples), ("ranks", len(dropped)))
+        return _Scraped(self.timer() - start, dataclasses.replace(result, observations=tuple(observations)), cuts)
 
     def _apply_scrape(self, scraped: _Scraped, now: float) -> None:
         """On the loop: a scrape job's outcome into the state and the window."""
-        exposition, result = scraped.exposition, scraped.result
-        if exposition is None or result is None:
+        result = scraped.result
+        if result is None:
             self._record("metrics", ok=False, duration_s=scraped.duration_s, now=now, detail=scraped.detail,
                          reason=scraped.reason)
             return
-        for limit, n in (("line", exposition.long_lines), ("label_value", exposition.clipped_labels),
-                         ("samples", exposition.dropped_samples), ("ranks", scraped.ranks_dropped)):
+        for limit, n in scraped.cuts:
             self.state.count_truncations("metrics", limit, n)
         norm = _rank_normaliser(self.state.server_state().args)
         # With a working log, counted events come from its lines: the scrape's counter deltas
@@ -488,7 +500,7 @@ class Sidecar:
             return n
 
         observations = [o if (r := normalised(o.rank)) is o.rank or r == o.rank else Observation(o.time, o.name, o.value, r, o.source)
-                        for o in scraped.observations if not (log_up and o.name in COUNTED)]
+                        for o in result.observations if not (log_up and o.name in COUNTED)]
         self.state.add_observations(observations, now)
         if self.advisor.window is not None:
             for o in observations:
