@@ -41,7 +41,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
-from netutil import announced_port  # noqa: E402  (the tests' helper: how serve announces its port)
+from helpers.netutil import announced_port  # noqa: E402  (the tests' helper: how serve announces its port)
 
 METRICS = (ROOT / "tests" / "fixtures" / "metrics" / "sglang-0.5.23-metrics.txt").read_bytes()
 SERVER_INFO = (ROOT / "tests" / "fixtures" / "sglang-0.5.23-server_info-toplevel.json").read_bytes()
