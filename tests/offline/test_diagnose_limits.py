@@ -92,3 +92,48 @@ def test_the_c_and_python_readers_skip_the_same_lines(tmp_path: Path, monkeypatc
         res = scanner.Scanner(600.0, 0.9).scan_bytes(data)
         got.append((res.oversized, res.lines, res.unparsed, res.nul_lines))
     assert got[0] == got[1] and got[0][0] == 3
+
+
+@pytest.mark.parametrize("fmt", ["text", "json", "markdown", "html"])
+def test_many_inputs_are_not_kept(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fmt: str) -> None:
+    """Each input's part is written as it is read: at most two diagnoses alive at once however many
+    inputs (all were kept to the end: 10,000 small logs took 1.26 GB), the output as before."""
+    import gc
+    import io
+    import weakref
+
+    from sglang_tuning_exporter.cli import build_parser
+    from sglang_tuning_exporter.offline import formats
+
+    w = LogWriter("0.5.23")
+    steady(w, 2, running=200, usage=0.9, queue=300)
+    paths = []
+    for i in range(12):
+        p = tmp_path / f"{i:02d}.log"
+        p.write_text(w.text(), encoding="utf-8")
+        paths.append(str(p))
+    (tmp_path / "bad.log").write_bytes(b"")
+    paths.insert(3, str(tmp_path / "bad.log"))
+    alive: list[weakref.ref[diagnose.FileDiagnosis]] = []
+    most = 0
+    real = diagnose.diagnose_source
+
+    def tracked(*a: Any, **kw: Any) -> diagnose.FileDiagnosis:
+        nonlocal most
+        gc.collect()
+        most = max(most, sum(r() is not None for r in alive))
+        r = real(*a, **kw)
+        alive.append(weakref.ref(r))
+        return r
+
+    monkeypatch.setattr(diagnose, "diagnose_source", tracked)
+    out, err = io.StringIO(), io.StringIO()
+    args = build_parser()[0].parse_args(["diagnose", "--format", fmt, *paths])
+    code = diagnose.run(args, stdout=out, stderr=err)
+    assert code == 1 and "bad.log: empty input" in err.getvalue()
+    assert most <= 2, most
+    monkeypatch.setattr(diagnose, "diagnose_source", real)
+    table, cfg, profile, workload, overrides = diagnose._setup(args)
+    good = [real(p, table, cfg, profile, workload, overrides) for p in paths if "bad" not in p]
+    want = formats.render(good, fmt, table=table)
+    assert out.getvalue() == want + ("" if want.endswith("\n") else "\n")

@@ -205,6 +205,35 @@ def render(results: Sequence[FileDiagnosis], fmt: str, *, table: CheckTable, col
     return (f"== {last_change_text(note)}\n\n" if note else "") + text + text_section(found)
 
 
+def file_changes(r: FileDiagnosis, table: CheckTable, cfg: Config, profile: str, workload: str,
+                 overrides: dict[str, Any], *, same_server: bool = False) -> list[dict[str, Any]]:
+    """One input's changes (it restarts with other arguments), into its document with the last change's
+    verdict; what `render` does per input when the inputs are not read as one server."""
+    found: list[dict[str, Any]] = []
+    if r.source != "-" and restarts(r.source):
+        r.document["changes"] = found = changes_of([r.source], table, cfg, profile, workload, overrides)
+    if same_server:
+        r.document.setdefault("changes", found)
+    if r.document.get("changes"):
+        r.document["last_change"] = last_change(r.document["changes"])
+    return found
+
+
+def wrap(fmt: str, head: str, tail: str, found: Sequence[dict[str, Any]]) -> tuple[str, str]:
+    """An output's head and tail with the last change's verdict and the changes section, as `render`
+    puts them around the inputs' parts."""
+    note = last_change(list(found))
+    if fmt == "json":
+        return head, tail
+    if fmt == "markdown":
+        return markdown_last(note) + head, tail + markdown_section(found)
+    if fmt == "html":
+        sec = html_section(found)
+        cut = tail.rfind("</body>")
+        return html_last(note, head), (tail[:cut] + sec + tail[cut:] if cut >= 0 else tail + sec)
+    return (f"== {last_change_text(note)}\n\n" if note else "") + head, tail + text_section(found)
+
+
 def markdown_last(note: dict[str, Any] | None) -> str:
     """The last change's verdict as the first paragraph."""
     if not note:

@@ -16,6 +16,7 @@ import itertools
 import multiprocessing
 import os
 import sys
+import tempfile
 import time
 from collections import deque
 from collections.abc import Iterator, Sequence
@@ -31,6 +32,7 @@ from sglang_tuning_exporter.guide import settings
 from sglang_tuning_exporter.guide.checks import CheckTable, TableError, load_table
 from sglang_tuning_exporter.guide.config import Config, ConfigError, load_config, parse_server_arg_overrides
 from sglang_tuning_exporter.offline import changes as diagnose_changes
+from sglang_tuning_exporter.offline import formats as diagnose_formats
 from sglang_tuning_exporter.offline.diagnosis import (
     ClockSetBack,
     Diagnosis,
@@ -270,20 +272,98 @@ def run(args: argparse.Namespace, *, stdout: IO[str] | None = None, stderr: IO[s
     if args.files.count("-") > 1:
         err.write("sglang-tuning-exporter diagnose: stdin (-) can be read only once\n")
         return EXIT_USAGE
-    results: list[FileDiagnosis] = []
-    for source in args.files:
-        results.append(diagnose_source(source, table, cfg, profile, workload, overrides, jobs=args.jobs,
-                                       progress_stream=err))
+    color = args.color == "always" or (args.color == "auto" and args.output is None
+                                       and bool(getattr(out, "isatty", lambda: False)()))
+    same_server = bool(getattr(args, "same_server", False))
+    if same_server and len(args.files) > 1:
+        return _run_as_one_server(args, out, err, table, cfg, profile, workload, overrides, color)
+    # Each input's part is written as it is read (a spool on disk), none kept: memory stays flat in the
+    # number of inputs (10,000 small logs took 1.26 GB).
+    fmt = args.format
+    shape = diagnose_formats.Output(fmt, 2)  # several inputs' parts; one good input is written alone
+    found: list[dict[str, Any]] = []
+    failed = fire = False
+    good, worst = 0, "ok"
+    only: FileDiagnosis | None = None  # the first good input, while it may be the only one
+    with tempfile.TemporaryFile("w+", encoding="utf-8") as spool:
+        for source in args.files:
+            r = diagnose_source(source, table, cfg, profile, workload, overrides, jobs=args.jobs,
+                                progress_stream=err)
+            if r.error:
+                failed = True
+                err.write(f"sglang-tuning-exporter diagnose: {r.error}\n")
+                continue
+            found.extend(diagnose_changes.file_changes(r, table, cfg, profile, workload, overrides,
+                                                       same_server=same_server))
+            if good:
+                spool.write(shape.sep)
+            spool.write(shape.part(r, table, color=color))
+            good += 1
+            only = r if good == 1 else None
+            worst = diagnose_formats.worst_status([{"status": worst}, r.document])
+            fire = fire or bool(args.fail_on and any(
+                STATUS_CODE[f.status] >= STATUS_CODE[args.fail_on] for f in r.findings))
+        if good and not _write_output(args, out, err, fmt, found, spool, only, table, color, worst):
+            return EXIT_RUNTIME
+    if failed:
+        return EXIT_RUNTIME
+    return EXIT_FINDINGS if fire else EXIT_OK
+
+
+def _write_output(args: argparse.Namespace, out: IO[str], err: IO[str], fmt: str, found: list[dict[str, Any]],
+                  spool: IO[str], only: FileDiagnosis | None, table: CheckTable, color: bool, worst: str) -> bool:
+    """The output (file or `out`): head, the spooled parts (or the only input's, alone), tail."""
+    shape = diagnose_formats.Output(fmt, 1 if only is not None else 2)
+    head, tail = diagnose_changes.wrap(fmt, shape.head, shape.tail(worst), found)
+    try:
+        dest = open(args.output, "w", encoding="utf-8") if args.output else None  # noqa: SIM115 - closed below
+    except OSError as exc:
+        err.write(f"sglang-tuning-exporter diagnose: cannot write {args.output}: {exc.strerror or exc}\n")
+        return False
+    w = dest if dest is not None else out
+    last = ""
+    try:
+        for piece in _pieces(head, spool, only, shape, table, color, tail):
+            if piece:
+                w.write(piece)
+                last = piece
+        if dest is None and not last.endswith("\n"):
+            w.write("\n")
+    except OSError as exc:
+        if dest is None:
+            raise  # standard output: the command line's one "I/O error" line
+        err.write(f"sglang-tuning-exporter diagnose: cannot write {args.output}: {exc.strerror or exc}\n")
+        return False
+    finally:
+        if dest is not None:
+            dest.close()
+    return True
+
+
+def _pieces(head: str, spool: IO[str], only: FileDiagnosis | None, shape: diagnose_formats.Output,
+            table: CheckTable, color: bool, tail: str) -> Iterator[str]:
+    yield head
+    if only is not None:
+        yield shape.part(only, table, color=color)
+    else:
+        spool.seek(0)
+        while block := spool.read(1 << 20):
+            yield block
+    yield tail
+
+
+def _run_as_one_server(args: argparse.Namespace, out: IO[str], err: IO[str], table: CheckTable, cfg: Config,
+                       profile: str, workload: str, overrides: dict[str, Any], color: bool) -> int:
+    """`--same-server` over several inputs: their changes are read across them, so all are kept."""
+    results = [diagnose_source(source, table, cfg, profile, workload, overrides, jobs=args.jobs,
+                               progress_stream=err) for source in args.files]
     failed = [r for r in results if r.error]
     for r in failed:
         err.write(f"sglang-tuning-exporter diagnose: {r.error}\n")
     good = [r for r in results if not r.error]
     if good:
-        color = args.color == "always" or (args.color == "auto" and args.output is None
-                                           and bool(getattr(out, "isatty", lambda: False)()))
         text = diagnose_changes.render(good, args.format, table=table, color=color, cfg=cfg, profile=profile,
-                                       workload=workload, overrides=overrides,
-                                       same_server=bool(getattr(args, "same_server", False)))
+                                       workload=workload, overrides=overrides, same_server=True)
         if args.output:
             try:
                 Path(args.output).write_text(text, encoding="utf-8")

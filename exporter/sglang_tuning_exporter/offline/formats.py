@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import html
 import json
-from collections.abc import Sequence
+import textwrap
+from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from sglang_tuning_exporter.core.markdown import md_text
@@ -33,22 +34,53 @@ CHARTS = (("queue_p50", "#queue-req (p50 per window)"), ("token_usage_mean", "to
 
 
 def render(results: Sequence[FileDiagnosis], fmt: str, *, table: CheckTable, color: bool = False) -> str:
-    """All diagnoses in one output of format `fmt`."""
-    if fmt == "json":
-        return render_json(results)
-    if fmt == "markdown":
-        return render_markdown(results, table)
-    if fmt == "html":
-        return render_html(results, table)
-    return render_text(results, table, color=color)
+    """All diagnoses in one output of format `fmt`: its head, each input's part, its tail."""
+    out = Output(fmt, len(results))
+    return out.head + out.sep.join(out.part(r, table, color=color) for r in results) + out.tail(
+        worst_status(r.document for r in results))
 
 
-def render_json(results: Sequence[FileDiagnosis]) -> str:
-    """One input: the interfaces.md document; several: {"sources": [...], "status": worst}."""
-    if len(results) == 1:
-        return json.dumps(results[0].document, indent=2, sort_keys=False) + "\n"
-    worst = max((r.document.get("status", "ok") for r in results), key=lambda s: STATUS_CODE.get(s, STATUS_CODE["unknown"]))
-    return json.dumps({"sources": [r.document for r in results], "status": worst}, indent=2) + "\n"
+def worst_status(docs: Iterable[dict[str, Any]]) -> str:
+    """The worst `status` of the documents."""
+    return max((d.get("status", "ok") for d in docs), key=lambda s: STATUS_CODE.get(s, STATUS_CODE["unknown"]),
+               default="ok")
+
+
+class Output:
+    """An output of format `fmt` for `count` inputs, as pieces (head, each input's part joined by `sep`,
+    tail): `diagnose` writes the parts as the inputs are read, keeping none (memory flat in the number
+    of inputs)."""
+
+    def __init__(self, fmt: str, count: int) -> None:
+        self.fmt, self.count = fmt, count
+        self.sep = ",\n" if fmt == "json" else "\n"
+        if fmt == "json":
+            self.head = "" if count == 1 else '{\n  "sources": [\n'
+        elif fmt == "markdown":
+            self.head = "# SGLang tuning diagnosis\n\n"
+        elif fmt == "html":
+            self.head = ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+                         "<title>SGLang tuning diagnosis</title>"
+                         f"<style>{_CSS}</style></head><body>\n<h1>SGLang tuning diagnosis</h1>\n")
+        else:
+            self.head = ""
+
+    def part(self, r: FileDiagnosis, table: CheckTable, *, color: bool = False) -> str:
+        """One input's part."""
+        if self.fmt == "json":
+            text = json.dumps(r.document, indent=2, sort_keys=False)
+            return text if self.count == 1 else textwrap.indent(text, "    ", lambda _: True)
+        if self.fmt == "markdown":
+            return file_markdown(r, table)
+        if self.fmt == "html":
+            return file_html(r, table)
+        return file_text(r, table, color=color)
+
+    def tail(self, worst: str) -> str:
+        """The end, once every input was read (`worst`: their worst status)."""
+        if self.fmt == "json":
+            return "\n" if self.count == 1 else f'\n  ],\n  "status": {json.dumps(worst)}\n}}\n'
+        return "\n</body></html>\n" if self.fmt == "html" else ""
 
 
 def rank_text(rank: dict[str, int], unnamed: str = "-") -> str:
@@ -114,62 +146,61 @@ def _header_lines(r: FileDiagnosis) -> list[str]:
     return out
 
 
-def render_text(results: Sequence[FileDiagnosis], table: CheckTable, *, color: bool = False) -> str:
-    """What an SRE reads in a terminal: a table of checks, then each finding with the flag change."""
+def file_text(r: FileDiagnosis, table: CheckTable, *, color: bool = False) -> str:
+    """One input's part of the text output."""
     lines: list[str] = []
-    for r in results:
-        lines.append(f"== {r.source}")
-        lines.extend("  " + h for h in _header_lines(r))
+    lines.append(f"== {r.source}")
+    lines.extend("  " + h for h in _header_lines(r))
+    lines.append("")
+    d = r.document
+    lines.append(f"  {d.get('verdict', '')}")
+    if d.get("plan"):
         lines.append("")
-        d = r.document
-        lines.append(f"  {d.get('verdict', '')}")
-        if d.get("plan"):
-            lines.append("")
-            lines.append("  Plan (one change at a time, in this order):")
-            lines.extend("    " + x for x in plan_lines(d))
-            if d.get("command_diff"):
-                lines.append("  Command line:")
-                lines.extend("    " + x for x in d["command_diff"])
+        lines.append("  Plan (one change at a time, in this order):")
+        lines.extend("    " + x for x in plan_lines(d))
+        if d.get("command_diff"):
+            lines.append("  Command line:")
+            lines.extend("    " + x for x in d["command_diff"])
+    lines.append("")
+    rows = _rows(r, table)
+    w1 = max([len("CHECK")] + [len(x[0]) for x in rows])
+    w3 = max([len("RANKS")] + [len(x[2]) for x in rows])
+    lines.append(f"  {'CHECK':<{w1}}  {'STATUS':<8}  {'RANKS':<{w3}}  SUMMARY")
+    for cid, status, ranks, summary in rows:
+        st = f"{status:<8}"
+        if color:
+            st = f"{_ANSI[status]}{st}{_RESET}"
+        lines.append(f"  {cid:<{w1}}  {st}  {ranks:<{w3}}  {summary}")
+    firing = _firing(r)
+    why = not_judged(d)
+    if why:
         lines.append("")
-        rows = _rows(r, table)
-        w1 = max([len("CHECK")] + [len(x[0]) for x in rows])
-        w3 = max([len("RANKS")] + [len(x[2]) for x in rows])
-        lines.append(f"  {'CHECK':<{w1}}  {'STATUS':<8}  {'RANKS':<{w3}}  SUMMARY")
-        for cid, status, ranks, summary in rows:
-            st = f"{status:<8}"
-            if color:
-                st = f"{_ANSI[status]}{st}{_RESET}"
-            lines.append(f"  {cid:<{w1}}  {st}  {ranks:<{w3}}  {summary}")
-        firing = _firing(r)
-        why = not_judged(d)
-        if why:
-            lines.append("")
-            lines.append(f"  Not judged ({len(why)} of {d['coverage']['checks']} checks):")
-            lines.extend(f"    {cid}: {text}" for cid, text in why)
-        if d.get("indications"):
-            lines.append("")
-            lines.append("  Indications (too few samples to judge; not findings, --fail-on ignores them):")
-            lines.extend(f"    {i['check']} on {rank_text(i['rank'], 'the server')}: {i['evidence']}"
-                         for i in d["indications"])
-        if firing:
-            lines.append("")
-            lines.append(f"  {len(firing)} finding(s):")
-        for f in firing:
-            tag = f.status.upper()
-            if color:
-                tag = f"{_ANSI[f.status]}{tag}{_RESET}"
-            lines.append("")
-            lines.append(f"  [{tag}] {f.check} on {rank_text(f.rank, 'the server')}: {f.summary}")
-            lines.append(f"    change:    {change_text(f)}")
-            lines.append(f"    evidence:  {f.evidence}")
-            win = _window_of(r, f)
-            if win:
-                lines.append(f"    window:    {win}")
-            if f.guide:
-                lines.append(f"    guide:     \"{f.guide}\"")
-            if f.tradeoff:
-                lines.append(f"    trade-off: {f.tradeoff}")
+        lines.append(f"  Not judged ({len(why)} of {d['coverage']['checks']} checks):")
+        lines.extend(f"    {cid}: {text}" for cid, text in why)
+    if d.get("indications"):
         lines.append("")
+        lines.append("  Indications (too few samples to judge; not findings, --fail-on ignores them):")
+        lines.extend(f"    {i['check']} on {rank_text(i['rank'], 'the server')}: {i['evidence']}"
+                     for i in d["indications"])
+    if firing:
+        lines.append("")
+        lines.append(f"  {len(firing)} finding(s):")
+    for f in firing:
+        tag = f.status.upper()
+        if color:
+            tag = f"{_ANSI[f.status]}{tag}{_RESET}"
+        lines.append("")
+        lines.append(f"  [{tag}] {f.check} on {rank_text(f.rank, 'the server')}: {f.summary}")
+        lines.append(f"    change:    {change_text(f)}")
+        lines.append(f"    evidence:  {f.evidence}")
+        win = _window_of(r, f)
+        if win:
+            lines.append(f"    window:    {win}")
+        if f.guide:
+            lines.append(f"    guide:     \"{f.guide}\"")
+        if f.tradeoff:
+            lines.append(f"    trade-off: {f.tradeoff}")
+    lines.append("")
     return "\n".join(lines)
 
 
@@ -203,60 +234,59 @@ def _md_code(s: Any) -> str:
     return f"{fence} {text} {fence}" if fence == "``" else f"`{text}`"
 
 
-def render_markdown(results: Sequence[FileDiagnosis], table: CheckTable) -> str:
-    """A Markdown report (tables + one section per finding); HTML in values is escaped."""
-    out: list[str] = ["# SGLang tuning diagnosis", ""]
-    for r in results:
-        out.append(f"## {_md_code(r.source)}")
+def file_markdown(r: FileDiagnosis, table: CheckTable) -> str:
+    """One input's part of the Markdown report (HTML in values is escaped)."""
+    out: list[str] = []
+    out.append(f"## {_md_code(r.source)}")
+    out.append("")
+    out.extend(f"- {md_text(h)}" for h in _header_lines(r))
+    out.append("")
+    d = r.document
+    out.append(f"**{md_text(d.get('verdict', ''))}**")
+    out.append("")
+    if d.get("plan"):
+        out.append("### Plan (one change at a time, in this order)")
         out.append("")
-        out.extend(f"- {md_text(h)}" for h in _header_lines(r))
+        for step in d["plan"]:
+            out.append(plan_step_markdown(step, code=_md_code, text=md_text))
         out.append("")
-        d = r.document
-        out.append(f"**{md_text(d.get('verdict', ''))}**")
+        if d.get("command_diff"):
+            out.append("```diff")
+            out.extend(d["command_diff"])
+            out.append("```")
+            out.append("")
+    out.append("| check | status | ranks | summary |")
+    out.append("|---|---|---|---|")
+    for cid, status, ranks, summary in _rows(r, table):
+        out.append(f"| `{cid}` | **{status}** | {md_text(ranks)} | {md_text(summary)} |")
+    out.append("")
+    firing = _firing(r)
+    why = not_judged(d)
+    if why:
+        out.append(f"### Not judged ({len(why)} of {d['coverage']['checks']} checks)")
         out.append("")
-        if d.get("plan"):
-            out.append("### Plan (one change at a time, in this order)")
-            out.append("")
-            for step in d["plan"]:
-                out.append(plan_step_markdown(step, code=_md_code, text=md_text))
-            out.append("")
-            if d.get("command_diff"):
-                out.append("```diff")
-                out.extend(d["command_diff"])
-                out.append("```")
-                out.append("")
-        out.append("| check | status | ranks | summary |")
-        out.append("|---|---|---|---|")
-        for cid, status, ranks, summary in _rows(r, table):
-            out.append(f"| `{cid}` | **{status}** | {md_text(ranks)} | {md_text(summary)} |")
+        out.extend(f"- `{cid}`: {md_text(text)}" for cid, text in why)
         out.append("")
-        firing = _firing(r)
-        why = not_judged(d)
-        if why:
-            out.append(f"### Not judged ({len(why)} of {d['coverage']['checks']} checks)")
-            out.append("")
-            out.extend(f"- `{cid}`: {md_text(text)}" for cid, text in why)
-            out.append("")
-        if d.get("indications"):
-            out.append("### Indications (too few samples to judge; not findings)")
-            out.append("")
-            out.extend(f"- `{i['check']}` on {md_text(rank_text(i['rank'], 'the server'))}: {md_text(i['evidence'])}"
-                       for i in d["indications"])
-            out.append("")
-        for f in firing:
-            out.append(f"### {f.status.upper()}: `{f.check}` on {md_text(rank_text(f.rank, 'the server'))}")
-            out.append("")
-            out.append(f"- **Change:** {_md_code(change_text(f))}")
-            out.append(f"- **Evidence:** {md_text(f.evidence)}")
-            win = _window_of(r, f)
-            if win:
-                out.append(f"- **Window:** {md_text(win)}")
-            if f.guide:
-                out.append(f"- **Guide:** {md_text(f.guide)}")
-            if f.tradeoff:
-                out.append(f"- **Trade-off:** {md_text(f.tradeoff)}")
-            out.append("")
+    if d.get("indications"):
+        out.append("### Indications (too few samples to judge; not findings)")
         out.append("")
+        out.extend(f"- `{i['check']}` on {md_text(rank_text(i['rank'], 'the server'))}: {md_text(i['evidence'])}"
+                   for i in d["indications"])
+        out.append("")
+    for f in firing:
+        out.append(f"### {f.status.upper()}: `{f.check}` on {md_text(rank_text(f.rank, 'the server'))}")
+        out.append("")
+        out.append(f"- **Change:** {_md_code(change_text(f))}")
+        out.append(f"- **Evidence:** {md_text(f.evidence)}")
+        win = _window_of(r, f)
+        if win:
+            out.append(f"- **Window:** {md_text(win)}")
+        if f.guide:
+            out.append(f"- **Guide:** {md_text(f.guide)}")
+        if f.tradeoff:
+            out.append(f"- **Trade-off:** {md_text(f.tradeoff)}")
+        out.append("")
+    out.append("")
     return "\n".join(out)
 
 
@@ -294,54 +324,51 @@ th{background:#f3f3f3}.status{font-weight:bold}.muted{color:#777}.finding{border
 code{background:#f3f3f3;padding:0 3px}.charts{display:flex;flex-wrap:wrap;gap:1em}figure{margin:0}"""
 
 
-def render_html(results: Sequence[FileDiagnosis], table: CheckTable) -> str:
-    """One self-contained page: checks table, findings, inline SVG charts of key signals over time."""
+def file_html(r: FileDiagnosis, table: CheckTable) -> str:
+    """One input's part of the HTML page: checks table, findings, inline SVG charts of key signals."""
     e = html.escape
-    body: list[str] = ["<h1>SGLang tuning diagnosis</h1>"]
-    for r in results:
-        body.append(f"<h2><code>{e(r.source)}</code></h2>")
-        body.append("<ul>" + "".join(f"<li>{e(h)}</li>" for h in _header_lines(r)) + "</ul>")
-        d = r.document
-        body.append(f'<p class="verdict"><b>{e(d.get("verdict", ""))}</b></p>')
-        if d.get("plan"):
-            body.append("<h3>Plan (one change at a time, in this order)</h3><ol class=\"plan\">")
-            for step in d["plan"]:
-                body.append(f"<li><code>{e(plan_step_change(step))}</code>"
-                            f"<br>{e(step.get('why', ''))}<br><i>Then:</i> {e(step.get('then', ''))}</li>")
-            body.append("</ol>")
-            if d.get("command_diff"):
-                body.append("<pre>" + e("\n".join(d["command_diff"])) + "</pre>")
-        body.append("<table><tr><th>check</th><th>status</th><th>ranks</th><th>summary</th></tr>")
-        for cid, status, ranks, summary in _rows(r, table):
-            body.append(f'<tr><td><code>{e(cid)}</code></td><td class="status" style="color:{COLOURS[status]}">'
-                        f"{e(status)}</td><td>{e(ranks)}</td><td>{e(summary)}</td></tr>")
-        body.append("</table>")
-        firing = _firing(r)
-        why = not_judged(d)
-        if why:
-            body.append(f"<h3>Not judged ({len(why)} of {d['coverage']['checks']} checks)</h3><ul>"
-                        + "".join(f"<li><code>{e(cid)}</code>: {e(text)}</li>" for cid, text in why) + "</ul>")
-        if d.get("indications"):
-            body.append("<h3>Indications (too few samples to judge; not findings)</h3><ul>"
-                        + "".join(f"<li><code>{e(i['check'])}</code> on {e(rank_text(i['rank'], 'the server'))}: "
-                                  f"{e(i['evidence'])}</li>" for i in d["indications"]) + "</ul>")
-        for f in firing:
-            colour = COLOURS[f.status]
-            body.append(f'<div class="finding" style="border-color:{colour}">'
-                        f'<h3><span style="color:{colour}">{e(f.status.upper())}</span> '
-                        f"<code>{e(f.check)}</code> on {e(rank_text(f.rank, 'the server'))}</h3>"
-                        f"<p><b>Change:</b> <code>{e(change_text(f))}</code></p>"
-                        f"<p><b>Evidence:</b> {e(f.evidence)}</p>"
-                        + (f"<p><b>Window:</b> {e(_window_of(r, f))}</p>" if _window_of(r, f) else "")
-                        + (f"<p><b>Guide:</b> {e(f.guide)}</p>" if f.guide else "")
-                        + (f"<p><b>Trade-off:</b> {e(f.tradeoff)}</p>" if f.tradeoff else "")
-                        + "</div>")
-        body.append('<h3>Signals over time</h3><div class="charts">')
-        for key, title in CHARTS:
-            s = r.series.get(key)
-            if s is not None:
-                body.append(svg_chart(s, title))
-        body.append("</div>")
-    return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
-            "<title>SGLang tuning diagnosis</title>"
-            f"<style>{_CSS}</style></head><body>\n" + "\n".join(body) + "\n</body></html>\n")
+    body: list[str] = []
+    body.append(f"<h2><code>{e(r.source)}</code></h2>")
+    body.append("<ul>" + "".join(f"<li>{e(h)}</li>" for h in _header_lines(r)) + "</ul>")
+    d = r.document
+    body.append(f'<p class="verdict"><b>{e(d.get("verdict", ""))}</b></p>')
+    if d.get("plan"):
+        body.append("<h3>Plan (one change at a time, in this order)</h3><ol class=\"plan\">")
+        for step in d["plan"]:
+            body.append(f"<li><code>{e(plan_step_change(step))}</code>"
+                        f"<br>{e(step.get('why', ''))}<br><i>Then:</i> {e(step.get('then', ''))}</li>")
+        body.append("</ol>")
+        if d.get("command_diff"):
+            body.append("<pre>" + e("\n".join(d["command_diff"])) + "</pre>")
+    body.append("<table><tr><th>check</th><th>status</th><th>ranks</th><th>summary</th></tr>")
+    for cid, status, ranks, summary in _rows(r, table):
+        body.append(f'<tr><td><code>{e(cid)}</code></td><td class="status" style="color:{COLOURS[status]}">'
+                    f"{e(status)}</td><td>{e(ranks)}</td><td>{e(summary)}</td></tr>")
+    body.append("</table>")
+    firing = _firing(r)
+    why = not_judged(d)
+    if why:
+        body.append(f"<h3>Not judged ({len(why)} of {d['coverage']['checks']} checks)</h3><ul>"
+                    + "".join(f"<li><code>{e(cid)}</code>: {e(text)}</li>" for cid, text in why) + "</ul>")
+    if d.get("indications"):
+        body.append("<h3>Indications (too few samples to judge; not findings)</h3><ul>"
+                    + "".join(f"<li><code>{e(i['check'])}</code> on {e(rank_text(i['rank'], 'the server'))}: "
+                              f"{e(i['evidence'])}</li>" for i in d["indications"]) + "</ul>")
+    for f in firing:
+        colour = COLOURS[f.status]
+        body.append(f'<div class="finding" style="border-color:{colour}">'
+                    f'<h3><span style="color:{colour}">{e(f.status.upper())}</span> '
+                    f"<code>{e(f.check)}</code> on {e(rank_text(f.rank, 'the server'))}</h3>"
+                    f"<p><b>Change:</b> <code>{e(change_text(f))}</code></p>"
+                    f"<p><b>Evidence:</b> {e(f.evidence)}</p>"
+                    + (f"<p><b>Window:</b> {e(_window_of(r, f))}</p>" if _window_of(r, f) else "")
+                    + (f"<p><b>Guide:</b> {e(f.guide)}</p>" if f.guide else "")
+                    + (f"<p><b>Trade-off:</b> {e(f.tradeoff)}</p>" if f.tradeoff else "")
+                    + "</div>")
+    body.append('<h3>Signals over time</h3><div class="charts">')
+    for key, title in CHARTS:
+        s = r.series.get(key)
+        if s is not None:
+            body.append(svg_chart(s, title))
+    body.append("</div>")
+    return "\n".join(body)
