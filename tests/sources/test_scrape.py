@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from helpers.paths import FIXTURES
+from sglang_tuning_exporter.core import limits
 from sglang_tuning_exporter.core.model import Rank
 from sglang_tuning_exporter.sources.scrape import (
     ScrapeInterpreter,
@@ -266,3 +267,17 @@ def test_ray_replicas_stay_apart() -> None:
     # the next scrape lists r-a first: r-a keeps its index
     res = interp.interpret(parse_exposition(_ray_replica(RAY, "r-a")), 2.0)
     assert {o.rank.dp for o in res.observations if o.name == "num_queue_reqs"} == {1}
+
+
+def test_ray_replicas_remembered_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Replicas come and go under Ray Serve: past MAX_RAY_REPLICAS the oldest is forgotten, and a new replica
+    never gets an index another one had (its counters are never paired with another's)."""
+    monkeypatch.setattr(limits, "MAX_RAY_REPLICAS", 3)
+    interp = ScrapeInterpreter()
+    one = next(line for line in RAY.splitlines() if line.startswith("ray_sglang_num_queue_reqs{"))
+    seen = []
+    for i in range(6):
+        res = interp.interpret(parse_exposition(one.replace("x7k2m9q1", f"r{i}") + "\n"), float(i))
+        seen.append([o.rank.dp for o in res.observations])
+    assert seen == [[0], [1], [2], [3], [4], [5]]
+    assert len(interp._replicas) == 3

@@ -18,6 +18,7 @@ MAX_EXPOSITION_LINE_CHARS = 16 * 1024  # a longer exposition line is skipped, co
 MAX_LABEL_VALUE_CHARS = 256  # longer label values / server strings are cut, counted (label_value/string)
 MAX_SCRAPE_SAMPLES = 200_000  # samples of the families we read, per scrape; the rest skipped (samples)
 MAX_INTERNAL_STATES = 1024  # internal_states entries (one per DP rank) read; the rest ignored
+MAX_RAY_REPLICAS = 1024  # Ray Serve replicas a scrape interpreter tells apart; the oldest is forgotten first
 # Server arguments kept per server: SGLang 0.5.23's /server_info has 555 top-level keys (its
 # `server_args=` line fewer); past this a document's names are dropped, counted (limit=server_args).
 MAX_SERVER_ARGS = 1024

@@ -264,15 +264,22 @@ class ScrapeInterpreter:
 
     _last: dict[tuple[str, Rank], float] = field(default_factory=dict)
     # Each Ray Serve replica (and DP rank within it) is a data-parallel copy of the server: it gets a dp
-    # index of its own, in the order first seen, kept for the interpreter's life so counters stay paired.
+    # index of its own, in the order first seen, kept so counters stay paired; at MAX_RAY_REPLICAS the oldest
+    # is forgotten (replicas come and go), and an index is never given twice.
     _replicas: dict[tuple[str, str], int] = field(default_factory=dict)
+    _next_replica: int = 0
 
     def _rank(self, labels: Mapping[str, str]) -> Rank:
         rank = rank_of(labels)
         key = replica_key(labels)
         if key is None:
             return rank
-        dp = self._replicas.setdefault(key, len(self._replicas))
+        dp = self._replicas.get(key)
+        if dp is None:
+            if len(self._replicas) >= limits.MAX_RAY_REPLICAS:
+                del self._replicas[next(iter(self._replicas))]
+            dp = self._replicas[key] = self._next_replica
+            self._next_replica += 1
         return Rank(dp=dp, pp=rank.pp, tp=rank.tp, ep=rank.ep)
 
     def reset(self) -> None:
