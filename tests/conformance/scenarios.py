@@ -234,9 +234,24 @@ def prefill_graph_capture_failed() -> Scenario:
                     {"oom_graph_prefill_count": 1.0})
 
 
+def graphs_off_by_deepep() -> Scenario:
+    """`Cuda graph is disabled because deepep_mode=`normal`` (logged before `server_args=`), then every Decode
+    line `cuda graph: False`: the graph checks are not judged (no graph flag can help), every evaluator."""
+    w = _writer()
+    w.add("WARNING moe_hook.py:384: Cuda graph is disabled because deepep_mode=`normal`")
+    _startup(w)
+    for _ in range(12 * 30):
+        w.decode(300, 0.95, 300, False)
+        w.tick(2.0)
+    return Scenario("graphs_off_by_deepep", w.lines, {"cuda_graph_uncovered": "unknown",
+                                                      "cuda_graph_ceiling_low": "unknown"},
+                    {"cuda_graph_off": 2.0, "cuda_graph_miss_ratio": 1.0})
+
+
 ALL: list[Callable[[], Scenario]] = [healthy, storm, tp4, dp_hot_rank, restart_new_args, sidecar_restart,
                                      clock_jump, replayed_history, log_only, metrics_only, default_oom_prefill,
-                                     request_slots_oom, decode_graph_capture_failed, prefill_graph_capture_failed]
+                                     request_slots_oom, decode_graph_capture_failed, prefill_graph_capture_failed,
+                                     graphs_off_by_deepep]
 
 
 def stamp_of(line: str, last: float) -> float:

@@ -97,7 +97,7 @@ def _expected_alerts(sc: Scenario) -> dict[str, list[dict[str, str]]]:
     by_id = {c.id: c for c in TABLE.checks}
     out: dict[str, list[dict[str, str]]] = {}
     for check, status in sc.statuses.items():
-        levels = {"ok": [], "warning": ["warning"], "critical": ["warning", "critical"]}[status]
+        levels = {"ok": [], "unknown": [], "warning": ["warning"], "critical": ["warning", "critical"]}[status]
         # A check with one level (the OOM checks: critical only) renders one rule.
         levels = [lv for lv in levels if lv in by_id[check].thresholds_for(TABLE.default_profile())]
         subsets = [{"severity": lv} for lv in levels]
@@ -149,6 +149,7 @@ def test_dashboards_and_report_agree(name: str, histories: dict[str, tuple[Scena
         # Grafana's $__rate_interval (4 scrapes) counts few events: one event per minute of tolerance.
         assert max(got) == pytest.approx(want, abs=promql.tolerance(want, 4 * STEP_S)), got
     doc = promql.fleet_report(prom, end - WINDOW_S, end)
+    moot = {c for c, st in sc.statuses.items() if st == "unknown"}
     found = [i for i in doc["instances"] if i["instance"] in instances]
     assert found, f"the report has no instance of {sc.name}"
     compared = 0
@@ -158,8 +159,12 @@ def test_dashboards_and_report_agree(name: str, histories: dict[str, tuple[Scena
             old = statuses.get(f["check"])
             if old is None or STATUS_CODE[f["status"]] > STATUS_CODE[old]:
                 statuses[f["check"]] = f["status"]
+        for f in inst["findings"]:
+            if f["check"] in moot:  # not judged for the scenario's reason, not for lack of data
+                assert f["evidence"].startswith("not judged: "), f["evidence"]
         for check, status in sc.statuses.items():
-            if check in statuses and statuses[check] != "unknown":
+            # A check the scenario states as not judged (a feature switched off) is compared too.
+            if check in statuses and (statuses[check] != "unknown" or status == "unknown"):
                 assert statuses[check] == status, f"report on {inst['instance']}: {check} {statuses[check]}"
                 compared += 1
         if want is not None:

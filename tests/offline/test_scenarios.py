@@ -3,6 +3,7 @@ suggested value in a stated range; a healthy log fires nothing; fast and full pa
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -45,7 +46,7 @@ from helpers.check_logs import (
     startup_too_small,
     startup_workspace_oom,
 )
-from helpers.scenario_logs import LogWriter
+from helpers.scenario_logs import LogWriter, steady
 from sglang_tuning_exporter.core.model import Finding
 from sglang_tuning_exporter.guide.checks import load_table
 from sglang_tuning_exporter.guide.config import Config
@@ -138,8 +139,9 @@ SCENARIOS: dict[str, tuple[Callable[[], str], Expect]] = {
                                         256, 304)),
     "cuda_graph_uncovered": (cuda_graph_uncovered, Expect("cuda_graph_uncovered", ("critical",),
                                                           "--cuda-graph-max-bs-decode", "increase", 280, 304)),
+    # No version line, no server args: the newest spelling, the text names the old one (test below).
     "cuda_graph_uncovered_v04": (cuda_graph_uncovered_v04, Expect("cuda_graph_uncovered", ("critical",),
-                                                                  "--cuda-graph-max-bs", "increase", 200, 232)),
+                                                                  "--cuda-graph-max-bs-decode", "increase", 200, 232)),
     "ceiling_low": (ceiling_low, Expect("cuda_graph_ceiling_low", ("warning",), "--cuda-graph-max-bs-decode",
                                         "increase", 256, 256)),
     "running_capped": (running_capped, Expect("running_capped", ("warning",), "--max-running-requests", "increase",
@@ -352,3 +354,75 @@ def test_fast_path_takes_pd_and_speculative_decode_lines() -> None:
     lines = pd_decode_busy().split("\n")[:-1]
     res = Scanner(600.0, 0.9, (100.0, 2000.0)).scan_bytes(("\n".join(lines) + "\n").encode())
     assert res.fast == 900 + 2 * 225 and res.lines == len(lines) and res.events == []
+
+
+def _graphs_off(warning: str | None, *, tp_size: int = 1, **args: Any) -> str:
+    """0.5.23: decode batches of 200-300 with `cuda graph: False`, the feature switched off by `warning`
+    (SGLang logs it while resolving the arguments, before `server_args=`) or by the arguments."""
+    w = LogWriter("0.5.23", tp_size=tp_size)
+    if warning is not None:
+        w.add(f"WARNING moe_hook.py:384: {warning}")
+    w.server_args(max_running_requests=512, cuda_graph_max_bs_decode=32, **args)
+    rank = {"tp": 0} if tp_size > 1 else {}
+    w.startup(max_running=512, capture_bs=[], **rank)
+    for i in range(360):
+        w.decode(200 + (i % 11) * 10, 0.9, 300, graph=False, **rank)
+        w.tick(2)
+    return w.text()
+
+
+@pytest.mark.parametrize(("warning", "tp_size", "args", "why"), [
+    ("Cuda graph is disabled because deepep_mode=`normal`", 1, {"deepep_mode": "normal"}, "deepep_mode=normal"),
+    ("Cuda graph is disabled because of using torch native attention backend", 2, {},
+     "the torch native attention backend"),
+    (None, 1, {"disable_cuda_graph": True}, "of the server arguments"),
+    (None, 1, {"cuda_graph_backend_decode": "disabled"}, "of the server arguments")])
+def test_no_graph_advice_when_the_configuration_switched_graphs_off(tmp_path: Path, warning: str | None,
+                                                                   tp_size: int, args: dict[str, Any],
+                                                                   why: str) -> None:
+    """Issue 22: `Cuda graph is disabled because deepep_mode=normal` then `cuda graph: False` Decode lines was a
+    critical "raise --cuda-graph-max-bs", which cannot help when no graph is captured. The graph checks are
+    not judged and say why; no plan step names a graph flag (also on TP ranks: the warning has no rank)."""
+    findings = run_log(tmp_path, _graphs_off(warning, tp_size=tp_size, **args), profile="upstream-2026")
+    for check in ("cuda_graph_uncovered", "cuda_graph_ceiling_low"):
+        for f in (x for x in findings if x.check == check):
+            assert f.status == "unknown" and f.flag is None and f.suggested is None
+            assert f.evidence.startswith(f"not judged: CUDA graph disabled because {why}")
+            assert "cannot help" in f.evidence
+    assert not any(f.flag and "cuda-graph" in f.flag for f in findings if f.status in FIRING)
+
+
+def test_a_prefill_oom_with_chunked_prefill_forced_off_advises_no_chunk_size(tmp_path: Path) -> None:
+    """SGLang turned chunked prefill off itself (`--enable-mis`): lowering --chunked-prefill-size cannot help,
+    the finding says why and suggests no value; a server started with -1 is told 4096 turns it on."""
+    w = LogWriter("0.5.23")
+    w.add("WARNING attention_hook.py:565: Chunked prefill is disabled because --enable-mis is set.")
+    w.server_args(chunked_prefill_size=-1, max_running_requests=512)
+    steady(w, 2, prefill_every=2)
+    f = by_check(run_log(tmp_path, w.prefill_oom().sigquit().text(), profile="upstream-2026"), "prefill_oom")
+    assert f.status == "critical" and f.suggested is None
+    assert "chunked prefill disabled because --enable-mis" in f.evidence and "cannot help" in f.evidence
+    w = LogWriter("0.5.23").server_args(chunked_prefill_size=-1, max_running_requests=512)
+    steady(w, 2, prefill_every=2)
+    f = by_check(run_log(tmp_path, w.prefill_oom().sigquit().text(), profile="upstream-2026"), "prefill_oom")
+    assert f.status == "critical" and f.suggested == 4096 and "turns it on" in f.evidence
+
+
+@pytest.mark.parametrize(("version_line", "flag", "names_both"), [
+    (None, "--cuda-graph-max-bs-decode", True),  # only a floor (>=0.4.7, the `cuda graph:` field)
+    ("sglang version: 0.4.10", "--cuda-graph-max-bs", False),
+    ("sglang version: 0.5.23", "--cuda-graph-max-bs-decode", False)])
+def test_the_flag_spelling_is_never_guessed_from_the_excerpt(tmp_path: Path, version_line: str | None, flag: str,
+                                                            names_both: bool) -> None:
+    """Issue 22: with the version unknown the product picked --cuda-graph-max-bs or -decode (renamed in 0.5.14)
+    from which lines the excerpt held. Unknown: the newest spelling, the evidence naming both; known: that
+    release's. The guide quote always names the flag of the change line."""
+    text = cuda_graph_uncovered_v04()
+    if version_line is not None:
+        text = f"[2025-03-01 09:59:59] {version_line}\n" + text
+    f = by_check(run_log(tmp_path, text, profile="upstream-2026"), "cuda_graph_uncovered")
+    assert f.flag == flag
+    both = "--cuda-graph-max-bs-decode (--cuda-graph-max-bs before 0.5.14)"
+    assert (both in f.evidence) == names_both
+    spelled = set(re.findall(r"--cuda-graph-max-bs(?:-decode)?(?![\w-])", f.guide))
+    assert spelled == {flag}

@@ -12,6 +12,7 @@ import pytest
 import yaml
 
 from helpers.paths import FIXTURES, ROOT
+from sglang_tuning_exporter.core.events import Event
 from sglang_tuning_exporter.core.timeparse import event_seconds, has_date
 from sglang_tuning_exporter.sources.logline import auto_value, normalise_key
 from sglang_tuning_exporter.sources.logparse import LineClassifier, capture_event, parse_line
@@ -576,3 +577,34 @@ def test_the_single_graph_draft_capture_is_a_startup_line_not_the_decode_ceiling
     assert e is not None and e.fields == {"stage": "cuda_graph_end", "graph": "single-CG draft extend",
                                           "elapsed_s": 3.2, "mem_usage_gb": 1.5, "avail_mem_gb": 14.1}
     assert capture_event(e) is None
+
+
+# SGLang 0.5.23's own messages for a feature switched off by another argument (arg_groups/*_hook.py,
+# managers/scheduler.py), with the reason code core/features gives them.
+CONFIG_OFF = [
+    ("Cuda graph is disabled because deepep_mode=`normal`", "cuda_graph", 2),
+    ("Cuda graph is disabled because of using torch native attention backend", "cuda_graph", 3),
+    ("Cuda graph is disabled because of using torch Flex Attention backend", "cuda_graph", 4),
+    ("CUDA graph is disabled because --enable-mis is set.", "cuda_graph", 5),
+    ("Cuda graph and server warmup are disabled because of using tensor dump mode", "cuda_graph", 6),
+    ("When msProbe is enabled, cuda graph is disabled because msProbe only supports dump in eager mode, warmup is "
+     "disabled(skip_server_warmup=True) because there is no need to dump data for this stage.", "cuda_graph", 7),
+    ("Cuda graph is disabled for diffusion LLM inference on AMD GPUs", "cuda_graph", 8),
+]
+
+
+@pytest.mark.parametrize(("message", "feature", "code"), CONFIG_OFF)
+def test_a_feature_switched_off_by_configuration_is_read_with_its_reason(message: str, feature: str,
+                                                                          code: int) -> None:
+    """Each `... is disabled because ...` site of 0.5.23 is a startup_memory event `<feature>_disabled` whose
+    reason maps to its code; SGLang's mixed-chunk and runtime graph warnings are not."""
+    from sglang_tuning_exporter.core.features import reason_code
+
+    e = parse_line(f"[2026-01-01 00:00:00] WARNING server_args.py:123: {message}", 1)
+    assert isinstance(e, Event) and e.kind == "startup_memory"
+    assert e.fields["stage"] == f"{feature}_disabled" and reason_code(e.fields["reason"]) == code
+    for other in ("Mixed chunked prefill is disabled because of using diffusion LLM inference.",
+                  "CUDA graph disabled for 5 consecutive decode steps. This may cause significant throughput "
+                  "degradation. Check if batch size is within CUDA graph capture range."):
+        got = parse_line(f"[2026-01-01 00:00:00] {other}", 1)
+        assert not (isinstance(got, Event) and str(got.fields.get("stage", "")).endswith("_disabled")), other

@@ -158,7 +158,7 @@ _PER_MINUTE = ("retractions_per_minute", "retracted_requests_per_minute")
 _COUNT = ("queue_p50", "decode_batch_p90", "running_max", "cuda_graph_miss_batch_p90",
           *(f"oom_{p}_count" for p in OOM_PHASES),
           "max_total_num_tokens", "max_running_requests", "cuda_graph_max_bs_captured", "chunked_prefill_size",
-          "context_len", "cuda_graph_disabled_steps", "window_span_s",
+          "context_len", "cuda_graph_disabled_steps", "window_span_s", "cuda_graph_off", "chunked_prefill_off",
           "decode_samples", "queue_samples", "kv_samples", "graph_samples", "prefill_samples")
 # Signals by unit family; the name lists say which family, SIGNAL_FAMILY_UNITS how it converts.
 _SIGNALS_BY_FAMILY: dict[str, tuple[str, ...]] = {

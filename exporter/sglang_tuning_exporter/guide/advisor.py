@@ -7,12 +7,13 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
+from sglang_tuning_exporter.core.features import FEATURE_WORDS, disabled_text
 from sglang_tuning_exporter.core.model import STATUS_CODE, Finding, Rank, ServerState, version_fields
-from sglang_tuning_exporter.guide.checks import Check, CheckTable
+from sglang_tuning_exporter.guide.checks import Check, CheckTable, spelling_note
 from sglang_tuning_exporter.guide.config import Config
 from sglang_tuning_exporter.guide.plan import SUGGESTED_MARK, FlagValue, flag_values, planned_reason
 from sglang_tuning_exporter.guide.settings import resolve
-from sglang_tuning_exporter.guide.suggest import Suggestion, default_schedule_policy, flag_name, suggest
+from sglang_tuning_exporter.guide.suggest import Suggestion, default_schedule_policy, flag_spellings, suggest
 from sglang_tuning_exporter.pipeline.signals import FACT_NAMES, FEW, SAMPLE_COUNT_OF, SignalParams
 from sglang_tuning_exporter.pipeline.window import Window
 
@@ -150,8 +151,8 @@ def evaluate(table: CheckTable, signals: RankSignals, server: ServerState, *, pr
     findings: list[Finding] = []
     rank_sig: list[tuple[Rank, dict[str, float | None]]] = []  # per finding: its rank and signals
     for rank in ranks:
-        sig: dict[str, float | None] = {**extra, **{k: v for k, v in signals.get(rank, {}).items()
-                                                    if v is not None or k not in extra}}
+        sig: dict[str, float | None] = with_server_wide(
+            {**extra, **{k: v for k, v in signals.get(rank, {}).items() if v is not None or k not in extra}}, signals)
         by_id: dict[str, Finding] = {}
         for c in checks:
             by_id[c.id] = _evaluate_one(c, sig, rank, args, server.version, prof, wl, cfg, band)
@@ -183,8 +184,29 @@ def evaluate(table: CheckTable, signals: RankSignals, server: ServerState, *, pr
     return findings
 
 
+def moot(c: Check, sig: Mapping[str, float | None]) -> tuple[str, str] | None:
+    """(what is off, why the remedy cannot help) when a feature the check's remedy needs is switched off."""
+    for name, why in c.moot_when:
+        off = disabled_text(name, sig.get(name))
+        if off is not None:
+            return off, why
+    return None
+
+
+def with_server_wide(sig: dict[str, float | None], signals: RankSignals) -> dict[str, float | None]:
+    """A feature switched off for the whole server (a warning or argument without a rank prefix) holds for
+    every rank: its fact, known on the rank-less entry, fills the ranks' own."""
+    server = signals.get(Rank(), {})
+    for name in FEATURE_WORDS:
+        if not sig.get(name) and server.get(name):
+            sig[name] = server[name]
+    return sig
+
+
 def quick_status(c: Check, sig: Mapping[str, float | None], levels: Mapping[str, float], min_samples: int) -> str:
     """The status `_evaluate_one` would give, without building any text (before suppression)."""
+    if moot(c, sig) is not None:
+        return "unknown"
     count_name = SAMPLE_COUNT_OF.get(c.signal)
     if count_name is not None and (sig.get(count_name) or 0) < min_samples:
         return "unknown"
@@ -217,7 +239,8 @@ def statuses(table: CheckTable, signals: RankSignals, server: ServerState, *, pr
     extra = server_signals(server)
     out: dict[Rank, dict[str, str]] = {}
     for rank in sorted(signals) or [Rank()]:
-        sig = {**extra, **{k: v for k, v in signals.get(rank, {}).items() if v is not None or k not in extra}}
+        sig = with_server_wide({**extra, **{k: v for k, v in signals.get(rank, {}).items()
+                                            if v is not None or k not in extra}}, signals)
         st = {c.id: quick_status(c, sig, levels, ms) for c, levels, ms in plans}
         for c in checks:
             if st[c.id] in FIRING and any(st.get(x) in FIRING for x in c.suppressed_by):
@@ -238,8 +261,11 @@ def _evaluate_one(c: Check, sig: Mapping[str, float | None], rank: Rank, args: M
     min_samples = ov.min_samples if ov.min_samples is not None else c.min_samples
     severity = c.severity_for(workload)
     action = c.client_action if c.action == "client" else c.action
-    # Every finding names the flag this server accepts, not only the firing ones.
-    named = flag_name(c, version, args)
+    # Every finding names the flag this server accepts, not only the firing ones; with its version unknown,
+    # the newest spelling, the text naming the others (never a guess from which lines the excerpt holds).
+    spellings = flag_spellings(c, version, args)
+    named = spellings[-1] if spellings else None
+    named_text = spelling_note(c, spellings)
 
     notes = "".join(" " + text.replace("{value}", _fmt(sig[name])) for name, text in c.evidence_notes
                     if sig.get(name))
@@ -250,11 +276,16 @@ def _evaluate_one(c: Check, sig: Mapping[str, float | None], rank: Rank, args: M
             evidence = evidence.rstrip() + ("" if evidence.rstrip().endswith(".") else ".") + notes
         return Finding(check=c.id, status=status, rank=rank.as_dict(), flag=flag, action=action,
                        current=current, suggested=suggested, summary=summary, evidence=evidence,
-                       severity=severity, guide=c.guide_text(), tradeoff=c.tradeoff)
+                       severity=severity, guide=c.guide_text(flag or named), tradeoff=c.tradeoff)
 
     def unknown(why: str) -> Finding:
         return make("unknown", f"{c.title}: not enough data", why)
 
+    off = moot(c, sig)
+    if off is not None:
+        # The check's remedy needs a feature the configuration switched off: say so, advise nothing.
+        return make("unknown", f"{c.title}: not judged ({off[0]})",
+                    f"not judged: {off[0]}; {off[1].replace('{flag}', named_text)}", flag=None)
     value = sig.get(c.signal)
     count_name = SAMPLE_COUNT_OF.get(c.signal)
     count = sig.get(count_name) if count_name else None
@@ -299,7 +330,7 @@ def _evaluate_one(c: Check, sig: Mapping[str, float | None], rank: Rank, args: M
     if c.signal.endswith("_per_minute") and span < 60:
         window += " (counted as one minute)"
     fields = {"value": shown(value), "threshold": shown(threshold), "window": window,
-              "flag": flag or "",
+              "flag": (named_text if flag == named else flag) or "",
               "suggested": "a value not computed from this input" if s.suggested is None else _fmt(s.suggested),
               "current": "its current value" if s.current is None else _fmt(s.current),
               "rank": _rank_text(rank), "band_low": _fmt(band[0]), "band_high": _fmt(band[1])}

@@ -134,6 +134,9 @@ class Check:
     # {signal: text}: a sentence added to the evidence whenever the signal is known and non-zero (other
     # evidence of the same problem, e.g. SGLang's own CUDA-graph warning); `{value}` is the signal's value.
     evidence_notes: tuple[tuple[str, str], ...] = ()
+    # {signal: text}: while the signal (a feature SGLang switched off, core/features) is non-zero the check
+    # is not judged: its remedy needs that feature. The text says why the flag cannot help ({flag}).
+    moot_when: tuple[tuple[str, str], ...] = ()
     # Checks this check's remedy can make worse (its trade-off as data): a change's verdict watches them.
     hurts: tuple[str, ...] = ()
     # The shortest span of data (seconds) over which the absence of the event the check counts is a
@@ -160,9 +163,24 @@ class Check:
             return str(self.workload_overrides.get(workload, {}).get("severity", self.severity))
         return self.severity
 
-    def guide_text(self) -> str:
-        """The guide's reason in one line (the first quote)."""
-        return self.guide[0].text if self.guide else ""
+    def guide_text(self, flag: str | None = None) -> str:
+        """The guide's reason in one line: the first quote that names `flag` (so the quote and the change
+        never name different flags), else the first naming none of its other spellings, else the first."""
+        if not self.guide:
+            return ""
+        if flag:
+            names = {vf.flag for vf in self.flags_by_version} | ({self.flag} if self.flag else set())
+
+            def names_flag(text: str, f: str) -> bool:
+                return re.search(re.escape(f) + r"(?![\w-])", text) is not None
+
+            for q in self.guide:
+                if names_flag(q.text, flag):
+                    return q.text
+            for q in self.guide:
+                if not any(names_flag(q.text, f) for f in names - {flag}):
+                    return q.text
+        return self.guide[0].text
 
 
 @dataclass(frozen=True, slots=True)
@@ -213,6 +231,30 @@ def flag_for_version(check: Check, version: str | None) -> str | None:
             continue
         return vf.flag
     return check.flag
+
+
+def flag_choices(check: Check, version: str | None) -> tuple[str, ...]:
+    """Every spelling of the check's flag the server may accept, oldest first: one for a known release;
+    for a floor from the line formats (`>=0.4.7`) or no version at all, each spelling of a release at or
+    above it (the excerpt's lines do not tell which side of a rename the server is)."""
+    if not check.flags_by_version or check.flag is None:
+        return (check.flag,) if check.flag else ()
+    if version is not None and not version.startswith(">="):
+        flag = flag_for_version(check, version)
+        return (flag,) if flag else ()
+    floor = version_tuple(version) if version else (0, 0, 0)
+    out = [vf.flag for vf in check.flags_by_version if vf.until is None or version_tuple(vf.until) > floor]
+    return tuple(dict.fromkeys(out)) or (check.flag,)
+
+
+def spelling_note(check: Check, flags: tuple[str, ...]) -> str:
+    """`--cuda-graph-max-bs-decode (--cuda-graph-max-bs before 0.5.14)`: the newest spelling, the others
+    with the release that renamed them; the flag alone when it has one spelling."""
+    if len(flags) < 2:
+        return flags[0] if flags else ""
+    newest, older = flags[-1], flags[:-1]
+    since = {vf.flag: vf.until for vf in check.flags_by_version}
+    return newest + " (" + ", ".join(f"{f} before {since.get(f) or '?'}" for f in older) + ")"
 
 
 def default_path() -> Path:
@@ -305,7 +347,7 @@ def _profiles(raw: Any, problems: list[str]) -> dict[str, Profile]:
 _CHECK_KEYS = {"id", "alert", "title", "guide", "signal", "comparison", "thresholds", "profile_thresholds",
                "guard", "window_s", "for_s", "min_samples", "min_span_s", "workloads", "workload_overrides", "severity",
                "flag", "flags_by_version", "action", "client_action", "suggest", "suppressed_by", "summary",
-               "evidence_notes",
+               "evidence_notes", "moot_when",
                "description", "tradeoff", "runbook", "promql", "plan", "hurts"}
 
 
@@ -473,6 +515,7 @@ def _check(raw: Any, i: int, profiles: dict[str, Profile], workloads: tuple[str,
         promql={"exporter": promql.get("exporter"), "sglang": promql.get("sglang")},
         plan=_plan_step(raw.get("plan"), where, stages, problems),
         evidence_notes=_notes(raw.get("evidence_notes"), where, problems),
+        moot_when=_notes(raw.get("moot_when"), where, problems),
         hurts=tuple(str(x) for x in (raw.get("hurts") or ())))
 
 

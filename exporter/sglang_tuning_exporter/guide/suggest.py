@@ -11,8 +11,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from sglang_tuning_exporter.core.features import SERVER_ARGS, disabled_text
 from sglang_tuning_exporter.core.versions import version_tuple
-from sglang_tuning_exporter.guide.checks import Check, flag_for_version
+from sglang_tuning_exporter.guide.checks import Check, flag_choices
 
 Signals = Mapping[str, float | None]
 
@@ -54,16 +55,27 @@ def default_schedule_policy(version: str | None) -> str | None:
     return "fcfs" if version_tuple(version) >= (0, 4, 4) else "lpm"
 
 
-def flag_name(check: Check, version: str | None, args: Mapping[str, Any]) -> str | None:
-    """The flag the running server accepts: its own args decide first, then its version."""
+def flag_spellings(check: Check, version: str | None, args: Mapping[str, Any]) -> tuple[str, ...]:
+    """The spellings the running server may accept, oldest first: its own args decide first (one), then its
+    release (one), else every spelling from its version floor on (core/versions; never a guess)."""
     if check.flag == "--chunked-prefill-size" and args:
         if "chunked_prefill_size" in args:
-            return "--chunked-prefill-size"
+            return ("--chunked-prefill-size",)
         if "max_prefill_tokens" in args:
-            return "--max-prefill-tokens"
-    if check.flag == "--cuda-graph-max-bs" and "cuda_graph_max_bs_decode" in args:
-        return "--cuda-graph-max-bs-decode"
-    return flag_for_version(check, version)
+            return ("--max-prefill-tokens",)
+    if check.flag == "--cuda-graph-max-bs":
+        if "cuda_graph_max_bs_decode" in args:
+            return ("--cuda-graph-max-bs-decode",)
+        if "cuda_graph_max_bs" in args:  # the field was renamed with the flag (0.5.14)
+            return ("--cuda-graph-max-bs",)
+    return flag_choices(check, version)
+
+
+def flag_name(check: Check, version: str | None, args: Mapping[str, Any]) -> str | None:
+    """The flag the running server accepts; when its spelling is not known, the newest (the finding's text
+    names the others: guide/checks.spelling_note)."""
+    names = flag_spellings(check, version, args)
+    return names[-1] if names else None
 
 
 def current_value(flag: str | None, args: Mapping[str, Any], sig: Signals,
@@ -184,6 +196,15 @@ def s_chunked_prefill_halve(check: Check, p: Mapping[str, Any], cur: Any, sig: S
     """The guide's 4096 then 2048; below that halve, never under `min`."""
     steps = sorted((int(x) for x in p.get("steps", [4096, 2048])), reverse=True)
     lo = int(p.get("min", 512))
+    off = sig.get("chunked_prefill_off")
+    if off and int(off) != SERVER_ARGS:
+        # SGLang itself turned chunked prefill off because of another setting: the flag cannot bring it back.
+        return Suggestion(cur, None, f"{disabled_text('chunked_prefill_off', off)}: SGLang keeps it off whatever "
+                          "--chunked-prefill-size says, so lowering it cannot help; lower --mem-fraction-static "
+                          "(0.8 or 0.7) or the longest prompts instead")
+    if off or (isinstance(cur, (int, float)) and not isinstance(cur, bool) and cur <= 0):
+        return Suggestion(cur, steps[0], f"chunked prefill is off (--chunked-prefill-size {_f(cur) if cur else -1}):"
+                          f" {steps[0]} turns it on, so a long prompt is prefilled in chunks")
     if not isinstance(cur, (int, float)) or cur <= 0:
         return Suggestion(cur, steps[0], f"current size unknown: the guide's first step {steps[0]}")
     for s in steps:

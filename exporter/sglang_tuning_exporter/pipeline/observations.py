@@ -14,6 +14,7 @@ from typing import Any
 
 from sglang_tuning_exporter.core import limits
 from sglang_tuning_exporter.core.events import Event
+from sglang_tuning_exporter.core.features import SERVER_ARGS, reason_code
 from sglang_tuning_exporter.core.model import Observation, Rank, Sample, ServerState
 from sglang_tuning_exporter.core.timeparse import LogClock
 from sglang_tuning_exporter.core.versions import merge_version
@@ -22,6 +23,7 @@ from sglang_tuning_exporter.sources.logline import POOL_USAGES
 from sglang_tuning_exporter.sources.logmessages import POOL_TOO_SMALL
 
 SECONDS_PER_LINE = 1.0  # the stand-in clock of a log without timestamps
+OFF_WARNED_S = 60.0  # a feature warned off this long before a `server_args` line belongs to that start
 # Stages after the KV pool is allocated: their `avail mem` is the headroom when the summary lacks it.
 _AFTER_POOL_STAGES = ("memory_pool_end", "cuda_graph_begin", "cuda_graph_end", "cuda_graph_bs",
                       "prefill_graph_begin", "prefill_graph_end")
@@ -134,6 +136,9 @@ class EventConverter:
         self.first_time: float | None = None
         self.last_time: float | None = None
         self._ranks: dict[tuple[tuple[str, int], ...], Rank] = {}  # event rank dict -> Rank (bounded)
+        # Features SGLang switched off while resolving the arguments, warned just before it logs them:
+        # (time, rank, fact, code), stated again after that `server_args` line resets the startup facts.
+        self._off_warned: list[tuple[float, Rank, str, float]] = []
 
     def _time(self, e: Event) -> float:
         t = self.log_clock.take(e.time)
@@ -250,18 +255,37 @@ class EventConverter:
             # each warning stands for 5 more decode steps without a CUDA graph.
             if number(f.get("consecutive_steps")) is not None:
                 add("cuda_graph_disabled_steps", 5)
+        elif kind == "setting_forced" and "chunked_prefill" in (f.get("features") or ()):
+            # Chunked prefill SGLang switched off itself (sources/logsettings): the reason's code.
+            add("chunked_prefill_off", reason_code(str(f.get("reason") or "")))
         elif kind == "max_running_reduced":
             add("max_running_requests", f.get("reduced_to"))
         elif kind == "server_args":
             out.append(Observation(t, SERVER_START, 1.0, rank, "log"))  # before this start's facts
+            warned = set()
+            for at, off_rank, name, code in self._off_warned:
+                if t - OFF_WARNED_S <= at <= t:
+                    out.append(Observation(t, name, code, off_rank, "log"))
+                    warned.add(name)  # SGLang's reason beats "the server arguments"
+            self._off_warned.clear()
             for key, name in _ARG_FACTS.items():
                 if f.get(key) is not None:
                     add(name, f[key])
+            graph_off = bool(f.get("disable_cuda_graph") or f.get("disable_decode_cuda_graph")
+                             or str(f.get("cuda_graph_backend_decode") or "").lower() == "disabled")
             ceiling = f.get("cuda_graph_max_bs_decode", f.get("cuda_graph_max_bs"))
-            if ceiling is not None and not f.get("disable_cuda_graph"):
+            if ceiling is not None and not graph_off:
                 add("cuda_graph_max_bs_captured", ceiling)
+            if graph_off and "cuda_graph_off" not in warned:
+                add("cuda_graph_off", SERVER_ARGS)
+            size = number(f.get("chunked_prefill_size"))
+            if size is not None and size <= 0 and "chunked_prefill_off" not in warned:  # -1: chunked prefill off
+                add("chunked_prefill_off", SERVER_ARGS)
             if "enable_metrics" in f:
                 add("metrics_enabled", bool(f["enable_metrics"]))
+        for o in out:
+            if o.name in ("cuda_graph_off", "chunked_prefill_off") and kind != "server_args":
+                self._off_warned = [*self._off_warned[-7:], (t, o.rank, o.name, o.value)]
         return out
 
     @staticmethod
@@ -301,6 +325,9 @@ class EventConverter:
                 # The target decode graphs' own memory (the one the captured batch sizes describe): the
                 # plan's budget for a larger capture. Draft/verify graphs are other captures.
                 add("cuda_graph_gb", number(f.get("mem_usage_gb")))
+        elif stage == "cuda_graph_disabled":
+            # CUDA graphs SGLang switched off because of another argument: the fact's value is the reason's code.
+            add("cuda_graph_off", reason_code(str(f.get("reason") or "")))
         elif stage == "summary":
             add("available_gpu_mem_gb", f.get("available_gpu_mem_gb"))
             for key in ("max_total_num_tokens", "max_running_requests", "chunked_prefill_size", "context_len"):

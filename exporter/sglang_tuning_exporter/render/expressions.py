@@ -99,9 +99,15 @@ def paren(expr: str) -> str:
     return e if re.fullmatch(r"[\w:]+(\{[^}]*\})?", e) else f"({e})"
 
 
-def exporter_signal_expr(check: Check, table: CheckTable, opts: RenderOptions) -> str:
-    """The exporter-side PromQL yielding the check's signal per rank."""
-    return ours(fill(str(check.promql["exporter"]), check, table, opts), opts)
+def exporter_signal_expr(check: Check, table: CheckTable, opts: RenderOptions, *, judged: bool = True) -> str:
+    """The exporter-side PromQL yielding the check's signal per rank; `judged`: only where the check is
+    judged (not while a feature its remedy needs is switched off on the instance: `moot_when`)."""
+    expr = fill(str(check.promql["exporter"]), check, table, opts)
+    if judged:
+        for name, _ in check.moot_when:
+            expr = (f"({expr}) unless on (instance) "
+                    f'(max by (instance) (sglang_tuning_signal_amount{{signal="{name}"}}) > 0)')
+    return ours(expr, opts)
 
 
 def native_signal_exprs(check: Check, table: CheckTable, opts: RenderOptions) -> tuple[str, ...]:

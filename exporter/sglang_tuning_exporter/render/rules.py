@@ -146,7 +146,8 @@ def native_group(table: CheckTable, opts: RenderOptions) -> Group:
     by_host = HOST_LABEL in opts.dedup_on
     for c in natives:
         sig = native_record_name(c, opts)
-        covered = exporter_signal_expr(c, table, opts)
+        # The exporter has this signal (judged or not: a feature switched off is its call, not SGLang's).
+        covered = exporter_signal_expr(c, table, opts, judged=False)
         # By host: only the sidecar beside this SGLang silences it, not any exporter of the same model.
         covered = with_host(covered) if by_host else paren(covered)
         for level, th in levels(c, table, opts):

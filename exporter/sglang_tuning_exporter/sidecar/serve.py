@@ -130,7 +130,10 @@ def build_advisor(cfg: ServeConfig) -> Advisor:
                                                   workload=workload, window=(now - window_s, now), table=table,
                                       config=config))
 
-    exported = frozenset({c.signal for c in table.checks} | set(EXTRA_SIGNALS))
+    # The checks' signals, and the ones that decide whether a check is judged (moot_when) or add to its
+    # evidence: the rules and the fleet report read them too.
+    exported = frozenset({c.signal for c in table.checks} | set(EXTRA_SIGNALS)
+                         | {name for c in table.checks for name, _ in (*c.moot_when, *c.evidence_notes)})
     return Advisor(window=window, evaluate=evaluate, document=document, to_observations=to_obs,
                    window_s=window_s, exported_signals=exported, to_samples=to_samples, version_floor=version_floor,
                    log_now=log_now, implausible_times=implausible)

@@ -333,6 +333,24 @@ def _prefill_graph_off(s: str, n: int) -> _Result:
                   {"stage": "prefill_graph_disabled", "reason": s[m.end():].strip().rstrip(".")})
 
 
+# CUDA graphs SGLang switched off because of another argument (0.5.23 arg_groups/*_hook.py): `Cuda graph is
+# disabled because deepep_mode=`normal``, `... because of using torch native attention backend`, `CUDA graph is
+# disabled because --enable-mis is set.`, `Cuda graph and server warmup are disabled because of using tensor
+# dump mode`, `Cuda graph is disabled for diffusion LLM inference on AMD GPUs`. Not the runtime `CUDA graph
+# disabled for N consecutive decode steps` (no `is`). Chunked prefill, mixed chunks and the radix cache switched
+# off are logsettings' `setting_forced`.
+_CONFIG_OFF = re.compile(r"(?i)\bcuda graph(?: and server warmup)? (?:is|are) disabled (?:because |for )(?:of )?"
+                         r"(?:using )?")
+
+
+def _config_off(s: str, n: int) -> _Result:
+    m = _CONFIG_OFF.search(s)
+    if m is None:
+        return None
+    return _event(n, ev.STARTUP_MEMORY, s[:m.start()],
+                  {"stage": "cuda_graph_disabled", "reason": s[m.end():].strip().rstrip(".")})
+
+
 def _summary(s: str, n: int) -> _Result:
     m = _REDUCED.search(s)
     if m is not None:

@@ -33,6 +33,7 @@ from sglang_tuning_exporter.sources.logline import (
 )
 from sglang_tuning_exporter.sources.logmessages import (
     _capture,
+    _config_off,
     _dsv4,
     _error,
     _graph_warner,
@@ -147,6 +148,7 @@ _DISPATCH: tuple[tuple[str, Callable[[str, int], _Result]], ...] = (
     ("Capture ", _capture),
     ("consecutive decode steps", _graph_warner),
     ("Disable prefill CUDA graph", _prefill_graph_off),
+    ("isabled ", _config_off),
     ("max_", _summary),
     ("Config updated via", _runtime_update),
     ("server args updated", _runtime_update),
