@@ -486,7 +486,8 @@ def test_an_unknown_capacity_message_with_sglangs_prefix_is_unparsed_not_dropped
     c = LineClassifier()
     assert c.classify(FUTURE_CAP, 1) is None
     # (`Cuda graph is disabled because <any reason>` is read now: a feature switched off, reason code 99.)
-    assert c.classify("[2026-11-28 10:00:00 TP0] Radix cache is disabled because of the frobnicator backend", 2) is None
+    assert c.classify("[2026-11-28 10:00:00 TP0] The frobnicator pool is capped at 12 slots by the frobnicator "
+                      "backend", 2) is None
     assert c.classify("[2026-11-28 10:00:00 TP0] Using KV cache dtype: torch.float8_e4m3fn", 3) is None
     assert c.classify("[2025-11-22 23:15:42 DP0 TP0 EP0] Scheduler.run_batch sleep 180.0s", 4) is None
     assert c.classify(FUTURE_CAP[len("[2026-11-28 10:00:00 TP0] "):], 5) is None
