@@ -426,3 +426,32 @@ def test_the_flag_spelling_is_never_guessed_from_the_excerpt(tmp_path: Path, ver
     assert (both in f.evidence) == names_both
     spelled = set(re.findall(r"--cuda-graph-max-bs(?:-decode)?(?![\w-])", f.guide))
     assert spelled == {flag}
+
+
+def _weights_leave_no_kv(weights_lines: bool) -> str:
+    """0.5.23 `ValueError: Loaded weights leave no GPU memory for the KV cache under --mem-fraction-static=0.7.
+    Raise --mem-fraction-static above 0.772 (minimum viable = ...)` (mem_cache/kv_cache_configurator.py)."""
+    w = LogWriter("0.5.23").server_args(mem_fraction_static=0.7)
+    if weights_lines:
+        w.add("Load weight begin. avail mem=79.19 GB")
+        w.add("Load weight end. elapsed=61.20 s, type=LlamaForCausalLM, avail mem=18.10 GB, mem usage=61.09 GB.")
+    w.add("Scheduler hit an exception: Traceback (most recent call last):")
+    w.raw('  File "/sgl/python/sglang/srt/managers/scheduler.py", line 3329, in run_scheduler_process\n'
+          "    scheduler = Scheduler(server_args, port_args, gpu_id, tp_rank, moe_ep_rank, pp_rank, dp_rank)\n"
+          '  File "/sgl/python/sglang/srt/mem_cache/kv_cache_configurator.py", line 3050, in profile_max_num_token\n'
+          "    raise ValueError(\n"
+          "ValueError: Loaded weights leave no GPU memory for the KV cache under --mem-fraction-static=0.7. Raise "
+          "--mem-fraction-static above 0.772 (minimum viable = 1 - available/pre = 0.7714). If using speculative "
+          "decoding, draft weights are now counted.")
+    return w.sigquit().text()
+
+
+@pytest.mark.parametrize(("weights_lines", "suggested"), [(False, 0.88), (True, 0.88)])
+def test_sglangs_own_minimum_fraction_is_the_floor(tmp_path: Path, weights_lines: bool, suggested: float) -> None:
+    """SGLang states the minimum viable --mem-fraction-static (0.772 here): the raise never suggests less than
+    it plus the guide's margin for a KV cache (0.772 + 0.1 -> 0.88); without the weights' lines the old advice
+    was 0.7 + 0.05 = 0.75, which SGLang refuses again."""
+    f = by_check(run_log(tmp_path, _weights_leave_no_kv(weights_lines), profile="upstream-2026"),
+                 "startup_mem_fraction_too_small")
+    assert f.status == "critical" and f.action == "increase" and f.current == 0.7
+    assert f.suggested == suggested and "0.772" in f.evidence

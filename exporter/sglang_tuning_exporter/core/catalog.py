@@ -152,7 +152,8 @@ SIGNAL_FAMILY_UNITS: dict[str, SignalUnit] = {
 SIGNAL_FAMILIES = tuple(SIGNAL_FAMILY_UNITS)
 _RATIO = ("queue_empty_ratio", "queue_over_band_ratio", "queue_under_band_ratio", "kv_underused_ratio",
           "token_usage_max", "token_usage_mean", "cuda_graph_miss_ratio", "running_capped_ratio",
-          "prefix_cache_hit_ratio", "cuda_graph_ceiling_ratio", "mem_fraction_static_estimate")
+          "prefix_cache_hit_ratio", "cuda_graph_ceiling_ratio", "mem_fraction_static_estimate",
+          "mem_fraction_floor")
 _GB = ("available_gpu_mem_gb", "gpu_mem_total_gb", "weights_gb", "kv_cache_gb", "cuda_graph_gb", "oom_gpu_free_gb")
 _PER_MINUTE = ("retractions_per_minute", "retracted_requests_per_minute")
 _COUNT = ("queue_p50", "decode_batch_p90", "running_max", "cuda_graph_miss_batch_p90",

@@ -179,14 +179,21 @@ def s_mem_fraction_for_weights(check: Check, p: Mapping[str, Any], cur: Any, sig
     lo, hi = float(p.get("min", 0.5)), float(p.get("max", 0.95))
     w, total = sig.get("weights_gb"), sig.get("gpu_mem_total_gb")
     c = float(cur) if isinstance(cur, (int, float)) else None
+    # SGLang's own minimum viable fraction (`Raise --mem-fraction-static above X`): never suggest less than it
+    # plus the margin for a KV cache.
+    floor = sig.get("mem_fraction_floor")
+    least = min(hi, _round_step(floor + margin, step, up=True)) if floor is not None else None
+    said = f"; SGLang's own minimum {_f(floor)} + {margin} margin = {least:.2f} is the floor" if least else ""
     if w is not None and total:
         need = w / total + margin
-        s = min(hi, max(lo, _round_step(need, step, up=True)))
+        s = min(hi, max(lo, _round_step(need, step, up=True), least or 0.0))
         if c is not None and s <= c:
             s = min(hi, round(c + 0.05, 2))
         return Suggestion(cur, round(s, 2), f"weights {_f(w)} GB on a ~{_f(total)} GB GPU = {w / total:.3f}"
-                          f" of memory, + {margin} margin for the KV cache -> {s:.2f}"
+                          f" of memory, + {margin} margin for the KV cache -> {s:.2f}{said}"
                           + (" (at the 0.95 cap: consider more GPUs or quantization)" if s >= hi else ""))
+    if least is not None:
+        return Suggestion(cur, round(max(least, lo), 2), "weights size unknown" + said)
     if c is not None:
         return Suggestion(cur, round(min(hi, c + 0.05), 2), "weights size unknown: raise by 0.05 and retry")
     return Suggestion(cur, check.suggest.guide_value, "weights size unknown: the guide's offline value")

@@ -234,6 +234,7 @@ class EventConverter:
             # torch's `GPU N has a total capacity of X of which Y is free`: what was free at the failure
             # and the GPU's size, whatever the phase.
             add("oom_gpu_free_gb", f.get("gpu_free_gb"))
+            add("mem_fraction_floor", f.get("mem_fraction_floor"))  # SGLang's own minimum viable fraction
             add("gpu_mem_total_gb", f.get("gpu_total_gb"))
             if phase == "startup" and f.get("reason") != "cuda_graph_capture":
                 # Before the first batch (a failed start prints no summary) it is the headroom the static

@@ -35,7 +35,7 @@ FACT_NAMES = frozenset({"available_gpu_mem_gb", "avail_mem_after_pool_gb", "gpu_
                         "max_total_num_tokens", "max_running_requests", "cuda_graph_max_bs_captured",
                         "chunked_prefill_size", "context_len", "metrics_enabled", "avail_after_weights_gb",
                         "kv_cache_gb", "cuda_graph_gb", "oom_gpu_free_gb", "cuda_graph_off",
-                        "chunked_prefill_off"})
+                        "chunked_prefill_off", "mem_fraction_floor"})
 SERVER_START = "server_start"  # a `server_args` line: the observation that resets startup facts
 # Facts that differ between TP ranks of one replica: keep the worst when folding TP ranks.
 _FACT_MIN = frozenset({"available_gpu_mem_gb", "avail_mem_after_pool_gb", "gpu_mem_total_gb",
@@ -62,7 +62,7 @@ SIGNAL_NAMES = (
     "available_gpu_mem_gb", "available_gpu_mem_from_summary", "gpu_mem_total_gb", "weights_gb",
     "max_total_num_tokens", "max_running_requests", "cuda_graph_max_bs_captured", "cuda_graph_ceiling_ratio",
     "chunked_prefill_size", "context_len", "metrics_enabled", "gen_throughput_mean", "kv_cache_gb",
-    "cuda_graph_gb", "oom_gpu_free_gb", "cuda_graph_off", "chunked_prefill_off",
+    "cuda_graph_gb", "oom_gpu_free_gb", "cuda_graph_off", "chunked_prefill_off", "mem_fraction_floor",
     "mem_fraction_static_estimate", "cuda_graph_disabled_steps", "window_span_s",
     "decode_samples", "queue_samples", "kv_samples", "graph_samples", "prefill_samples",
 )
@@ -166,7 +166,8 @@ def compute_signals(total: Bucket, facts: dict[str, float], p: SignalParams, *, 
             out[f"oom_{phase}_count"] = float(total.oom.get(f"oom_{phase}", 0))
     for name in ("gpu_mem_total_gb", "weights_gb", "max_total_num_tokens", "max_running_requests",
                  "cuda_graph_max_bs_captured", "chunked_prefill_size", "context_len", "metrics_enabled",
-                 "kv_cache_gb", "cuda_graph_gb", "oom_gpu_free_gb", "cuda_graph_off", "chunked_prefill_off"):
+                 "kv_cache_gb", "cuda_graph_gb", "oom_gpu_free_gb", "cuda_graph_off", "chunked_prefill_off",
+                 "mem_fraction_floor"):
         out[name] = facts.get(name)
     if "available_gpu_mem_gb" in facts:
         out["available_gpu_mem_gb"] = facts["available_gpu_mem_gb"]

@@ -70,7 +70,10 @@ _TRY_ALLOC = re.compile(r"Try to allocate (\d+) tokens")
 _AVAIL_TOKENS = re.compile(r"Ava(?:li|il)able tokens: (\d+)")
 _TRIED = re.compile(r"Tried to allocate ([0-9.]+) ([KMGT]i?B)")
 # `Not enough memory. ... Current value: mem_fraction_static=0.3` (late 2026): the value SGLang resolved.
-_MFS_VALUE = re.compile(r"Current value: mem_fraction_static=([0-9.]+)")
+_MFS_VALUE = re.compile(r"Current value: mem_fraction_static=(\d+(?:\.\d+)?)"
+                        r"|KV cache under --mem-fraction-static=(\d+(?:\.\d+)?)")
+# 0.5.2x `... Raise --mem-fraction-static above 0.772 (minimum viable = ...)`: SGLang's own floor.
+_MFS_FLOOR = re.compile(r"Raise --mem-fraction-static above (\d+(?:\.\d+)?)")
 # torch's allocator message ("capacty" in torch 2.0-2.1): the GPU's size and what was free at the failure,
 # the headroom fact of an OOM before the first batch.
 _CAPACITY = re.compile(r"GPU (\d+) has a total capac(?:i)?ty of ([0-9.]+) ([KMGT]i?B) of which ([0-9.]+) ([KMGT]i?B)"
@@ -126,7 +129,10 @@ def oom_detail_fields(text: str, fields: dict[str, Any]) -> None:
         fields["tried_to_allocate_gb"] = round(float(m.group(1)) * _UNIT_GB.get(m.group(2), 1.0), 4)
     m = _MFS_VALUE.search(text)
     if m:
-        fields["mem_fraction_static"] = float(m.group(1))  # the effective value (its default is None)
+        fields["mem_fraction_static"] = float(m.group(1) or m.group(2))  # the effective value (default None)
+    m = _MFS_FLOOR.search(text)
+    if m:
+        fields["mem_fraction_floor"] = float(m.group(1))
     m = _CAPACITY.search(text)
     if m:
         fields["gpu"] = int(m.group(1))
