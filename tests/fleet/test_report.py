@@ -10,6 +10,7 @@ import pytest
 
 from helpers.paths import FIXTURES, ROOT
 from sglang_tuning_exporter.cli import main
+from sglang_tuning_exporter.core.exit_codes import UsageError
 from sglang_tuning_exporter.core.model import Finding, Rank
 from sglang_tuning_exporter.fleet import formats as report_formats
 from sglang_tuning_exporter.fleet import queries as fleet
@@ -18,7 +19,6 @@ from sglang_tuning_exporter.fleet.promapi import Sample
 from sglang_tuning_exporter.fleet.report import (
     FleetReport,
     InstanceReport,
-    UsageError,
     natural_key,
     parse_duration,
     parse_time,

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 # Numeric encoding of a status on /metrics (sglang_tuning_check_level; ordered so max = the worst).
 STATUS_CODE = {"unknown": -1.0, "ok": 0.0, "warning": 1.0, "critical": 2.0}
+# The one palette of every page (diagnose HTML, fleet report HTML/SVG): readable as text on white.
+STATUS_COLOURS = {"ok": "#2e7d32", "warning": "#b26a00", "critical": "#c62828", "unknown": "#757575"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,6 +54,48 @@ class Rank:
         def s(v: int | None) -> str:
             return "" if v is None else str(v)
         return {"dp_rank": s(self.dp), "pp_rank": s(self.pp), "tp_rank": s(self.tp), "moe_ep_rank": s(self.ep)}
+
+
+WHOLE_SERVER = "the server"  # how every output names a finding or signal that is for no one rank
+
+
+def rank_text(rank: Rank | Mapping[str, int]) -> str:
+    """A rank as every output shows it to a person: `DP1 TP0`, or `the server` when it names none."""
+    d = rank.as_dict() if isinstance(rank, Rank) else rank
+    return " ".join(f"{k.upper()}{v}" for k, v in d.items()) or WHOLE_SERVER
+
+
+def rank_key(rank: Rank | Mapping[str, int]) -> str:
+    """A rank as a machine key (the fleet JSON's `instances[].signals`): `dp=1`, or `all`."""
+    d = rank.as_dict() if isinstance(rank, Rank) else rank
+    return ",".join(f"{k}={v}" for k, v in d.items()) or "all"
+
+
+def finite_number(v: Any) -> float | None:
+    """`v` as a float when it is a finite int or float (not a bool); None for anything else."""
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+        return None
+    return float(v)
+
+
+def measure_text(v: Any) -> str:
+    """A measured value in evidence text: `6` for 6.0, at most three decimals (`0.127`); `?` for none."""
+    x = finite_number(v)
+    if x is None:
+        return "?" if v is None else str(v)
+    return str(int(x)) if x.is_integer() else f"{x:.3f}".rstrip("0").rstrip(".")
+
+
+def value_text(x: Any) -> str:
+    """A flag value as every output spells it (plan, report, alert annotations): `true`/`false`, `2980168` for
+    2980168.0 (never `2.98017e+06`), `0.85`; `%g`-style only for a fraction, so float noise never shows."""
+    if isinstance(x, bool):
+        return "true" if x else "false"
+    if isinstance(x, float):
+        if x.is_integer() and abs(x) < 1e15:
+            return str(int(x))
+        return f"{x:.12g}"
+    return str(x)
 
 
 @dataclass(frozen=True, slots=True)

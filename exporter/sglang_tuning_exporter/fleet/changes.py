@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from sglang_tuning_exporter.core.model import Finding, Rank
+from sglang_tuning_exporter.core.model import Finding, Rank, value_text
 from sglang_tuning_exporter.fleet import queries as fleet
 from sglang_tuning_exporter.fleet.promapi import Sample, Series
 from sglang_tuning_exporter.guide.advisor import aggregate_signals
@@ -191,16 +191,16 @@ def find_lagging(changes: Mapping[str, Sequence[Mapping[str, Any]]],
         for e in entries:
             # Only an improvement the server still runs: a later change may have gone back.
             cur = data[name].args.get(arg_of(e["flag"]))
-            if e["verdict"] != "improved" or cur is None or fleet.value_text(cur) != fleet.value_text(e["to"]):
+            if e["verdict"] != "improved" or cur is None or value_text(cur) != value_text(e["to"]):
                 continue
-            key = (model, e["flag"], fleet.value_text(e["to"]))
+            key = (model, e["flag"], value_text(e["to"]))
             improved.setdefault(key, []).append(name)
             values[key] = e["to"]
     out: list[Lagging] = []
     for (model, flag, text), where in sorted(improved.items()):
         arg = arg_of(flag)
         behind = {d.instance: d.args[arg] for d in sorted(data.values(), key=lambda x: x.instance)
-                  if d.model_name == model and arg in d.args and fleet.value_text(d.args[arg]) != text}
+                  if d.model_name == model and arg in d.args and value_text(d.args[arg]) != text}
         if behind:
             out.append(Lagging(model, flag, values[(model, flag, text)], tuple(sorted(set(where))), behind))
     return out

@@ -12,12 +12,11 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from sglang_tuning_exporter.core.markdown import md_text
-from sglang_tuning_exporter.core.model import STATUS_CODE, Finding
+from sglang_tuning_exporter.core.model import STATUS_CODE, STATUS_COLOURS, Finding, rank_text, value_text
 from sglang_tuning_exporter.fleet.document import FleetReport, InstanceReport, iso
 from sglang_tuning_exporter.guide.plan import plan_step_change, plan_step_markdown
 
 SHORT = {"ok": "ok", "warning": "WARN", "critical": "CRIT", "unknown": "?", "": "-"}
-COLOURS = {"ok": "#2e7d32", "warning": "#f9a825", "critical": "#c62828", "unknown": "#9e9e9e"}
 CHART_LABELS = {"queue": "#queue-req", "token_usage": "token usage", "retractions_per_minute": "retractions/min"}
 MAX_DRIFT_LIST = 8  # majority-value servers listed by name in markdown/html before "and N more"
 
@@ -40,21 +39,15 @@ def render_json(report: FleetReport) -> str:
 
 
 def fmt_value(v: Any) -> str:
-    """A current/suggested value as a person reads it."""
-    if v is None:
-        return "?"
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, float):
-        return f"{v:g}" if not v.is_integer() else str(int(v))
-    return str(v)
+    """A current/suggested value as a person reads it (core.model.value_text; `?` when unknown)."""
+    return "?" if v is None else value_text(v)
 
 
 def change_text(f: Finding) -> str:
     """`increase --flag 1 -> 1.3`, or the client-side action."""
     if f.flag is None:
         return f.action or "client side"
-    arrow = f"{fmt_value(f.current)} → {fmt_value(f.suggested)}"
+    arrow = f"{fmt_value(f.current)} -> {fmt_value(f.suggested)}"
     return f"{f.action} {f.flag} {arrow}" if f.action in ("increase", "decrease", "set") else f"{f.flag}: {f.action} {arrow}"
 
 
@@ -65,11 +58,6 @@ def cell_status(inst: InstanceReport, check: str) -> str:
     if known:
         return max(known, key=lambda s: STATUS_CODE[s])
     return "unknown" if statuses else ""
-
-
-def rank_of(f: Finding) -> str:
-    """`dp=1`, or `all` when the finding is for the whole server."""
-    return ",".join(f"{k}={v}" for k, v in f.rank.items()) or "all"
 
 
 def mistuned(report: FleetReport) -> list[InstanceReport]:
@@ -121,7 +109,7 @@ def render_markdown(report: FleetReport) -> str:
         out += _plan_markdown(inst)
         out += ["| check | rank | status | change | evidence |", "|---|---|---|---|---|"]
         for f in inst.firing():
-            out.append(f"| {f.check} | {rank_of(f)} | {f.status} | {md_text(change_text(f))} | {md_text(f.evidence)} |")
+            out.append(f"| {f.check} | {rank_text(f.rank)} | {f.status} | {md_text(change_text(f))} | {md_text(f.evidence)} |")
         out.append("")
     out += _changes_markdown(report)
     out += _drift_markdown(report)
@@ -235,7 +223,7 @@ def status_bar_svg(counts: dict[str, int], width: int = 480, height: int = 28) -
         if n <= 0:
             continue
         w = width * n / total
-        parts.append(f'<rect x="{x:.1f}" y="0" width="{w:.1f}" height="{height}" fill="{COLOURS[status]}">'
+        parts.append(f'<rect x="{x:.1f}" y="0" width="{w:.1f}" height="{height}" fill="{STATUS_COLOURS[status]}">'
                      f"<title>{_e(status)}: {n}</title></rect>")
         if w > 30:
             parts.append(f'<text x="{x + 4:.1f}" y="{height - 9}" font-size="12" fill="#fff">{n}</text>')
@@ -307,7 +295,7 @@ def render_html(report: FleetReport) -> str:
     for inst in bad:
         charts = report.charts.get(inst.instance, {})
         spark = "".join(sparkline_svg(charts.get(k, []), lbl) for k, lbl in CHART_LABELS.items()) if charts else ""
-        rows = [[_td(f.check), _td(rank_of(f)), _td(f.status, f.status), _td(change_text(f)), _td(f.evidence),
+        rows = [[_td(f.check), _td(rank_text(f.rank)), _td(f.status, f.status), _td(change_text(f)), _td(f.evidence),
                  _td(f.tradeoff)] for f in inst.firing()]
         parts.append(f'<section class="server" id="{_e("srv-" + inst.instance)}">'
                      f"<h3><code>{_e(inst.instance)}</code> — {_e(inst.status)}</h3>"

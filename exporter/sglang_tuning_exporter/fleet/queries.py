@@ -20,7 +20,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from sglang_tuning_exporter.core.catalog import GIB, SIGNAL_FAMILIES, SIGNAL_FAMILY_UNITS
-from sglang_tuning_exporter.core.model import Rank, ServerState
+from sglang_tuning_exporter.core.model import Rank, ServerState, value_text
 from sglang_tuning_exporter.core.recording import recorded
 from sglang_tuning_exporter.core.redact import redact_text, redact_value
 from sglang_tuning_exporter.core.versions import merge_version
@@ -397,13 +397,6 @@ class Drift:
     def outliers(self) -> list[str]:
         """Instances that are not on the most common value."""
         return [i for _, insts in list(self.values.items())[1:] for i in insts]
-
-
-def value_text(v: object) -> str:
-    """How an argument value is written in drift keys (`0.8`, `4096`, `lpm`)."""
-    if isinstance(v, float):
-        return f"{v:g}" if not v.is_integer() else str(int(v))
-    return str(v)
 
 
 def find_drift(instances: Iterable[InstanceData]) -> list[Drift]:

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sglang_tuning_exporter.core.exit_codes import EXIT_OK, EXIT_RUNTIME, EXIT_USAGE
+from sglang_tuning_exporter.core.exit_codes import EXIT_OK, EXIT_RUNTIME, EXIT_USAGE, UsageError
 from sglang_tuning_exporter.core.flags import (
     add_flag,
     add_guide_flags,
@@ -27,7 +27,7 @@ from sglang_tuning_exporter.core.flags import (
     is_http_url,
     read_secret,
 )
-from sglang_tuning_exporter.core.model import Finding, Rank
+from sglang_tuning_exporter.core.model import Finding, rank_key
 from sglang_tuning_exporter.fleet import changes as fleet_changes
 from sglang_tuning_exporter.fleet import queries as fleet
 from sglang_tuning_exporter.fleet.document import FleetReport, InstanceReport, iso, natural_key
@@ -37,10 +37,6 @@ from sglang_tuning_exporter.pipeline.signals import SignalParams
 
 FORMATS = ("markdown", "html", "json")
 # Worst first; `unknown` only wins when no check had data.
-
-
-class UsageError(ValueError):
-    """A flag value is invalid (exit 2)."""
 
 
 class OutputError(OSError):
@@ -77,12 +73,6 @@ Evaluate = Callable[[Mapping[Any, dict[str, float | None]], fleet.InstanceData, 
 Parts = Callable[[list[Finding], Mapping[Any, dict[str, float | None]], fleet.InstanceData], dict[str, Any]]
 
 
-def rank_text(rank: Rank) -> str:
-    """`dp=1` / `all` for a Rank."""
-    d = rank.as_dict()
-    return ",".join(f"{k}={v}" for k, v in d.items()) or "all"
-
-
 def evaluate_fleet(data: Mapping[str, fleet.InstanceData], evaluate: Evaluate,
                    overrides: Mapping[str, Any], window_s: float,
                    parts: Parts | None = None) -> list[InstanceReport]:
@@ -96,7 +86,7 @@ def evaluate_fleet(data: Mapping[str, fleet.InstanceData], evaluate: Evaluate,
         extra = parts(findings, signals, d) if parts is not None else {}
         out.append(InstanceReport(instance=name, model_name=d.model_name, version=d.version, args=dict(d.args),
                                   findings=tuple(findings),
-                                  signals={rank_text(r): dict(s) for r, s in sorted(signals.items())},
+                                  signals={rank_key(r): dict(s) for r, s in sorted(signals.items())},
                                   parts=extra))
     return out
 

@@ -8,7 +8,15 @@ from collections.abc import Mapping
 from typing import Any
 
 from sglang_tuning_exporter.core.features import FEATURE_WORDS, disabled_text
-from sglang_tuning_exporter.core.model import STATUS_CODE, Finding, Rank, ServerState, version_fields
+from sglang_tuning_exporter.core.model import (
+    STATUS_CODE,
+    Finding,
+    Rank,
+    ServerState,
+    measure_text,
+    rank_text,
+    version_fields,
+)
 from sglang_tuning_exporter.guide.checks import Check, CheckTable, spelling_note
 from sglang_tuning_exporter.guide.config import Config
 from sglang_tuning_exporter.guide.plan import SUGGESTED_MARK, FlagValue, flag_values, planned_reason
@@ -85,23 +93,8 @@ def server_signals(server: ServerState) -> dict[str, float | None]:
     return out
 
 
-def _fmt(v: Any) -> str:
-    if isinstance(v, bool) or v is None:
-        return str(v)
-    if isinstance(v, float):
-        if v.is_integer():
-            return str(int(v))
-        return f"{v:.3f}".rstrip("0").rstrip(".")
-    return str(v)
-
-
 def _pct(v: Any) -> str:
     return f"{float(v) * 100:.0f}%" if isinstance(v, (int, float)) else str(v)
-
-
-def _rank_text(rank: Rank) -> str:
-    d = rank.as_dict()
-    return " ".join(f"{k.upper()}{v}" for k, v in d.items()) or "the server"
 
 
 def _window_text(seconds: float) -> str:
@@ -267,7 +260,7 @@ def _evaluate_one(c: Check, sig: Mapping[str, float | None], rank: Rank, args: M
     named = spellings[-1] if spellings else None
     named_text = spelling_note(c, spellings)
 
-    notes = "".join(" " + text.replace("{value}", _fmt(sig[name])) for name, text in c.evidence_notes
+    notes = "".join(" " + text.replace("{value}", measure_text(sig[name])) for name, text in c.evidence_notes
                     if sig.get(name))
 
     def make(status: str, summary: str, evidence: str, flag: str | None = named, current: Any = None,
@@ -290,55 +283,55 @@ def _evaluate_one(c: Check, sig: Mapping[str, float | None], rank: Rank, args: M
     count_name = SAMPLE_COUNT_OF.get(c.signal)
     count = sig.get(count_name) if count_name else None
     if count_name is not None and (count or 0) < min_samples:
-        return unknown(f"{_fmt(count or 0.0)} {COUNT_WORDS.get(count_name, count_name.replace('_', ' '))} in "
+        return unknown(f"{measure_text(count or 0.0)} {COUNT_WORDS.get(count_name, count_name.replace('_', ' '))} in "
                        f"{seen}; {min_samples} needed")
     if value is None:
         missing = MISSING_WHY.get(c.signal) or ("OOMs are seen only in the log, and none was read"
                                                if c.signal.startswith("oom_") else None)
-        return unknown(f"{missing} ({c.signal} unknown on {_rank_text(rank)})" if missing else
-                       f"signal {c.signal} unknown on {_rank_text(rank)} (no data in {seen})")
+        return unknown(f"{missing} ({c.signal} unknown on {rank_text(rank)})" if missing else
+                       f"signal {c.signal} unknown on {rank_text(rank)} (no data in {seen})")
     for g in c.guard:
         gv = sig.get(g.signal)
         if gv is None:
             return unknown(f"{g.signal} unknown (needed to judge {c.signal})")
         if not compare(gv, g.comparison, g.value):
             return make("ok", f"{c.title}: not applicable",
-                        f"{c.signal}={_fmt(value)}; {g.signal}={_fmt(gv)} does not meet "
-                        f"{g.comparison} {_fmt(g.value)}")
+                        f"{c.signal}={measure_text(value)}; {g.signal}={measure_text(gv)} does not meet "
+                        f"{g.comparison} {measure_text(g.value)}")
     status, threshold = _status(c, value, levels)
     when = "at startup" if c.signal in STARTUP_SIGNALS else f"over {seen}"
-    measured = f"{c.signal}={_fmt(value)} {when} on {_rank_text(rank)}"
+    measured = f"{c.signal}={measure_text(value)} {when} on {rank_text(rank)}"
     if c.signal.endswith("_per_minute") and span < window_s - 0.5:
         # A rate says the events and the span behind it: "2 in 12 s", not a rate over a window never seen.
         events = value * max(1.0, span / 60.0)
-        measured = (f"{_fmt(round(events, 1))} {c.signal.removesuffix('_per_minute').replace('_', ' ')} in {seen} "
-                    f"on {_rank_text(rank)} ({c.signal}={_fmt(value)}"
+        measured = (f"{measure_text(round(events, 1))} {c.signal.removesuffix('_per_minute').replace('_', ' ')} in {seen} "
+                    f"on {rank_text(rank)} ({c.signal}={measure_text(value)}"
                     f"{', a span under a minute counting as one minute' if span < 60 else ''})")
     if count_name is not None:
-        measured += f" ({_fmt(count)} samples)"
+        measured += f" ({measure_text(count)} samples)"
     if status == "ok" and too_short(c, sig):
-        return unknown(f"nothing counted in {seen} on {_rank_text(rank)} ({c.signal}={_fmt(value)}): an absence "
+        return unknown(f"nothing counted in {seen} on {rank_text(rank)} ({c.signal}={measure_text(value)}): an absence "
                        f"is judged only over at least {_window_text(c.min_span_s)} of data (min_span_s "
-                       f"{_fmt(c.min_span_s)})")
+                       f"{measure_text(c.min_span_s)})")
     if status == "ok":
-        return make("ok", f"{c.title}: ok", f"{measured}; fires at {c.comparison} {_fmt(threshold)}")
+        return make("ok", f"{c.title}: ok", f"{measured}; fires at {c.comparison} {measure_text(threshold)}")
     flag, s = suggest(c, sig, args, version, workload)
     if planned is not None and planned.flag == flag:
         s = Suggestion(s.current, planned.to, planned_reason(s.suggested, s.reasoning, c.id, c.action, planned))
-    shown = _pct if c.signal.endswith("_ratio") else _fmt
+    shown = _pct if c.signal.endswith("_ratio") else measure_text
     window = _window_text(span)
     if c.signal.endswith("_per_minute") and span < 60:
         window += " (counted as one minute)"
     fields = {"value": shown(value), "threshold": shown(threshold), "window": window,
               "flag": (named_text if flag == named else flag) or "",
-              "suggested": "a value not computed from this input" if s.suggested is None else _fmt(s.suggested),
-              "current": "its current value" if s.current is None else _fmt(s.current),
-              "rank": _rank_text(rank), "band_low": _fmt(band[0]), "band_high": _fmt(band[1])}
+              "suggested": "a value not computed from this input" if s.suggested is None else measure_text(s.suggested),
+              "current": "its current value" if s.current is None else measure_text(s.current),
+              "rank": rank_text(rank), "band_low": measure_text(band[0]), "band_high": measure_text(band[1])}
     try:
         description = c.description.format(**fields)
     except (KeyError, IndexError, ValueError):
         description = c.description
-    evidence = f"{measured}; {status} at {c.comparison} {_fmt(threshold)}. {description}"
+    evidence = f"{measured}; {status} at {c.comparison} {measure_text(threshold)}. {description}"
     if s.reasoning:
         evidence += f"{SUGGESTED_MARK}{s.reasoning}."
     return make(status, c.summary, evidence, flag=flag, current=s.current, suggested=s.suggested)

@@ -21,10 +21,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sglang_tuning_exporter.core.catalog import OOM_PHASES
-from sglang_tuning_exporter.core.model import STATUS_CODE
+from sglang_tuning_exporter.core.model import STATUS_CODE, value_text
 from sglang_tuning_exporter.guide.advisor import time_text
 from sglang_tuning_exporter.guide.checks import Check, CheckTable
-from sglang_tuning_exporter.guide.plan import value_text
 
 VERDICTS = ("improved", "worse", "no_change", "inconclusive")
 SOURCES = ("log", "server_info", "prometheus")
@@ -205,7 +204,8 @@ def _comparable(a: float, b: float) -> bool:
     return hi <= max(lo, 1.0) * LOAD_RATIO
 
 
-def _num(v: float | None) -> str:
+def _rounded(v: float | None) -> str:
+    """A load or throughput to three significant digits (`1.23e+03` never: `1234`), `?` for none."""
     if v is None:
         return "?"
     return f"{v:.3g}" if abs(v) < 1000 else f"{v:.0f}"
@@ -252,8 +252,8 @@ def judge(flag: str, old: Any, new: Any, before: Sequence[WindowSummary], after:
         load_b = statistics.median(w.load() for w in act_b)
         load_a = statistics.median(w.load() for w in act_a)
         b, a = _side(act_b, watched, table), _side(act_a, watched, table)
-        return Verdict("inconclusive", f"load not comparable: about {_num(load_b)} requests in the server before, "
-                       f"{_num(load_a)} after (running + queued); compare again at the same load",
+        return Verdict("inconclusive", f"load not comparable: about {_rounded(load_b)} requests in the server before, "
+                       f"{_rounded(load_a)} after (running + queued); compare again at the same load",
                        b, a, _check_pairs(b, a, watched))
     chosen_a = [w for w in act_a if _comparable(w.load(), ref_a)]
     chosen_b = [w for w in act_b if _comparable(w.load(), ref_a)]
@@ -263,15 +263,15 @@ def judge(flag: str, old: Any, new: Any, before: Sequence[WindowSummary], after:
     ref_a = statistics.median(w.load() for w in chosen_a)
     tput_b = [v for w in chosen_b if (v := w.signals.get("gen_throughput_mean")) is not None]
     tput_a = [v for w in chosen_a if (v := w.signals.get("gen_throughput_mean")) is not None]
-    load = f"at comparable load ({_num(load_b)} vs {_num(ref_a)} requests running + queued"
+    load = f"at comparable load ({_rounded(load_b)} vs {_rounded(ref_a)} requests running + queued"
     if tput_b and tput_a:
-        load += f"; {_num(statistics.fmean(tput_b))} -> {_num(statistics.fmean(tput_a))} tokens/s"
+        load += f"; {_rounded(statistics.fmean(tput_b))} -> {_rounded(statistics.fmean(tput_a))} tokens/s"
     load += ")"
 
     def moved(cid: str) -> str:
         c = by_id[cid]
-        return (f"{cid} {pairs[cid]['before']} -> {pairs[cid]['after']} ({c.signal} {_num(b.signals.get(c.signal))}"
-                f" -> {_num(a.signals.get(c.signal))})")
+        return (f"{cid} {pairs[cid]['before']} -> {pairs[cid]['after']} ({c.signal} {_rounded(b.signals.get(c.signal))}"
+                f" -> {_rounded(a.signals.get(c.signal))})")
 
     judged = [cid for cid in watched if pairs[cid]["before"] != "unknown" and pairs[cid]["after"] != "unknown"]
     worse = [cid for cid in judged if STATUS_CODE[pairs[cid]["after"]] > STATUS_CODE[pairs[cid]["before"]]]

@@ -20,7 +20,16 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sglang_tuning_exporter.core.model import STATUS_CODE, Finding, Rank, ServerState
+from sglang_tuning_exporter.core.model import (
+    STATUS_CODE,
+    Finding,
+    Rank,
+    ServerState,
+    finite_number,
+    measure_text,
+    rank_text,
+    value_text,
+)
 from sglang_tuning_exporter.guide.checks import Check, CheckTable
 from sglang_tuning_exporter.guide.config import Config
 from sglang_tuning_exporter.guide.settings import resolve
@@ -40,23 +49,6 @@ MEM_FLAG = "--mem-fraction-static"
 HEADROOM_FLOOR_GB = 5.0
 
 
-def _num(v: Any) -> float | None:
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
-        return None
-    return float(v)
-
-
-def _fmt(v: Any) -> str:
-    x = _num(v)
-    if x is None:
-        return "?" if v is None else str(v)
-    return str(int(x)) if x.is_integer() else f"{x:.3f}".rstrip("0").rstrip(".")
-
-
-def _rank_text(rank: Mapping[str, int]) -> str:
-    return " ".join(f"{k.upper()}{v}" for k, v in rank.items()) or "the server"
-
-
 # --------------------------------------------------------------------------------------- coverage
 def coverage(findings: Sequence[Finding]) -> dict[str, Any]:
     """`coverage` of interfaces.md: a check counts as judged when any rank has a verdict."""
@@ -69,13 +61,13 @@ def coverage(findings: Sequence[Finding]) -> dict[str, Any]:
         if any(f.status != "unknown" for f in fs):
             judged += 1
         else:
-            why[cid] = fs[0].evidence if len(fs) == 1 else f"on {_rank_text(fs[0].rank)}: {fs[0].evidence}"
+            why[cid] = fs[0].evidence if len(fs) == 1 else f"on {rank_text(fs[0].rank)}: {fs[0].evidence}"
     return {"checks": len(by), "judged": judged, "unknown": len(by) - judged, "unknown_why": why}
 
 
 # ------------------------------------------------------------------------------------ indications
 def _sample_word(n: float) -> str:
-    return "the only sample" if n == 1 else f"all {_fmt(n)} samples"
+    return "the only sample" if n == 1 else f"all {measure_text(n)} samples"
 
 
 def _indication(c: Check, sig: Mapping[str, float | None], threshold: float, band_high: float,
@@ -86,15 +78,15 @@ def _indication(c: Check, sig: Mapping[str, float | None], threshold: float, ban
     if s == "queue_over_band_ratio" and ratio is not None and ratio >= 1.0:
         v = float(sig.get(FEW + "queue_min") or 0.0)
         n = sig.get(FEW + "queue_samples") or 0.0
-        times = f": {v / band_high:.1f}x the band's top ({_fmt(band_high)})" if band_high > 0 else ""
-        return v, band_high, f"#queue-req {_fmt(v)}{' or more' if n > 1 else ''} in {_sample_word(n)}{times}"
+        times = f": {v / band_high:.1f}x the band's top ({measure_text(band_high)})" if band_high > 0 else ""
+        return v, band_high, f"#queue-req {measure_text(v)}{' or more' if n > 1 else ''} in {_sample_word(n)}{times}"
     if s == "queue_empty_ratio" and ratio is not None and ratio >= 1.0:
         n = sig.get(FEW + "queue_samples") or 0.0
         return 0.0, 0.0, f"#queue-req 0 in {_sample_word(n)}"
     if s == "kv_underused_ratio" and ratio is not None and ratio >= 1.0:
         v = float(sig.get(FEW + "token_usage_max") or 0.0)
         n = sig.get(FEW + "kv_samples") or 0.0
-        return v, usage_good, (f"token usage {_fmt(v)} or less (under {_fmt(usage_good)}) with requests waiting "
+        return v, usage_good, (f"token usage {measure_text(v)} or less (under {measure_text(usage_good)}) with requests waiting "
                                f"in {_sample_word(n)}")
     if s == "cuda_graph_miss_ratio" and ratio is not None and ratio >= 1.0:
         n = sig.get(FEW + "graph_samples") or 0.0
@@ -104,8 +96,8 @@ def _indication(c: Check, sig: Mapping[str, float | None], threshold: float, ban
         if low is not None and low > threshold:
             v = float(low)
             n = sig.get(FEW + "decode_samples") or 0.0
-            return float(v), threshold, (f"decode batch of {_fmt(v)}{' or more' if n > 1 else ''} in "
-                                         f"{_sample_word(n)} (above {_fmt(threshold)})")
+            return float(v), threshold, (f"decode batch of {measure_text(v)}{' or more' if n > 1 else ''} in "
+                                         f"{_sample_word(n)} (above {measure_text(threshold)})")
     return None
 
 
@@ -166,7 +158,7 @@ def _round_down(x: float, step: float) -> float:
 
 def _watch_text(text: str, profile: str, band: tuple[float, float]) -> str:
     """A check's `plan.watch` with the active profile's numbers (`{band_low}`, `{band_high}`, `{profile}`)."""
-    return (text.replace("{band_low}", _fmt(band[0])).replace("{band_high}", _fmt(band[1]))
+    return (text.replace("{band_low}", measure_text(band[0])).replace("{band_high}", measure_text(band[1]))
             .replace("{profile}", profile))
 
 
@@ -207,7 +199,7 @@ def build_plan(table: CheckTable, findings: Sequence[Finding], signals: RankSign
         agree = [f for f in fs if f.action == lead.action]
         other = [f for f in fs if f.action != lead.action]
         names = list(dict.fromkeys(f.check for f in fs))
-        values = [v for f in agree if (v := _num(f.suggested)) is not None]
+        values = [v for f in agree if (v := finite_number(f.suggested)) is not None]
         to: Any
         if lead.action == "increase" and values:
             to = max(values)
@@ -220,7 +212,7 @@ def build_plan(table: CheckTable, findings: Sequence[Finding], signals: RankSign
         if lead.flag is None:
             why = f"{lead.summary}: {lead.action}"  # a client check's action is the change in words
         elif len(agreeing) > 1:
-            why = f"{' and '.join(agreeing)} all {lead.action} {lead.flag}; {_fmt(to)} satisfies each of them"
+            why = f"{' and '.join(agreeing)} all {lead.action} {lead.flag}; {measure_text(to)} satisfies each of them"
         else:
             why = lead.summary
         if other:
@@ -228,7 +220,7 @@ def build_plan(table: CheckTable, findings: Sequence[Finding], signals: RankSign
             why += (f". {', '.join(dissent)} would {other[0].action} it instead, but {lead.check} "
                     f"({c.plan.stage}) comes first; judge {', '.join(dissent)} again after this step")
         if current is None and lead.flag is not None and to is not None:
-            why += (f". Its current value is not in the input (no server_args line): {_fmt(to)} is "
+            why += (f". Its current value is not in the input (no server_args line): {measure_text(to)} is "
                     f"{'the guide' if lead.suggested == c.suggest.guide_value else 'the computed'} value; "
                     f"{lead.action} to it only if the server is not already past it")
         if to is None and lead.flag is not None:
@@ -263,29 +255,29 @@ def _memory_budget(table: CheckTable, steps: list[dict[str, Any]], signals: Rank
     mem = next((s for s in steps if s["flag"] == MEM_FLAG), None)
     if graph is None:
         return
-    captured = _agg(signals, "cuda_graph_max_bs_captured", "max") or _num(graph["current"])
+    captured = _agg(signals, "cuda_graph_max_bs_captured", "max") or finite_number(graph["current"])
     graph_gb = _agg(signals, "cuda_graph_gb", "max")
     avail = _agg(signals, "available_gpu_mem_gb")
     total = _agg(signals, "gpu_mem_total_gb")
-    new_bs = _num(graph["to"])
+    new_bs = finite_number(graph["to"])
     extra: float | None = None
     if captured and graph_gb is not None and new_bs is not None and new_bs > captured:
         extra = graph_gb * (new_bs - captured) / captured
-        graph["why"] += (f". The startup log reports {_fmt(graph_gb)} GB of graph memory for batch sizes up to "
-                         f"{_fmt(captured)}: about {extra:.1f} GB more for {_fmt(new_bs)}")
+        graph["why"] += (f". The startup log reports {measure_text(graph_gb)} GB of graph memory for batch sizes up to "
+                         f"{measure_text(captured)}: about {extra:.1f} GB more for {measure_text(new_bs)}")
     head = next((c for c in table.checks if c.id == "gpu_mem_headroom_high"), None)
     params = head.suggest_params() if head is not None else {}
     target = float(params.get("target_gb", 6.5))
     lo, hi = float(params.get("min", 0.5)), float(params.get("max", 0.95))
-    cur = _num(mem["current"]) if mem is not None else None
+    cur = finite_number(mem["current"]) if mem is not None else None
     if cur is None and server is not None:
-        cur = _num(server.args.get("mem_fraction_static"))
+        cur = finite_number(server.args.get("mem_fraction_static"))
     if extra is not None and avail is not None and total and cur is not None:
         raw = cur + (avail - extra - target) / total
         to = round(min(hi, max(lo, _round_down(raw, 0.01))), 2)
-        budget = (f"one memory budget: {_fmt(avail)} GB free at startup - {extra:.1f} GB for the larger CUDA "
-                  f"graphs of the graphs step = {avail - extra:.1f} GB; moving to the {_fmt(target)} GB target on a "
-                  f"~{_fmt(total)} GB GPU gives {cur:g} {(avail - extra - target) / total:+.3f} = {raw:.3f}, "
+        budget = (f"one memory budget: {measure_text(avail)} GB free at startup - {extra:.1f} GB for the larger CUDA "
+                  f"graphs of the graphs step = {avail - extra:.1f} GB; moving to the {measure_text(target)} GB target on a "
+                  f"~{measure_text(total)} GB GPU gives {cur:g} {(avail - extra - target) / total:+.3f} = {raw:.3f}, "
                   f"rounded down to {to:.2f}")
         if mem is not None:
             mem["to"] = to
@@ -296,7 +288,7 @@ def _memory_budget(table: CheckTable, steps: list[dict[str, Any]], signals: Rank
             stage = {s: i for i, s in enumerate(table.plan_stages)}.get("memory", 1)
             steps.append({"step": 0, "flag": MEM_FLAG, "action": "decrease", "current": cur, "to": to,
                           "checks": list(graph["checks"]),
-                          "why": f"{budget}: the larger capture would leave under {_fmt(HEADROOM_FLOOR_GB)} GB",
+                          "why": f"{budget}: the larger capture would leave under {measure_text(HEADROOM_FLOOR_GB)} GB",
                           "then": "watch available_gpu_mem in the next startup summary (good: 5-8 GB) for one "
                                   "restart, then an hour of peak traffic",
                           "_stage": stage, "_key": (stage, -1, 0, -1)})
@@ -366,8 +358,8 @@ def command_diff(plan: Sequence[Mapping[str, Any]], args: Mapping[str, Any]) -> 
             out.append(f"+ {flag}" if to else f"- {flag}")
             continue
         if cur is not None and not isinstance(cur, bool):
-            out.append(f"- {flag} {_fmt(cur)}")
-        out.append(f"+ {flag} {_fmt(to)}")
+            out.append(f"- {flag} {measure_text(cur)}")
+        out.append(f"+ {flag} {measure_text(to)}")
     return out
 
 
@@ -422,13 +414,6 @@ def _with_verdict(parts: dict[str, Any], findings: Sequence[Finding]) -> dict[st
 
 __all__ = ["CURRENT_UNKNOWN", "FIRING", "NO_VALUE", "SUGGESTED_MARK", "FlagValue", "build_plan", "command_diff", "coverage", "document_parts", "flag_values", "indications", "plan_step_change",
            "plan_step_markdown", "plan_step_text", "plan_step_values", "planned_reason", "unplanned_parts", "value_text", "verdict_line"]
-
-
-def value_text(x: Any) -> str:
-    """A flag value as every output spells it: `true`/`false`, `8192` for 8192.0, `0.85`."""
-    if isinstance(x, bool):
-        return "true" if x else "false"
-    return f"{x:g}" if isinstance(x, float) else str(x)
 
 
 def plan_step_values(step: Mapping[str, Any]) -> tuple[str, str]:

@@ -19,6 +19,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from sglang_tuning_exporter.core.markdown import md_text
+from sglang_tuning_exporter.core.model import value_text
 from sglang_tuning_exporter.guide.advisor import aggregate_signals
 from sglang_tuning_exporter.guide.changes import (
     Section,
@@ -31,7 +32,6 @@ from sglang_tuning_exporter.guide.changes import (
 )
 from sglang_tuning_exporter.guide.checks import CheckTable
 from sglang_tuning_exporter.guide.config import Config
-from sglang_tuning_exporter.guide.plan import value_text
 from sglang_tuning_exporter.offline import formats as diagnose_formats
 from sglang_tuning_exporter.offline.diagnosis import Diagnosis, FileDiagnosis
 from sglang_tuning_exporter.offline.scanner import Scanner

@@ -13,7 +13,7 @@ from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from sglang_tuning_exporter.core.markdown import md_text
-from sglang_tuning_exporter.core.model import STATUS_CODE, Finding
+from sglang_tuning_exporter.core.model import STATUS_CODE, STATUS_COLOURS, Finding, rank_text
 from sglang_tuning_exporter.guide.checks import CheckTable
 from sglang_tuning_exporter.guide.plan import (
     CURRENT_UNKNOWN,
@@ -28,7 +28,6 @@ if TYPE_CHECKING:
 
 _ANSI = {"ok": "\x1b[32m", "warning": "\x1b[33m", "critical": "\x1b[1;31m", "unknown": "\x1b[90m"}
 _RESET = "\x1b[0m"
-COLOURS = {"ok": "#2e7d32", "warning": "#b26a00", "critical": "#c62828", "unknown": "#757575"}
 CHARTS = (("queue_p50", "#queue-req (p50 per window)"), ("token_usage_mean", "token usage (mean)"),
           ("retractions_per_minute", "retractions per minute"), ("decode_batch_p90", "decode batch size (p90)"))
 
@@ -81,11 +80,6 @@ class Output:
         if self.fmt == "json":
             return "\n" if self.count == 1 else f'\n  ],\n  "status": {json.dumps(worst)}\n}}\n'
         return "\n</body></html>\n" if self.fmt == "html" else ""
-
-
-def rank_text(rank: dict[str, int], unnamed: str = "-") -> str:
-    """`{"dp": 1, "tp": 0}` -> `DP1 TP0`; `unnamed` for a rank the log does not name."""
-    return " ".join(f"{k.upper()}{v}" for k, v in rank.items()) or unnamed
 
 
 def change_text(f: Finding) -> str:
@@ -180,7 +174,7 @@ def file_text(r: FileDiagnosis, table: CheckTable, *, color: bool = False) -> st
     if d.get("indications"):
         lines.append("")
         lines.append("  Indications (too few samples to judge; not findings, --fail-on ignores them):")
-        lines.extend(f"    {i['check']} on {rank_text(i['rank'], 'the server')}: {i['evidence']}"
+        lines.extend(f"    {i['check']} on {rank_text(i['rank'])}: {i['evidence']}"
                      for i in d["indications"])
     if firing:
         lines.append("")
@@ -190,7 +184,7 @@ def file_text(r: FileDiagnosis, table: CheckTable, *, color: bool = False) -> st
         if color:
             tag = f"{_ANSI[f.status]}{tag}{_RESET}"
         lines.append("")
-        lines.append(f"  [{tag}] {f.check} on {rank_text(f.rank, 'the server')}: {f.summary}")
+        lines.append(f"  [{tag}] {f.check} on {rank_text(f.rank)}: {f.summary}")
         lines.append(f"    change:    {change_text(f)}")
         lines.append(f"    evidence:  {f.evidence}")
         win = _window_of(r, f)
@@ -270,11 +264,11 @@ def file_markdown(r: FileDiagnosis, table: CheckTable) -> str:
     if d.get("indications"):
         out.append("### Indications (too few samples to judge; not findings)")
         out.append("")
-        out.extend(f"- `{i['check']}` on {md_text(rank_text(i['rank'], 'the server'))}: {md_text(i['evidence'])}"
+        out.extend(f"- `{i['check']}` on {md_text(rank_text(i['rank']))}: {md_text(i['evidence'])}"
                    for i in d["indications"])
         out.append("")
     for f in firing:
-        out.append(f"### {f.status.upper()}: `{f.check}` on {md_text(rank_text(f.rank, 'the server'))}")
+        out.append(f"### {f.status.upper()}: `{f.check}` on {md_text(rank_text(f.rank))}")
         out.append("")
         out.append(f"- **Change:** {_md_code(change_text(f))}")
         out.append(f"- **Evidence:** {md_text(f.evidence)}")
@@ -342,7 +336,7 @@ def file_html(r: FileDiagnosis, table: CheckTable) -> str:
             body.append("<pre>" + e("\n".join(d["command_diff"])) + "</pre>")
     body.append("<table><tr><th>check</th><th>status</th><th>ranks</th><th>summary</th></tr>")
     for cid, status, ranks, summary in _rows(r, table):
-        body.append(f'<tr><td><code>{e(cid)}</code></td><td class="status" style="color:{COLOURS[status]}">'
+        body.append(f'<tr><td><code>{e(cid)}</code></td><td class="status" style="color:{STATUS_COLOURS[status]}">'
                     f"{e(status)}</td><td>{e(ranks)}</td><td>{e(summary)}</td></tr>")
     body.append("</table>")
     firing = _firing(r)
@@ -352,13 +346,13 @@ def file_html(r: FileDiagnosis, table: CheckTable) -> str:
                     + "".join(f"<li><code>{e(cid)}</code>: {e(text)}</li>" for cid, text in why) + "</ul>")
     if d.get("indications"):
         body.append("<h3>Indications (too few samples to judge; not findings)</h3><ul>"
-                    + "".join(f"<li><code>{e(i['check'])}</code> on {e(rank_text(i['rank'], 'the server'))}: "
+                    + "".join(f"<li><code>{e(i['check'])}</code> on {e(rank_text(i['rank']))}: "
                               f"{e(i['evidence'])}</li>" for i in d["indications"]) + "</ul>")
     for f in firing:
-        colour = COLOURS[f.status]
+        colour = STATUS_COLOURS[f.status]
         body.append(f'<div class="finding" style="border-color:{colour}">'
                     f'<h3><span style="color:{colour}">{e(f.status.upper())}</span> '
-                    f"<code>{e(f.check)}</code> on {e(rank_text(f.rank, 'the server'))}</h3>"
+                    f"<code>{e(f.check)}</code> on {e(rank_text(f.rank))}</h3>"
                     f"<p><b>Change:</b> <code>{e(change_text(f))}</code></p>"
                     f"<p><b>Evidence:</b> {e(f.evidence)}</p>"
                     + (f"<p><b>Window:</b> {e(_window_of(r, f))}</p>" if _window_of(r, f) else "")

@@ -6,8 +6,8 @@ fallback), the guide's line and the runbook anchor.
 from __future__ import annotations
 
 import json
-from typing import Any
 
+from sglang_tuning_exporter.core.model import value_text
 from sglang_tuning_exporter.guide.checks import Check, CheckTable
 from sglang_tuning_exporter.render.expressions import fill, job_matcher, num, profile_of, with_host
 from sglang_tuning_exporter.render.options import HOST_LABEL, RenderOptions
@@ -15,33 +15,25 @@ from sglang_tuning_exporter.render.options import HOST_LABEL, RenderOptions
 # ----------------------------------------------------------------------------- annotations
 
 
-def _fmt_value(v: Any) -> str:
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, float) and v.is_integer():
-        return str(int(v))
-    return str(v)
-
-
 def guide_fallback(check: Check, opts: RenderOptions) -> str:
     """The suggested value to print when the exporter's suggested-value metric is absent."""
     params = check.suggest_params(opts.workload)
     method = check.suggest.method
     if method == "toward_target" and "target" in params:
-        return _fmt_value(params["target"])
+        return value_text(params["target"])
     if method == "constant" and "value" in params:
-        return _fmt_value(params["value"])
+        return value_text(params["value"])
     if check.suggest.guide_value is not None:
-        return _fmt_value(check.suggest.guide_value)
+        return value_text(check.suggest.guide_value)
     if method == "mem_fraction_headroom":
-        return (f"current + (available_gpu_mem - {_fmt_value(params.get('target_gb', 6.5))} GB) / GPU memory, "
-                f"rounded to {_fmt_value(params.get('step', 0.01))}")
+        return (f"current + (available_gpu_mem - {value_text(params.get('target_gb', 6.5))} GB) / GPU memory, "
+                f"rounded to {value_text(params.get('step', 0.01))}")
     if method == "scale_down_running":
-        return (f"{_fmt_value(params.get('factor', 0.75))} x the current value, "
-                f"a multiple of {_fmt_value(params.get('multiple', 8))}")
+        return (f"{value_text(params.get('factor', 0.75))} x the current value, "
+                f"a multiple of {value_text(params.get('multiple', 8))}")
     if method == "cuda_graph_ceiling_down":
-        return (f"{_fmt_value(params.get('factor', 0.5))} x the current ceiling, a multiple of "
-                f"{_fmt_value(params.get('step', 8))} (SGLang's example: {_fmt_value(params.get('example'))})")
+        return (f"{value_text(params.get('factor', 0.5))} x the current ceiling, a multiple of "
+                f"{value_text(params.get('step', 8))} (SGLang's example: {value_text(params.get('example'))})")
     return f"see the runbook ({method})"
 
 

@@ -16,7 +16,7 @@ from typing import Any
 import yaml
 
 from sglang_tuning_exporter.core import yamltext
-from sglang_tuning_exporter.core.exit_codes import EXIT_DRIFT, EXIT_OK, EXIT_USAGE
+from sglang_tuning_exporter.core.exit_codes import EXIT_DRIFT, EXIT_OK, EXIT_USAGE, UsageError
 from sglang_tuning_exporter.core.flags import WORKLOADS, add_flag
 from sglang_tuning_exporter.guide.checks import Check, CheckTable, TableError, load_table
 from sglang_tuning_exporter.render import dashboards as render_dashboards
@@ -53,10 +53,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
              help="use this `for:` on every alert (tests), e.g. 15s")
     add_flag(parser, "--override-window", default=None, metavar="DURATION",
              help="use this range window in every expression (tests), e.g. 1m")
-
-
-class UsageError(Exception):
-    """Bad options or inputs; the message lists every problem."""
 
 
 def build_options(args: argparse.Namespace, table: CheckTable) -> render_options.RenderOptions:

@@ -10,7 +10,7 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler
 from typing import Any
@@ -20,6 +20,7 @@ import jinja2
 from prometheus_client import CONTENT_TYPE_LATEST
 from prometheus_client.registry import CollectorRegistry
 
+from sglang_tuning_exporter.core.model import rank_text
 from sglang_tuning_exporter.guide import plan
 from sglang_tuning_exporter.guide.changes import last_change, last_change_text
 from sglang_tuning_exporter.sidecar.collector import TUNING_ARGS, BuildInfo, encode_text
@@ -59,10 +60,6 @@ def _fmt(v: Any) -> str:
     if isinstance(v, float):
         return f"{v:.4g}"
     return str(v)
-
-
-def _rank_text(rank: Mapping[str, int]) -> str:
-    return " ".join(f"{k.upper()}{v}" for k, v in rank.items()) or "all"
 
 
 def _when(t: float | None, now: float) -> str:
@@ -156,16 +153,16 @@ class WebApp:
                     "duration": "-" if st.duration_s is None else f"{st.duration_s * 1000:.1f} ms",
                     "detail": st.detail}
                    for name, st in ((n, snap.sources[n]) for n in SOURCES)]
-        ranks = [{"rank_text": _rank_text(r.rank.as_dict()), "queue": _fmt(r.gauges.get("num_queue_reqs")),
+        ranks = [{"rank_text": rank_text(r.rank.as_dict()), "queue": _fmt(r.gauges.get("num_queue_reqs")),
                   "running": _fmt(r.gauges.get("num_running_reqs")), "usage": _fmt(r.gauges.get("token_usage")),
                   "throughput": _fmt(r.gauges.get("gen_throughput"))} for r in snap.ranks]
-        signals = [{"rank_text": _rank_text(rank.as_dict()),
+        signals = [{"rank_text": rank_text(rank.as_dict()),
                     "pairs": [(k, _fmt(v)) for k, v in sorted(values.items())]} for rank, values in snap.signals]
         doc = findings_json(snap) if snap.findings else {}
         cov = doc.get("coverage") or plan.coverage(snap.findings)
         blind = blind_sources(snap)
         unknown_checks = sorted(cov.get("unknown_why", {}))
-        rows = [{"status": f.status, "check": f.check, "rank_text": _rank_text(f.rank), "flag": f.flag,
+        rows = [{"status": f.status, "check": f.check, "rank_text": rank_text(f.rank), "flag": f.flag,
                  "action": f.action, "current": _fmt(f.current), "suggested": _fmt(f.suggested),
                  "summary": f.summary, "evidence": f.evidence, "guide": f.guide, "tradeoff": f.tradeoff}
                 for f in findings]

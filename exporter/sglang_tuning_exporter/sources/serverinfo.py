@@ -7,7 +7,6 @@
 from __future__ import annotations
 
 import json
-import math
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -15,6 +14,7 @@ from typing import Any, Protocol
 from urllib.parse import urlsplit
 
 from sglang_tuning_exporter.core import limits, outbound
+from sglang_tuning_exporter.core.model import finite_number
 from sglang_tuning_exporter.core.redact import redact_args, redact_text
 
 ENDPOINTS = ("/server_info", "/get_server_info", "/get_server_args")
@@ -74,8 +74,8 @@ class ServerInfo:
 
 def _rank_facts(doc: Mapping[str, Any], states: list[Any], mtt: float | None) -> tuple[dict[str, float], ...]:
     common: dict[str, float] = {} if mtt is None else {"max_total_num_tokens": mtt}
-    cap = _num(doc.get("max_running_requests"))  # the flag; None when SGLang sized it
-    dp = _num(doc.get("dp_size"))
+    cap = finite_number(doc.get("max_running_requests"))  # the flag; None when SGLang sized it
+    dp = finite_number(doc.get("dp_size"))
     if cap is not None and doc.get("enable_dp_attention") is True and dp is not None and dp > 1:
         cap = float(int(cap) // int(dp))  # with DP attention SGLang splits the flag across DP ranks
     out = []
@@ -83,30 +83,24 @@ def _rank_facts(doc: Mapping[str, Any], states: list[Any], mtt: float | None) ->
         facts = dict(common)
         st = st if isinstance(st, dict) else {}
         memory = st.get("memory_usage")
-        avail = _num(memory.get("startup_available")) if isinstance(memory, dict) else None
+        avail = finite_number(memory.get("startup_available")) if isinstance(memory, dict) else None
         if avail is not None:
             facts["available_gpu_mem_gb"] = avail
         if isinstance(memory, dict):  # 0.5.18+: the start-up split of GPU memory, GB
             for key, fact in (("weight", "weights_gb"), ("kvcache", "kv_cache_gb")):
-                v = _num(memory.get(key))
+                v = finite_number(memory.get(key))
                 if v is not None:
                     facts[fact] = v
         listed = st.get("decode_cuda_graph_bs")
         bs = [b for b in listed if isinstance(b, int) and not isinstance(b, bool)] if isinstance(listed, list) else []
         if bs:
             facts["cuda_graph_max_bs_captured"] = float(max(bs))
-        eff = _num(st.get("effective_max_running_requests_per_dp"))  # 0.5.8+: what the summary line prints
+        eff = finite_number(st.get("effective_max_running_requests_per_dp"))  # 0.5.8+: what the summary line prints
         running = eff if eff is not None else cap
         if running is not None:
             facts["max_running_requests"] = running
         out.append(facts)
     return tuple(out)
-
-
-def _num(v: Any) -> float | None:
-    if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v):
-        return float(v)
-    return None
 
 
 def parse_server_info(doc: Any) -> ServerInfo:
@@ -140,12 +134,12 @@ def parse_server_info(doc: Any) -> ServerInfo:
     if args.get("mem_fraction_static") is None:
         # The flag defaults to None (computed at start-up): the internal state holds the resolved value.
         for st in states:
-            v = _num(st.get("mem_fraction_static")) if isinstance(st, dict) else None
+            v = finite_number(st.get("mem_fraction_static")) if isinstance(st, dict) else None
             if v is not None:
                 args["mem_fraction_static"] = v
                 break
     model = args.get("served_model_name") or args.get("model_path")
-    mtt = _num(doc.get("max_total_num_tokens"))
+    mtt = finite_number(doc.get("max_total_num_tokens"))
     version = doc.get("version")
     marker = doc.get("startup_time")
     return ServerInfo(
