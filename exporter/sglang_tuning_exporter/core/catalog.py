@@ -10,6 +10,8 @@ from dataclasses import dataclass
 
 # The phases an OOM is filed under (pipeline/observations.oom_phase): one counter and one signal each.
 OOM_PHASES = ("prefill", "decode", "startup", "unknown", "capture", "graph_decode", "graph_prefill")
+# The latencies SGLang's histograms measure (sources/scrape.HISTOGRAMS): quantile signals and a seconds family.
+LATENCIES = ("ttft", "itl", "e2e", "queue_time")
 
 PREFIX = "sglang_tuning_"
 RANK_LABELS = ("model_name", "dp_rank", "pp_rank", "tp_rank", "moe_ep_rank")
@@ -56,6 +58,7 @@ CATALOG: tuple[MetricSpec, ...] = (
     _m("signal_bytes", "gauge", "A guide signal that is an amount of GPU memory, in bytes (signal label without the `_gb` of docs/signals.md); absent when unknown.", (*RANK_LABELS, "signal")),
     _m("signal_per_second", "gauge", "A guide signal that is an event rate over the exporter's window, per second (signal label without the `_per_minute` of docs/signals.md); absent when unknown.", (*RANK_LABELS, "signal")),
     _m("signal_tokens_per_second", "gauge", "A guide signal that is a token throughput over the exporter's window (gen_throughput_mean); absent when unknown.", (*RANK_LABELS, "signal")),
+    _m("signal_seconds", "gauge", "A guide signal that is a latency in seconds: a quantile of SGLang's TTFT, inter-token, end-to-end or queue-time histogram over the exporter's window (signal label without the `_seconds` of docs/signals.md, e.g. ttft_p95); absent when unknown.", (*RANK_LABELS, "signal")),
     _m("signal_amount", "gauge", "A guide signal that is a plain number: requests, batch size, tokens, samples or events in the window (the signal name says which); absent when unknown.", (*RANK_LABELS, "signal")),
     _m("signal_flag", "gauge", "A yes/no guide fact: 1 yes, 0 no (metrics_enabled, available_gpu_mem_from_summary); absent when unknown.", (*RANK_LABELS, "signal")),
     _m("check_level", "gauge", "Current level of a guide check: -1 unknown, 0 ok, 1 warning, 2 critical (max over series = the worst).", (*RANK_LABELS, "check")),
@@ -146,6 +149,7 @@ SIGNAL_FAMILY_UNITS: dict[str, SignalUnit] = {
     "signal_bytes": SignalUnit("_gb", GIB, "/ 2^30", "GiB"),
     "signal_per_second": SignalUnit("_per_minute", 1.0 / 60.0, "* 60", "/min"),
     "signal_tokens_per_second": SignalUnit(shown_as="tok/s"),
+    "signal_seconds": SignalUnit("_seconds", shown_as="s"),
     "signal_amount": SignalUnit(),
     "signal_flag": SignalUnit(),
 }
@@ -160,13 +164,16 @@ _COUNT = ("queue_p50", "decode_batch_p90", "running_max", "cuda_graph_miss_batch
           *(f"oom_{p}_count" for p in OOM_PHASES),
           "max_total_num_tokens", "max_running_requests", "cuda_graph_max_bs_captured", "chunked_prefill_size",
           "context_len", "cuda_graph_disabled_steps", "window_span_s", "cuda_graph_off", "chunked_prefill_off",
-          "decode_samples", "queue_samples", "kv_samples", "graph_samples", "prefill_samples")
+          "decode_samples", "queue_samples", "kv_samples", "graph_samples", "prefill_samples",
+          *(f"{lat}_requests" for lat in LATENCIES))
+_SECONDS = tuple(f"{lat}_p{pct}_seconds" for lat in LATENCIES for pct in (50, 95, 99))
 # Signals by unit family; the name lists say which family, SIGNAL_FAMILY_UNITS how it converts.
 _SIGNALS_BY_FAMILY: dict[str, tuple[str, ...]] = {
     "signal_ratio": _RATIO,
     "signal_bytes": _GB,
     "signal_per_second": _PER_MINUTE,
     "signal_tokens_per_second": ("gen_throughput_mean",),
+    "signal_seconds": _SECONDS,
     "signal_amount": _COUNT,
     "signal_flag": ("metrics_enabled", "available_gpu_mem_from_summary"),
 }

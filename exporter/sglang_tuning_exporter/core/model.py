@@ -109,6 +109,27 @@ class Observation:
     source: str = "log"  # log | metrics | server_info
 
 
+# One cumulative bucket of a latency histogram (sources/scrape.HISTOGRAMS): its requests since the previous
+# scrape reach the window as an observation `latency_bucket:<latency>:<le>`.
+LATENCY_PREFIX = "latency_bucket:"
+
+
+def latency_bucket_name(latency: str, le: float) -> str:
+    """The observation name of one cumulative bucket's delta (`le` = the bucket's upper bound)."""
+    return f"{LATENCY_PREFIX}{latency}:{le!r}"
+
+
+def parse_latency_bucket(name: str) -> tuple[str, float] | None:
+    """(latency, upper bound) of a `latency_bucket_name`; None for any other name."""
+    if not name.startswith(LATENCY_PREFIX):
+        return None
+    latency, _, le = name[len(LATENCY_PREFIX):].partition(":")
+    try:
+        return latency, float(le)
+    except ValueError:
+        return None
+
+
 # A Prefill line's sample values are observed under prefixed names (signals.PREFILL_SAMPLE_NAMES).
 _PREFILL_NAME = {"num_queue_reqs": "prefill_num_queue_reqs", "num_running_reqs": "prefill_num_running_reqs",
                  "token_usage": "prefill_token_usage"}

@@ -9,11 +9,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sglang_tuning_exporter.core.catalog import OOM_PHASES
+from sglang_tuning_exporter.core.catalog import LATENCIES, OOM_PHASES
 from sglang_tuning_exporter.pipeline.stats import (
     Bucket,
     SampleStats,
     _pairs,
+    bucket_quantile,
     hist_at_least,
     hist_max,
     hist_quantile,
@@ -42,6 +43,12 @@ _FACT_MIN = frozenset({"available_gpu_mem_gb", "avail_mem_after_pool_gb", "gpu_m
                        "avail_after_weights_gb", "oom_gpu_free_gb"})
 _FACT_MAX = frozenset({"weights_gb"})
 
+# Latency quantiles from SGLang's histograms (scrape only): `<latency>_p<q>_seconds`, and the requests behind
+# them, `<latency>_requests` (the window's +Inf bucket delta).
+LATENCY_QUANTILES = ((50, 0.5), (95, 0.95), (99, 0.99))
+LATENCY_SIGNALS = tuple(f"{lat}_p{pct}_seconds" for lat in LATENCIES for pct, _ in LATENCY_QUANTILES)
+LATENCY_COUNTS = tuple(f"{lat}_requests" for lat in LATENCIES)
+
 # Which sample count decides whether a signal is known (the advisor applies check.min_samples to it).
 SAMPLE_COUNT_OF: dict[str, str] = {
     "queue_empty_ratio": "queue_samples", "queue_over_band_ratio": "queue_samples",
@@ -65,6 +72,7 @@ SIGNAL_NAMES = (
     "cuda_graph_gb", "oom_gpu_free_gb", "cuda_graph_off", "chunked_prefill_off", "mem_fraction_floor",
     "mem_fraction_static_estimate", "cuda_graph_disabled_steps", "window_span_s",
     "decode_samples", "queue_samples", "kv_samples", "graph_samples", "prefill_samples",
+    *LATENCY_SIGNALS, *LATENCY_COUNTS,
 )
 
 
@@ -160,6 +168,13 @@ def compute_signals(total: Bucket, facts: dict[str, float], p: SignalParams, *, 
         minutes = max(1.0, span_s / 60.0)
         out["retractions_per_minute"] = total.retractions / minutes
         out["retracted_requests_per_minute"] = total.retracted / minutes
+    for lat, buckets in total.latency.items():
+        # Unknown (absent) when SGLang does not export the histogram: a log-only rank, an older release.
+        n = buckets.get(float("inf"), 0.0)
+        out[f"{lat}_requests"] = n
+        if n >= enough:
+            for pct, q in LATENCY_QUANTILES:
+                out[f"{lat}_p{pct}_seconds"] = bucket_quantile(q, buckets)
     if from_log:
         # OOMs are only observable from the log; metrics-only ranks leave them unknown.
         for phase in OOM_PHASES:

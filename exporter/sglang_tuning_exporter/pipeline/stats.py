@@ -286,8 +286,8 @@ class SampleStats:
 class Bucket:
     """Everything that happened on one rank in one time bucket (mergeable)."""
 
-    __slots__ = ("decode", "disabled_steps", "eager_passes", "graph_passes", "oom", "prefill", "prefill_cached",
-                 "prefill_n", "prefill_new", "retracted", "retractions")
+    __slots__ = ("decode", "disabled_steps", "eager_passes", "graph_passes", "latency", "oom", "prefill",
+                 "prefill_cached", "prefill_n", "prefill_new", "retracted", "retractions")
 
     def __init__(self) -> None:
         self.decode = SampleStats()
@@ -302,6 +302,15 @@ class Bucket:
         self.eager_passes = 0.0
         # Eager decode steps SGLang's cuda_graph_warner reported (5 per warning): evidence, not a ratio.
         self.disabled_steps = 0.0
+        # Latency histograms (scrape only): latency -> bucket upper bound -> requests in the cumulative bucket.
+        self.latency: dict[str, dict[float, float]] = {}
+
+    def add_latency(self, latency: str, le: float, count: float) -> None:
+        """Add requests to one cumulative bucket of a latency histogram."""
+        h = self.latency.get(latency)
+        if h is None:
+            h = self.latency[latency] = {}
+        h[le] = h.get(le, 0.0) + count
 
     def freeze(self) -> None:
         """Hold the sample histograms as FrozenHists (see SampleStats.freeze)."""
@@ -337,6 +346,13 @@ class Bucket:
         self.graph_passes += o.graph_passes
         self.eager_passes += o.eager_passes
         self.disabled_steps += o.disabled_steps
+        for latency, h in o.latency.items():
+            mine = self.latency.get(latency)
+            if mine is None:
+                self.latency[latency] = dict(h)
+            else:
+                for le, c in h.items():
+                    mine[le] = mine.get(le, 0.0) + c
 
     def is_active(self) -> bool:
         """True when the bucket holds any sample or event."""
@@ -373,3 +389,42 @@ def hist_quantile(hist: Mapping[_Value, int], q: float) -> float | None:
     cum = list(itertools.accumulate(map(hist.__getitem__, keys)))
     i = bisect.bisect_left(cum, need)
     return float(keys[i] if i < len(keys) else keys[-1])
+
+
+def bucket_quantile(q: float, buckets: Mapping[float, float]) -> float | None:
+    """The q-quantile of a cumulative histogram (upper bound -> count) as Prometheus'
+    `histogram_quantile` computes it: buckets made monotonic, linear interpolation inside the bucket
+    the rank falls in, the lowest bucket starting at 0 (its own bound when that is <= 0), the +Inf
+    bucket answering the highest finite bound. None where PromQL answers NaN (no +Inf bucket, fewer
+    than two buckets, no request)."""
+    if math.isnan(q) or not buckets:
+        return None
+    if q < 0:
+        return -math.inf
+    if q > 1:
+        return math.inf
+    bounds = sorted(buckets)
+    if len(bounds) < 2 or bounds[-1] != math.inf:
+        return None
+    counts: list[float] = []
+    top = 0.0
+    for b in bounds:  # a restart between scrapes can leave a bucket below the one before: as PromQL, raise it
+        top = max(top, buckets[b])
+        counts.append(top)
+    n = counts[-1]
+    if n <= 0:
+        return None
+    rank = q * n
+    i = bisect.bisect_left(counts, rank, 0, len(counts) - 1)
+    if i == len(counts) - 1:
+        return bounds[-2]
+    if i == 0 and bounds[0] <= 0:
+        return bounds[0]
+    start, end, count = 0.0, bounds[i], counts[i]
+    if i > 0:
+        start = bounds[i - 1]
+        count -= counts[i - 1]
+        rank -= counts[i - 1]
+    if count <= 0:
+        return None  # q = 0 over an empty first bucket: PromQL's 0/0
+    return start + (end - start) * (rank / count)

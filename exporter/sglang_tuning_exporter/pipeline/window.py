@@ -9,7 +9,7 @@ from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from sglang_tuning_exporter.core.model import Observation, Rank, Sample
+from sglang_tuning_exporter.core.model import LATENCY_PREFIX, Observation, Rank, Sample, parse_latency_bucket
 from sglang_tuning_exporter.pipeline.signals import (
     _FACT_MAX,
     _FACT_MIN,
@@ -218,6 +218,10 @@ class Window:
                 b.eager_passes += obs.value
             elif name == "cuda_graph_disabled_steps":
                 b.disabled_steps += obs.value
+        elif name.startswith(LATENCY_PREFIX):
+            bucket = parse_latency_bucket(name)
+            if bucket is not None:
+                self._bucket(st, obs.time).add_latency(bucket[0], bucket[1], obs.value)
         elif name in FACT_NAMES:
             self.set_fact(rank, name, obs.value, tp=obs.rank.tp, time=obs.time)
         elif name == SERVER_START:

@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from sglang_tuning_exporter.core import limits
-from sglang_tuning_exporter.core.model import Observation, Rank
+from sglang_tuning_exporter.core.model import Observation, Rank, latency_bucket_name
 
 _NAME = r"[a-zA-Z_:][a-zA-Z0-9_:]*"
 _SAMPLE_RE = re.compile(rf"^\s*({_NAME})\s*(\{{.*\}})?\s+(\S+)(?:\s+(-?\d+))?\s*$")
@@ -213,10 +213,21 @@ TOKENIZER_COUNTERS = ("cached_tokens_total", "prompt_tokens_total")
 # Known broken or misleading families (sglang-metrics.md): never read.
 IGNORED = frozenset({"is_cuda_graph", "utilization", "num_retracted_reqs", "cache_hit_rate",
                      "max_running_requests_under_SLO"})
+# Latency histograms (cumulative `_bucket` series, one per `le`) -> the latency they measure (docs/signals.md):
+# their bucket deltas reach the window as `latency_bucket_name` observations.
+HISTOGRAMS: dict[str, str] = {
+    "time_to_first_token_seconds": "ttft",
+    "inter_token_latency_seconds": "itl",
+    "time_per_output_token_seconds": "itl",  # 0.3.6-0.4.4: the inter-token latency's first name
+    "e2e_request_latency_seconds": "e2e",
+    "queue_time_seconds": "queue_time",
+    "queue_time_s": "queue_time",  # 0.5.2 only
+}
+_BUCKET_FAMILIES = {f"{base}_bucket": latency for base, latency in HISTOGRAMS.items()}
 _RANK_LABELS = (("dp_rank", "dp"), ("pp_rank", "pp"), ("tp_rank", "tp"), ("moe_ep_rank", "ep"))
 
 
-_WANTED = frozenset((*GAUGES, *PHASE_SUMS, *(k[0] for k in COUNTERS), *TOKENIZER_COUNTERS))
+_WANTED = frozenset((*GAUGES, *PHASE_SUMS, *(k[0] for k in COUNTERS), *TOKENIZER_COUNTERS, *_BUCKET_FAMILIES))
 
 
 def wanted(name: str) -> bool:
@@ -295,6 +306,8 @@ class ScrapeInterpreter:
         model: str | None = None
         seen_new_retraction_counter: set[Rank] = set()
         phase_sums: dict[tuple[str, Rank], float] = {}
+        # (latency, rank, le) -> cumulative count, summed over the labels that split it (is_streaming)
+        hist: dict[tuple[str, Rank, float], float] = {}
         ranks: dict[tuple[tuple[str, str], ...], Rank] = {}  # label set -> rank: decided once per set
 
         def rank_of_set(label_set: tuple[tuple[str, str], ...], labels: Mapping[str, str]) -> Rank:
@@ -333,6 +346,13 @@ class ScrapeInterpreter:
                 k = (tag, rank)
                 totals[k] = totals.get(k, 0.0) + s.value
                 continue
+            latency = _BUCKET_FAMILIES.get(base)
+            if latency is not None:
+                le = _parse_value(labels.get("le", ""))
+                if le is not None and not math.isnan(le) and math.isfinite(s.value):
+                    hk = (latency, rank_of_set(s.labels, labels), le)
+                    hist[hk] = hist.get(hk, 0.0) + s.value
+                continue
             if base in TOKENIZER_COUNTERS:
                 source = labels.get("cache_source")
                 if base == "cached_tokens_total" and source is not None:
@@ -351,7 +371,7 @@ class ScrapeInterpreter:
             cached = tokenizer["cached_tokens_total"]
             totals[("prefill_cached_tokens", Rank())] = cached
             totals[("prefill_new_tokens", Rank())] = max(0.0, tokenizer["prompt_tokens_total"] - cached)
-        restarted = False
+        restarted = self._histogram_deltas(hist, now, obs)
         for (tag, rank), value in sorted(totals.items(), key=lambda kv: (kv[0][0], kv[0][1])):
             if not math.isfinite(value):
                 continue
@@ -370,3 +390,21 @@ class ScrapeInterpreter:
                 obs.append(Observation(now, name, delta, rank, "metrics"))
         return ScrapeResult(tuple(obs), model, restarted, exposition.garbage_lines,
                             max(exposition.sample_lines, len(exposition.samples)))
+
+    def _histogram_deltas(self, hist: Mapping[tuple[str, Rank, float], float], now: float,
+                          obs: list[Observation]) -> bool:
+        """Each bucket's requests since the previous scrape (zeros too: the histogram is exported);
+        whether a bucket went backwards (SGLang restarted: its whole count is new)."""
+        restarted = False
+        for (latency, rank, le), value in sorted(hist.items(), key=lambda kv: (kv[0][0], kv[0][1], kv[0][2])):
+            key = (latency_bucket_name(latency, le), rank)
+            prev = self._last.get(key)
+            self._last[key] = value
+            if prev is None:
+                continue  # first sight: a baseline
+            delta = value - prev
+            if delta < 0:
+                restarted = True
+                delta = value
+            obs.append(Observation(now, key[0], delta, rank, "metrics"))
+        return restarted
