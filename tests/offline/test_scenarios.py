@@ -426,6 +426,12 @@ def test_the_flag_spelling_is_never_guessed_from_the_excerpt(tmp_path: Path, ver
     assert (both in f.evidence) == names_both
     spelled = set(re.findall(r"--cuda-graph-max-bs(?:-decode)?(?![\w-])", f.guide))
     assert spelled == {flag}
+    # The plan's step says it too (its command line keeps the one spelling a command line can hold).
+    log = tmp_path / "server.log"
+    log.write_text(text, encoding="utf-8")
+    res = diagnose_source(str(log), TABLE, Config(), "upstream-2026", "throughput", {}, jobs=1)
+    (step,) = [s for s in res.document["plan"] if s["flag"] == flag]
+    assert (both in step["why"]) == names_both
 
 
 def _weights_leave_no_kv(weights_lines: bool) -> str:

@@ -30,10 +30,10 @@ from sglang_tuning_exporter.core.model import (
     rank_text,
     value_text,
 )
-from sglang_tuning_exporter.guide.checks import Check, CheckTable
+from sglang_tuning_exporter.guide.checks import Check, CheckTable, spelling_note
 from sglang_tuning_exporter.guide.config import Config
 from sglang_tuning_exporter.guide.settings import resolve
-from sglang_tuning_exporter.guide.suggest import ARG_KEYS
+from sglang_tuning_exporter.guide.suggest import ARG_KEYS, flag_spellings
 from sglang_tuning_exporter.pipeline.signals import FEW, SAMPLE_COUNT_OF
 
 RankSignals = Mapping[Rank, Mapping[str, float | None]]
@@ -225,6 +225,11 @@ def build_plan(table: CheckTable, findings: Sequence[Finding], signals: RankSign
                     f"{lead.action} to it only if the server is not already past it")
         if to is None and lead.flag is not None:
             why += _no_value(lead, c)
+        spellings = flag_spellings(c, server.version, server.args) if server is not None else ()
+        if lead.flag is not None and len(spellings) > 1:
+            # The release is unknown (a floor from the line formats at most): both spellings, no guess.
+            why += (f". The release is not in the input: {spelling_note(c, spellings)}; use the spelling the "
+                    "server's --help lists")
         then = (f"watch {_watch_text(c.plan.watch, prof, band)} for {c.plan.watch_for}" if c.plan.watch else
                 "watch the check's signal for 30 min of normal traffic")
         if isinstance(to, float) and to.is_integer() and isinstance(current, int) and not isinstance(current, bool):
