@@ -187,3 +187,49 @@ def test_a_flag_value_is_spelt_alike_in_every_output() -> None:
     assert plan_step_values({"current": False, "to": True}) == ("false", "true")
     big = {**note, "flag": "--chunked-prefill-size", "from": 8192.0, "to": 4096}
     assert "--chunked-prefill-size 8192 -> 4096" in last_change_text(big) and "8192 -> 4096" in text_section([big])
+
+
+# --- latency guard (issue 25) --------------------------------------------------------------------
+def _conservativeness(ttft_after: float, itl_after: float = 0.02, tput_after: float = 4480.0,
+                      latency: bool = True) -> tuple[list[WindowSummary], list[WindowSummary]]:
+    lat_b = {"ttft_p95_seconds": 0.8, "itl_p95_seconds": 0.02} if latency else {}
+    lat_a = {"ttft_p95_seconds": ttft_after, "itl_p95_seconds": itl_after} if latency else {}
+    before = [win(i * 600, statuses={"retractions_frequent": "critical"}, retractions_per_minute=6.0, **lat_b)
+              for i in range(3)]
+    after = [WindowSummary(3600 + i * 600, 4200 + i * 600,
+                           {**win(0, retractions_per_minute=0.1, **lat_a).signals, "gen_throughput_mean": tput_after},
+                           {"retractions_frequent": "ok"}) for i in range(3)]
+    return before, after
+
+
+def test_fewer_retractions_but_doubled_ttft_is_worse_and_says_the_trade() -> None:
+    """The issue's case: retractions fell, p95 TTFT doubled at comparable load -> worse, with the trade."""
+    before, after = _conservativeness(ttft_after=1.6)
+    v = judge("--schedule-conservativeness", 1.0, 1.3, before, after, TABLE)
+    assert v.verdict == "worse"
+    assert "retractions_frequent critical -> ok" in v.why
+    assert "throughput +12 %, p95 TTFT 0.8 -> 1.6 s (+100 %)" in v.why
+    assert v.why.endswith("go back to --schedule-conservativeness 1.0")
+    assert v.after.signals["ttft_p95_seconds"] == 1.6 and v.before.signals["ttft_p95_seconds"] == 0.8
+
+
+def test_latency_within_the_margin_keeps_the_improvement() -> None:
+    """p95 TTFT +20 % (under the 25 % margin) and ITL unchanged: the fall in retractions is an improvement."""
+    before, after = _conservativeness(ttft_after=0.96)
+    v = judge("--schedule-conservativeness", 1.0, 1.3, before, after, TABLE)
+    assert v.verdict == "improved" and "latency not seen" not in v.why
+
+
+def test_itl_regression_alone_is_worse() -> None:
+    before, after = _conservativeness(ttft_after=0.8, itl_after=0.05)
+    v = judge("--schedule-conservativeness", 1.0, 1.3, before, after, TABLE)
+    assert v.verdict == "worse" and "p95 ITL 0.02 -> 0.05 s (+150 %)" in v.why
+
+
+def test_log_only_verdict_says_latency_was_not_seen() -> None:
+    """diagnose reads no histogram: an improvement says that latency was not part of it."""
+    before, after = _conservativeness(ttft_after=0.0, latency=False)
+    v = judge("--schedule-conservativeness", 1.0, 1.3, before, after, TABLE)
+    assert v.verdict == "improved" and "latency not seen" in v.why
+    (c,) = diagnose_json(FIX / "improved.log")["changes"]
+    assert c["verdict"] == "improved" and "latency not seen" in c["why"]

@@ -43,6 +43,10 @@ CAPACITY_FLAGS = frozenset({"--tp-size", "--dp-size", "--max-total-tokens", "--m
 RUNTIME_FLAGS = frozenset({"--pp-max-micro-batch-size", "--speculative-accept-threshold-single",
                            "--speculative-accept-threshold-acc"})
 OOM_SIGNALS = tuple(f"oom_{p}_count" for p in OOM_PHASES)
+# What users feel, guarded whatever the checks say: a change whose after-windows (at comparable load) show one
+# of these more than LATENCY_MARGIN worse than before is `worse`, its trade stated (docs/signals.md).
+LATENCY_GUARD = (("ttft_p95_seconds", "p95 TTFT"), ("itl_p95_seconds", "p95 ITL"))
+LATENCY_MARGIN = 0.25
 ACTIVITY_SIGNAL = "decode_samples"
 
 
@@ -195,8 +199,33 @@ def _side(windows: Sequence[WindowSummary], watched: Sequence[str], table: Check
             continue
         vals = [float(v) for w in windows if (v := w.signals.get(c.signal)) is not None]
         sig[c.signal] = round(statistics.fmean(vals), 4) if vals else None
+    for name, _ in LATENCY_GUARD:
+        vals = [float(v) for w in windows if (v := w.signals.get(name)) is not None]
+        if vals:
+            sig[name] = round(statistics.fmean(vals), 4)
     st = {cid: _worst(w.statuses.get(cid, "unknown") for w in windows) for cid in watched}
     return Side(tuple(windows), sig, st)
+
+
+def _percent(before: float, after: float) -> str:
+    return f"{(after - before) / before * 100:+.0f} %"
+
+
+def latency_trade(b: Side, a: Side, tput: tuple[float, float] | None) -> tuple[list[str], bool]:
+    """(the latencies that got more than LATENCY_MARGIN slower, with the throughput it bought:
+    `throughput +12 %, p95 TTFT 0.8 -> 1.6 s (+100 %)`), whether latency was seen on both sides."""
+    slower: list[str] = []
+    seen = False
+    for name, label in LATENCY_GUARD:
+        vb, va = b.signals.get(name), a.signals.get(name)
+        if vb is None or va is None:
+            continue
+        seen = True
+        if vb > 0 and va > vb * (1 + LATENCY_MARGIN):
+            slower.append(f"{label} {_rounded(vb)} -> {_rounded(va)} s ({_percent(vb, va)})")
+    if slower and tput is not None and tput[0] > 0:
+        slower.insert(0, f"throughput {_percent(*tput)}")
+    return slower, seen
 
 
 def _comparable(a: float, b: float) -> bool:
@@ -267,6 +296,9 @@ def judge(flag: str, old: Any, new: Any, before: Sequence[WindowSummary], after:
     if tput_b and tput_a:
         load += f"; {_rounded(statistics.fmean(tput_b))} -> {_rounded(statistics.fmean(tput_a))} tokens/s"
     load += ")"
+    tput = (statistics.fmean(tput_b), statistics.fmean(tput_a)) if tput_b and tput_a else None
+    slower, latency_seen = latency_trade(b, a, tput)
+    unseen = "" if latency_seen else "; latency not seen (no TTFT/ITL histograms: SGLang's /metrics not read)"
 
     def moved(cid: str) -> str:
         c = by_id[cid]
@@ -276,21 +308,27 @@ def judge(flag: str, old: Any, new: Any, before: Sequence[WindowSummary], after:
     judged = [cid for cid in watched if pairs[cid]["before"] != "unknown" and pairs[cid]["after"] != "unknown"]
     worse = [cid for cid in judged if STATUS_CODE[pairs[cid]["after"]] > STATUS_CODE[pairs[cid]["before"]]]
     better = [cid for cid in judged if STATUS_CODE[pairs[cid]["after"]] < STATUS_CODE[pairs[cid]["before"]]]
+    trade = ", ".join(slower)
     if worse:
-        why = ", ".join(moved(c) for c in worse)
+        why = ", ".join(moved(c) for c in worse) + (f", {trade}" if trade else "")
         if better:
             why = f"{', '.join(moved(c) for c in better)} but {why}"
         return Verdict("worse", f"{why} {load}; {goback}", b, a, pairs)
+    if slower:
+        gained = f"{', '.join(moved(c) for c in better)} but " if better else ""
+        return Verdict("worse", f"{gained}{trade}, more than {LATENCY_MARGIN:.0%} slower {load}; {goback}",
+                       b, a, pairs)
     if better:
-        return Verdict("improved", f"{', '.join(moved(c) for c in better)} {load}", b, a, pairs)
+        return Verdict("improved", f"{', '.join(moved(c) for c in better)} {load}{unseen}", b, a, pairs)
     named = [c.id for c in checks_naming(table, flag)]
     if not any(cid in judged for cid in (named or watched)):
         return Verdict("inconclusive", f"the checks reading {flag} ({', '.join(named or watched[:3])}) could not be "
                        f"judged on both sides {load}", b, a, pairs)
     firing = [cid for cid in judged if pairs[cid]["after"] in ("warning", "critical")]
     if firing:
-        return Verdict("no_change", f"{', '.join(moved(c) for c in firing)}: still firing {load}", b, a, pairs)
-    return Verdict("no_change", f"{', '.join(c for c in judged if c in (named or judged))} stayed ok {load}",
+        return Verdict("no_change", f"{', '.join(moved(c) for c in firing)}: still firing {load}{unseen}", b, a,
+                       pairs)
+    return Verdict("no_change", f"{', '.join(c for c in judged if c in (named or judged))} stayed ok {load}{unseen}",
                    b, a, pairs)
 
 
@@ -368,7 +406,7 @@ def last_change_text(note: Mapping[str, Any]) -> str:
             f"{str(note['verdict']).upper().replace('_', ' ')} ({note['why']}). Then: {note['then']}.")
 
 
-__all__ = ["MEMORY_FLAGS", "SOURCES", "VERDICTS", "Section", "Verdict", "WindowSummary", "arg_of",
+__all__ = ["LATENCY_GUARD", "LATENCY_MARGIN", "MEMORY_FLAGS", "SOURCES", "VERDICTS", "Section", "Verdict", "WindowSummary", "arg_of",
            "checks_naming", "compare_sections", "detect", "entry", "flag_of", "judge", "last_change",
-           "last_change_text", "tracked_flags",
+           "last_change_text", "latency_trade", "tracked_flags",
            "watched_checks"]
