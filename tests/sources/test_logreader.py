@@ -315,3 +315,16 @@ def test_a_graph_capture_oom_names_the_graph_and_is_never_a_runtime_oom() -> Non
             f = oom.fields
             assert (f["phase"], f["reason"], f["graph"]) == ("startup", "cuda_graph_capture", graph)
             assert (f["gpu_total_gb"], f["gpu_free_gb"]) == (79.19, 0.38)
+
+
+def test_tp_ranks_interleaving_their_default_ooms_each_get_their_tracebacks_phase() -> None:
+    """TP0 and TP1 both log `Out of memory.` before either traceback: each held message (per rank) takes the
+    phase of its own rank's traceback."""
+    a = LogWriter("0.5.23", tp_size=2).default_oom("prefill", tp=0).lines
+    b = LogWriter("0.5.23", tp_size=2).default_oom("decode", tp=1).lines
+    ia = next(i for i, x in enumerate(a) if "Scheduler hit" in x)
+    ib = next(i for i, x in enumerate(b) if "Scheduler hit" in x)
+    text = "\n".join([*a[:ia], *b[:ib], *a[ia:], *b[ib:]]) + "\n"
+    for events in _read_every_way(text):
+        ooms = {e.rank["tp"]: e.fields["phase"] for e in events if e.kind == "oom"}
+        assert ooms == {0: "prefill", 1: "decode"}
