@@ -35,7 +35,7 @@ from sglang_tuning_exporter.render import dashboards as render_dashboards
 from sglang_tuning_exporter.render.grafana import SCHEMA_VERSION
 
 SCAN = FIXTURES / "sglang-metric-names.txt"
-VARIABLES = ("datasource", "job", "instance", "model_name", "dp_rank")
+VARIABLES = ("datasource", "cluster", "namespace", "pod", "job", "instance", "model_name", "dp_rank")
 
 TABLE = load_table()
 GENERATED = render_dashboards.generate(TABLE)
@@ -304,8 +304,9 @@ def test_table_without_a_needed_check_is_a_clear_error() -> None:
 
 
 def _promql_for_promtool(expr: str) -> str:
-    """Grafana variables replaced by values Prometheus accepts."""
+    """Grafana variables replaced by values Prometheus accepts ("All": `.*`, which matches a missing label)."""
     return (expr.replace("$__rate_interval", "5m").replace("$__range", "1h")
+            .replace("$cluster", ".*").replace("$namespace", ".*").replace("$pod", ".*")
             .replace("$job", ".*").replace("$instance", ".*").replace("$model_name", ".*")
             .replace("$dp_rank", ".*"))
 

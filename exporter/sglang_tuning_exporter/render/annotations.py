@@ -46,7 +46,8 @@ def _lookup(metric: str, check: Check, opts: RenderOptions, by: str) -> str:
     """Go template opening `{{ with <query of metric for this alert's server, rank and check> }}`."""
     job = job_matcher(opts.exporter_job)
     keys = opts.dedup_on if by == NATIVE_LOOKUP else (by, "dp_rank")
-    matchers, args = [job] if job else [], []
+    matchers = [m for m in (opts.selector, job) if m]
+    args: list[str] = []
     for key in keys:
         if key != HOST_LABEL:
             matchers.append(f"{key}=%q")

@@ -42,13 +42,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_flag(parser, "--config", default=None, metavar="FILE",
              help="the exporter's YAML config: its threshold/window/for overrides and disabled checks apply")
     add_flag(parser, "--render-options", default=None, metavar="FILE",
-             help="YAML render options: exporter_job, sglang_job, runbook_url, override_for, override_window, "
-                  "min_for, dedup_on, log_stale, native (and keys for other renderers)")
+             help="YAML render options: exporter_job, sglang_job, runbook_url, grafana_url, selector, override_for, "
+                  "override_window, min_for, dedup_on, log_stale, native (and keys for other renderers)")
     add_flag(parser, "--exporter-job", default=None, metavar="JOB",
              help="job label of the exporter's scrape ('' for no job matcher; default sglang-tuning-exporter)")
     add_flag(parser, "--sglang-job", default=None, metavar="JOB",
              help="job label of SGLang's own /metrics scrape ('' for no job matcher; default sglang)")
     add_flag(parser, "--runbook-url", default=None, metavar="URL", help="base URL of alerts/runbook.md")
+    add_flag(parser, "--selector", default=None, metavar="MATCHERS",
+             help='label matchers added to every rule and dashboard query, e.g. \'cluster="prod",namespace=~"llm-.*"\'')
+    add_flag(parser, "--grafana-url", default=None, metavar="URL",
+             help="base URL of Grafana for each alert's dashboard_url (default http://localhost:3000)")
     add_flag(parser, "--override-for", default=None, metavar="DURATION",
              help="use this `for:` on every alert (tests), e.g. 15s")
     add_flag(parser, "--override-window", default=None, metavar="DURATION",
@@ -72,7 +76,7 @@ def build_options(args: argparse.Namespace, table: CheckTable) -> render_options
         except render_options.OptionsError as exc:
             problems.extend(f"{args.render_options}: {p}" for p in exc.problems)
     cli: dict[str, Any] = {}
-    for attr in ("exporter_job", "sglang_job", "runbook_url", "workload"):
+    for attr in ("exporter_job", "sglang_job", "runbook_url", "workload", "selector", "grafana_url"):
         if getattr(args, attr) is not None:
             cli[attr] = getattr(args, attr)
     if args.guide_profile is not None:
@@ -141,7 +145,7 @@ def generate_all(table: CheckTable, opts: render_options.RenderOptions, *, rules
         return out
     out[render_runbook.RUNBOOK_PATH] = render_runbook.generate(table, opts)
     profile = profile_of(table, opts)
-    out.update(render_dashboards.generate(table, profile))
+    out.update(render_dashboards.generate(table, profile, opts.selector))
     out.update(render_kubernetes.generate(table, render_rules.rule_groups(table, opts), profile=profile,
                                           options=opts, **opts.extra))
     return out

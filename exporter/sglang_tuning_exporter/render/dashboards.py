@@ -12,9 +12,11 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from sglang_tuning_exporter.core.catalog import SIGNAL_FAMILIES, SIGNAL_FAMILY_UNITS, SIGNAL_UNITS
 from sglang_tuning_exporter.guide.checks import Check, CheckTable
+from sglang_tuning_exporter.render.expressions import add_selector
 from sglang_tuning_exporter.render.grafana import (
     BY,
     HOST_SEL,
@@ -502,10 +504,26 @@ def fleet_dashboard(b: GuideBands) -> Json:
 
 
 
-def generate(table: CheckTable, profile: str | None = None) -> dict[str, str]:
+def scope_queries(node: Any, selector: str) -> Any:
+    """The dashboard with the selector option in every query: panel and annotation `expr`, variable
+    `query`/`definition` (a mixin's `_config` selector)."""
+    if isinstance(node, list):
+        return [scope_queries(n, selector) for n in node]
+    if not isinstance(node, dict):
+        return node
+    out = {}
+    for key, value in node.items():
+        if key in ("expr", "query", "definition") and isinstance(value, str) and value.strip():
+            out[key] = add_selector(value, selector) if "{" in value else value
+        else:
+            out[key] = scope_queries(value, selector)
+    return out
+
+
+def generate(table: CheckTable, profile: str | None = None, selector: str = "") -> dict[str, str]:
     """All dashboards as `{relative path: JSON text}` for `render` to write or compare."""
     bands = bands_from_table(table, profile)
     return {
-        "dashboards/sglang-tuning-server.json": dump(server_dashboard(bands)),
-        "dashboards/sglang-tuning-fleet.json": dump(fleet_dashboard(bands)),
+        "dashboards/sglang-tuning-server.json": dump(scope_queries(server_dashboard(bands), selector)),
+        "dashboards/sglang-tuning-fleet.json": dump(scope_queries(fleet_dashboard(bands), selector)),
     }

@@ -10,7 +10,7 @@ import re
 
 from sglang_tuning_exporter.core.durations import promql_duration
 from sglang_tuning_exporter.guide.checks import Check, CheckTable
-from sglang_tuning_exporter.render.options import HOST_LABEL, RenderOptions
+from sglang_tuning_exporter.render.options import HOST_LABEL, RenderOptions, selector_labels
 
 # level name -> severity label; a check with two levels gets two alerts of the same name.
 LEVEL_ORDER = ("warning", "critical")
@@ -36,12 +36,62 @@ def job_matcher(job: str) -> str:
     return f"job={json.dumps(job)}" if job else ""
 
 
+def scoped(braces: str | None, job: str, opts: RenderOptions) -> str | None:
+    """A selector's braces with the job matcher, then the `selector` option's matchers in front
+    (`{cluster="prod",job="x",...}`); None (no braces) when there is nothing to add."""
+    if job:
+        braces = _add_matcher(braces, job)
+    if opts.selector:
+        braces = _add_matcher(braces, opts.selector)
+    return braces
+
+
 def ours(expr: str, opts: RenderOptions) -> str:
-    """Add the exporter's job matcher to every `sglang_tuning_*` selector of an expression."""
+    """Add the exporter's job matcher and the selector option to every `sglang_tuning_*` selector."""
     job = job_matcher(opts.exporter_job)
-    if not job:
+    if not job and not opts.selector:
         return expr
-    return _OURS.sub(lambda m: m.group(1) + _add_matcher(m.group(2), job), expr)
+    return _OURS.sub(lambda m: m.group(1) + (scoped(m.group(2), job, opts) or ""), expr)
+
+
+def selector_of(metric: str, opts: RenderOptions) -> str:
+    """A bare metric of the exporter's job (e.g. `up`) with its job matcher and the selector option."""
+    return metric + (scoped(None, job_matcher(opts.exporter_job), opts) or "")
+
+
+_BRACES = re.compile(r"\{[^{}]*\}")
+
+
+def add_selector(query: str, selector: str) -> str:
+    """A dashboard query with the selector option's matchers in every `{...}` label-matcher block (each
+    selector of the dashboards has braces: they all carry the dashboard variables)."""
+    if not selector:
+        return query
+    return _BRACES.sub(lambda m: _add_matcher(m.group(0), selector), query)
+
+
+def record_selector(name: str, opts: RenderOptions) -> str:
+    """A recorded series of these rules (it keeps its source's labels) with the selector option."""
+    return name + (scoped(None, "", opts) or "")
+
+
+_GROUPING = re.compile(r"\b(by|on) \(([^()]*)\)")
+
+
+def keep_selector_labels(expr: str, opts: RenderOptions) -> str:
+    """Add the selector's labels (e.g. `cluster`) to every `by`/`on` grouping that keeps a server apart
+    (names `instance` or `instance_host`): two clusters' `gpu-a:9470` stay two series."""
+    keep = selector_labels(opts.selector)
+    if not keep:
+        return expr
+
+    def sub(m: re.Match[str]) -> str:
+        names = [n.strip() for n in m.group(2).split(",") if n.strip()]
+        if not {"instance", HOST_LABEL} & set(names):
+            return m.group(0)
+        return f"{m.group(1)} ({', '.join(names + [k for k in keep if k not in names])})"
+
+    return _GROUPING.sub(sub, expr)
 
 
 # SGLang's own names as a server exposes them: `sglang:x`, `sglang_x` (Prometheus 3 escaping, a gateway) and
@@ -57,8 +107,7 @@ def native(expr: str, opts: RenderOptions, spelling: str) -> str:
         name, braces = m.group(1), m.group(2)
         if name in PRIORITY_TOTAL_METRICS and "priority" not in (braces or ""):
             braces = _add_matcher(braces, 'priority=""')
-        if job:
-            braces = _add_matcher(braces, job)
+        braces = scoped(braces, job, opts)
         return f"{spelling}{name}{braces or ''}"
 
     return _NATIVE.sub(sub, expr)

@@ -15,8 +15,11 @@ DATASOURCE = {"type": "prometheus", "uid": "${datasource}"}
 TAGS = ["sglang", "sglang-tuning"]
 
 # Every per-rank selector carries the dashboard variables; SGLang's scheduler labels are join keys.
-RANK_SEL = 'job=~"$job", instance=~"$instance", model_name=~"$model_name", dp_rank=~"$dp_rank"'
-HOST_SEL = 'job=~"$job", instance=~"$instance"'
+# The Kubernetes scope of a kube-prometheus mixin: `cluster`, `namespace`, `pod` variables, "All" (`.*`) by
+# default, which also matches a series without the label (a compose stack, a single cluster's Prometheus).
+SCOPE_SEL = 'cluster=~"$cluster", namespace=~"$namespace", pod=~"$pod", '
+RANK_SEL = SCOPE_SEL + 'job=~"$job", instance=~"$instance", model_name=~"$model_name", dp_rank=~"$dp_rank"'
+HOST_SEL = SCOPE_SEL + 'job=~"$job", instance=~"$instance"'
 # One series per DP replica (and pipeline stage): TP/EP ranks of a replica repeat the same values, so they are
 # aggregated away with max (min for memory headroom), never summed (docs/signals.md, "PromQL: the same meaning").
 BY = "instance, model_name, dp_rank, pp_rank"
@@ -193,17 +196,22 @@ def _query_var(name: str, label: str, query: str, *, hide: int = 0) -> Json:
 # Series present on any server we can show: our check level (the deprecated check_status for sidecars of
 # the previous release), or SGLang's own scheduler gauge.
 _ANY_SERVER = ('{__name__=~"sglang_tuning_check_level|sglang_tuning_check_status|sglang[:_]num_running_reqs", '
-               'job=~"$job"')
+               + SCOPE_SEL + 'job=~"$job"')
+# build_info: every sidecar has it (`up` only those with --sglang.url)
+_ANY_TARGET = '{__name__=~"sglang_tuning_build_info|sglang[:_]num_running_reqs"'
 
 
 def variables(*, per_rank_vars: bool = True) -> list[Json]:
-    """`datasource`, `job`, `instance`, `model_name` and (per rank) `dp_rank`, chained in that order."""
+    """`datasource`, `cluster`, `namespace`, `pod`, `job`, `instance`, `model_name` and (per rank) `dp_rank`,
+    chained in that order."""
     out: list[Json] = [
         {"name": "datasource", "label": "Data source", "type": "datasource", "query": "prometheus",
          "current": {}, "hide": 0, "includeAll": False, "multi": False, "options": [], "refresh": 1,
          "regex": "", "skipUrlSync": False},
-        # build_info: every sidecar has it (`up` only those with --sglang.url)
-        _query_var("job", "Job", 'label_values({__name__=~"sglang_tuning_build_info|sglang[:_]num_running_reqs"}, job)'),
+        _query_var("cluster", "Cluster", f"label_values({_ANY_TARGET}}}, cluster)"),
+        _query_var("namespace", "Namespace", f'label_values({_ANY_TARGET}, cluster=~"$cluster"}}, namespace)'),
+        _query_var("pod", "Pod", f'label_values({_ANY_TARGET}, cluster=~"$cluster", namespace=~"$namespace"}}, pod)'),
+        _query_var("job", "Job", f"label_values({_ANY_TARGET}, {SCOPE_SEL.rstrip(', ')}}}, job)"),
         _query_var("instance", "Instance", f"label_values({_ANY_SERVER}}}, instance)"),
         _query_var("model_name", "Model",
                    f'label_values({_ANY_SERVER}, instance=~"$instance"}}, model_name)'),

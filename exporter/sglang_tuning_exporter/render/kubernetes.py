@@ -159,10 +159,10 @@ def deployment(sglang_image: str, exporter_image: str) -> Json:
                                                                              "sizeLimit": "16Gi"}}]}}}}
 
 
-def dashboard_config_maps(table: CheckTable, profile: str | None = None) -> list[Json]:
+def dashboard_config_maps(table: CheckTable, profile: str | None = None, selector: str = "") -> list[Json]:
     """One ConfigMap per dashboard (the same JSON as dashboards/), labelled for Grafana's dashboard sidecar."""
     maps: list[Json] = []
-    for path, text in sorted(render_dashboards.generate(table, profile).items()):
+    for path, text in sorted(render_dashboards.generate(table, profile, selector).items()):
         name = path.rsplit("/", 1)[-1]
         maps.append({"apiVersion": "v1", "kind": "ConfigMap",
                      "metadata": {"name": name.removesuffix(".json"),
@@ -218,7 +218,7 @@ def generate(table: CheckTable, rule_groups: Sequence[Mapping[str, Any]],
             (options.sglang_job if options else "") or SGLANG_JOB)),
         "service.yaml": dump(service()),
         "deployment.yaml": dump(deployment(sglang_image, exporter_image)),
-        "dashboards-configmap.yaml": dump(*dashboard_config_maps(table, profile)),
+        "dashboards-configmap.yaml": dump(*dashboard_config_maps(table, profile, options.selector if options else "")),
         "logtee-configmap.yaml": dump(logtee_config_map()),
     }
     files["kustomization.yaml"] = dump(kustomization(list(files)))

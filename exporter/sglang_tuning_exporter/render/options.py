@@ -4,6 +4,7 @@ YAML file or the CLI flags), read and validated with every problem listed at onc
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -17,6 +18,11 @@ DEFAULT_RUNBOOK_URL = ("https://github.com/sglang-tuning-exporter/sglang-tuning-
 # A derived join label: the host part of `instance`. A sidecar runs beside its SGLang (same pod IP or
 # host), so its instance and SGLang's share the host and differ only in the port.
 HOST_LABEL = "instance_host"
+DEFAULT_GRAFANA_URL = "http://localhost:3000"  # the compose stack's Grafana
+# One PromQL label matcher (`cluster="prod"`, `namespace=~"llm-.*"`); the selector option is a comma list.
+_MATCHER = re.compile(r'\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*(=~|!~|!=|=)\s*("(?:[^"\\]|\\.)*")\s*(?:,|$)')
+# Labels the renderer sets itself: the job matchers are their own options, `__name__` picks the metric.
+_RESERVED_LABELS = frozenset({"job", "__name__", HOST_LABEL})
 
 
 class OptionsError(ProblemsError):
@@ -41,11 +47,15 @@ class RenderOptions:
     dedup_on: tuple[str, ...] = (HOST_LABEL, "model_name", "dp_rank")
     log_stale_s: float = 300.0  # log considered stalled after this long without a line
     native: bool = True  # render the SGLang-native group
+    # matchers added to every rule, recording rule, annotation lookup and dashboard query (a mixin's
+    # `_config` selector), normalised `name="v",name=~"v"`; "" = none
+    selector: str = ""
+    grafana_url: str = DEFAULT_GRAFANA_URL  # base URL of Grafana; each alert's dashboard_url starts with it
     extra: Mapping[str, Any] = field(default_factory=dict)  # keys for other renderers (kubernetes, ...)
 
 
 OPTION_KEYS = {"exporter_job", "sglang_job", "runbook_url", "profile", "workload", "override_for",
-               "override_window", "min_for", "dedup_on", "log_stale", "native"}
+               "override_window", "min_for", "dedup_on", "log_stale", "native", "selector", "grafana_url"}
 
 
 def options_from_mapping(raw: Any, base: RenderOptions | None = None) -> RenderOptions:
@@ -58,7 +68,7 @@ def options_from_mapping(raw: Any, base: RenderOptions | None = None) -> RenderO
     problems: list[str] = []
     extra = {k: v for k, v in raw.items() if k not in OPTION_KEYS}
     changes: dict[str, Any] = {"extra": {**opts.extra, **extra}}
-    for key in ("exporter_job", "sglang_job", "runbook_url", "workload"):
+    for key in ("exporter_job", "sglang_job", "runbook_url", "workload", "grafana_url"):
         if key in raw:
             if not isinstance(raw[key], str):
                 problems.append(f"{key}: must be a string")
@@ -89,9 +99,46 @@ def options_from_mapping(raw: Any, base: RenderOptions | None = None) -> RenderO
             problems.append("native: must be true or false")
         else:
             changes["native"] = raw["native"]
+    if "selector" in raw:
+        try:
+            changes["selector"] = parse_selector(raw["selector"])
+        except ValueError as exc:
+            problems.append(f"selector: {exc}")
     if problems:
         raise OptionsError(problems)
     return replace(opts, **changes)
+
+
+def parse_selector(raw: Any) -> str:
+    """A selector option (`cluster="prod", namespace=~"llm-.*"`, braces optional) normalised to
+    `cluster="prod",namespace=~"llm-.*"`; raises ValueError naming what is wrong."""
+    if raw is None:
+        return ""
+    if not isinstance(raw, str):
+        raise ValueError('must be a string of label matchers, e.g. cluster="prod",namespace=~"llm-.*"')
+    text = raw.strip()
+    if text.startswith("{") and text.endswith("}"):
+        text = text[1:-1].strip()
+    matchers: list[str] = []
+    pos = 0
+    while pos < len(text):
+        m = _MATCHER.match(text, pos)
+        if m is None or m.end() == pos:
+            raise ValueError(f"{raw!r} is not a list of label matchers like cluster=\"prod\" "
+                             f"(problem at {text[pos:pos + 20]!r})")
+        name, op, value = m.groups()
+        if "{" in value or "}" in value:  # the rule and dashboard rewriting reads selectors up to the first }
+            raise ValueError(f"{name}: braces in a matcher value are not supported ({value})")
+        if name in _RESERVED_LABELS:
+            raise ValueError(f"{name}: set by the renderer (the exporter_job/sglang_job options), not a selector")
+        matchers.append(f"{name}{op}{value}")
+        pos = m.end()
+    return ",".join(matchers)
+
+
+def selector_labels(selector: str) -> tuple[str, ...]:
+    """The label names of a normalised selector, in order (the groupings that keep them)."""
+    return tuple(m.group(1) for m in _MATCHER.finditer(selector))
 
 
 def validate_options(table: CheckTable, opts: RenderOptions) -> list[str]:

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from sglang_tuning_exporter.core.durations import promql_duration
@@ -33,7 +33,7 @@ from sglang_tuning_exporter.render.expressions import (
     exporter_signal_expr,
     for_of,
     has_native,
-    job_matcher,
+    keep_selector_labels,
     levels,
     lowest_threshold,
     native_record_name,
@@ -42,6 +42,8 @@ from sglang_tuning_exporter.render.expressions import (
     ours,
     paren,
     profile_of,
+    record_selector,
+    selector_of,
     window_of,
     with_host,
 )
@@ -86,7 +88,7 @@ def _suppressions(check: Check, by_id: dict[str, Check], table: CheckTable, opts
         if native_side:
             if not has_native(s):
                 continue
-            sig = native_record_name(s, opts)
+            sig = record_selector(native_record_name(s, opts), opts)
         else:
             sig = paren(exporter_signal_expr(s, table, opts))
         out.append(f"unless on ({', '.join(RANK_JOIN)})\n  ({compare(sig, s.comparison, lowest_threshold(s, table, opts))})")
@@ -145,7 +147,7 @@ def native_group(table: CheckTable, opts: RenderOptions) -> Group:
     dedup = ", ".join(opts.dedup_on)
     by_host = HOST_LABEL in opts.dedup_on
     for c in natives:
-        sig = native_record_name(c, opts)
+        sig = record_selector(native_record_name(c, opts), opts)
         # The exporter has this signal (judged or not: a feature switched off is its call, not SGLang's).
         covered = exporter_signal_expr(c, table, opts, judged=False)
         # By host: only the sidecar beside this SGLang silences it, not any exporter of the same model.
@@ -219,10 +221,10 @@ def _guard(alert: str, gid: str, expr: str, for_s: float, summary: str, desc: st
 
 def health_group(opts: RenderOptions) -> Group:
     """Guards: the exporter and its sources are working, so silence means healthy."""
-    job_sel = f"{{{job_matcher(opts.exporter_job)}}}" if opts.exporter_job else ""
+    up_sel = selector_of("up", opts)
     on = "on (job, instance)"
     rules = [
-        _guard("SGLangTuningExporterDown", "exporter_down", f"up{job_sel} == 0", 300,
+        _guard("SGLangTuningExporterDown", "exporter_down", f"{up_sel} == 0", 300,
                "sglang-tuning-exporter is down",
                "Prometheus cannot scrape the exporter at {{ $labels.instance }} (job {{ $labels.job }}) "
                "for {for}; its guide checks are blind. Value: {{ $value }}.",
@@ -231,7 +233,7 @@ def health_group(opts: RenderOptions) -> Group:
     ]
     if opts.exporter_job:
         rules.append(_guard(
-            "SGLangTuningExporterAbsent", "exporter_absent", f"absent(up{job_sel})", 900,
+            "SGLangTuningExporterAbsent", "exporter_absent", f"absent({up_sel})", 900,
             "No sglang-tuning-exporter target is scraped",
             f"No `up` series for job {opts.exporter_job}{{{{ with $labels.instance }}}} on {{{{ . }}}}{{{{ end }}}} "
             "for {for}: the "
@@ -312,6 +314,9 @@ def groups(table: CheckTable, opts: RenderOptions) -> list[Group]:
     out = [recording_group(opts), health_group(opts), checks_group(table, opts), changes_group(opts)]
     if opts.native:
         out.append(native_group(table, opts))
+    if opts.selector:  # a server is told apart by its selector labels too (two clusters' gpu-a:9470)
+        out = [replace(g, rules=tuple(replace(r, body={**r.body, "expr": keep_selector_labels(r.body["expr"], opts)})
+                                      for r in g.rules)) for g in out]
     return out
 
 
