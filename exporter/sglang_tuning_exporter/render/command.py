@@ -20,6 +20,7 @@ from sglang_tuning_exporter.core.exit_codes import EXIT_DRIFT, EXIT_OK, EXIT_USA
 from sglang_tuning_exporter.core.flags import WORKLOADS, add_flag
 from sglang_tuning_exporter.guide.checks import Check, CheckTable, TableError, load_table
 from sglang_tuning_exporter.render import dashboards as render_dashboards
+from sglang_tuning_exporter.render import helmchart as render_helm
 from sglang_tuning_exporter.render import kubernetes as render_kubernetes
 from sglang_tuning_exporter.render import options as render_options
 from sglang_tuning_exporter.render import rules as render_rules
@@ -148,6 +149,7 @@ def generate_all(table: CheckTable, opts: render_options.RenderOptions, *, rules
     out.update(render_dashboards.generate(table, profile, opts.selector))
     out.update(render_kubernetes.generate(table, render_rules.rule_groups(table, opts), profile=profile,
                                           options=opts, **opts.extra))
+    out.update(render_helm.generate(table, opts))
     return out
 
 

@@ -1,4 +1,5 @@
-"""Kubernetes manifests: PrometheusRule (same rule groups as alerts/), ServiceMonitor, an example SGLang
+"""Kubernetes manifests: PrometheusRule (same rule groups as alerts/), ServiceMonitor (or, as a kustomize
+component, a PodMonitor), an example SGLang
 Deployment with the sidecar sharing the log through an emptyDir, its Service, and dashboard ConfigMaps.
 
 `generate(table, rule_groups, release_label=...)` returns `{relative path: YAML text}` for `render`.
@@ -104,6 +105,27 @@ def service_monitor(release_label: str, exporter_job: str = EXPORTER_JOB, sglang
             "spec": {"selector": {"matchLabels": {"app.kubernetes.io/name": APP,
                                                   "app.kubernetes.io/component": "server"}},
                      "endpoints": [endpoint("tuning-metrics", exporter_job), endpoint("http", sglang_job)]}}
+
+
+def pod_monitor(release_label: str, exporter_job: str = EXPORTER_JOB, sglang_job: str = SGLANG_JOB) -> Json:
+    """The ServiceMonitor's scrape as a PodMonitor: the same ports and jobs, selecting the pods directly (for a
+    Prometheus that selects PodMonitors only, or pods without a Service)."""
+    mon = service_monitor(release_label, exporter_job, sglang_job)
+    selector = {"app.kubernetes.io/name": APP, "app.kubernetes.io/component": "server"}
+    return {"apiVersion": "monitoring.coreos.com/v1", "kind": "PodMonitor", "metadata": mon["metadata"],
+            "spec": {"selector": {"matchLabels": selector}, "podMetricsEndpoints": mon["spec"]["endpoints"]}}
+
+
+# The PodMonitor ships as a kustomize component that also deletes the ServiceMonitor (one scrape per pod):
+# `components: [<path>/deploy/kubernetes/podmonitor]` in a kustomization that has deploy/kubernetes as resource.
+POD_MONITOR_COMPONENT = "podmonitor"
+
+
+def pod_monitor_component() -> Json:
+    return {"apiVersion": "kustomize.config.k8s.io/v1alpha1", "kind": "Component",
+            "resources": ["podmonitor.yaml"],
+            "patches": [{"patch": "$patch: delete\napiVersion: monitoring.coreos.com/v1\nkind: ServiceMonitor\n"
+                                  f"metadata:\n  name: {APP}\n"}]}
 
 
 def deployment(sglang_image: str, exporter_image: str) -> Json:
@@ -222,5 +244,9 @@ def generate(table: CheckTable, rule_groups: Sequence[Mapping[str, Any]],
         "logtee-configmap.yaml": dump(logtee_config_map()),
     }
     files["kustomization.yaml"] = dump(kustomization(list(files)))
+    files[f"{POD_MONITOR_COMPONENT}/podmonitor.yaml"] = dump(pod_monitor(
+        release_label, (options.exporter_job if options else "") or EXPORTER_JOB,
+        (options.sglang_job if options else "") or SGLANG_JOB))
+    files[f"{POD_MONITOR_COMPONENT}/kustomization.yaml"] = dump(pod_monitor_component())
     return {f"{OUT_DIR}/{name}": text for name, text in files.items()}
 
