@@ -36,6 +36,7 @@ ALL_ON: dict[str, Any] = {
     "serviceMonitor": {"basicAuth": {"username": {"name": "exporter-scrape", "key": "user"},
                                      "password": {"name": "exporter-scrape", "key": "password"}}},
     "grafanaDashboards": {"grafanaOperator": {"enabled": True}},
+    "grafanaUrl": "https://grafana.example",
 }
 
 
@@ -134,7 +135,7 @@ def test_every_profile_and_workload_picks_its_rules(profile: str) -> None:
 
 def test_selector_value_equals_render_with_the_selector_option() -> None:
     """The chart's `selector` gives the rules and dashboards `render --selector` writes, byte for byte."""
-    opts = RenderOptions(selector=parse_selector(SELECTOR))
+    opts = RenderOptions(selector=parse_selector(SELECTOR), grafana_url="https://grafana.example")
     assert _groups(EVERYTHING) == {g["name"]: g for g in render_rules.rule_groups(TABLE, opts)}
     expected = {Path(p).name: t for p, t in render_dashboards.generate(TABLE, None, opts.selector).items()}
     maps = [d for d in EVERYTHING if d["kind"] == "ConfigMap" and "grafana_dashboard" in d["metadata"]["labels"]]
@@ -167,6 +168,7 @@ def test_chart_rules_with_a_selector_pass_promtool(tmp_path: Path) -> None:
     ({"selector": "cluster=prod"}, "selector"),
     ({"selector": 'pod=~"a{2}"'}, "selector"),
     ({"log": {"maxBytes": "big"}}, "maxBytes"),
+    ({"grafanaUrl": "grafana:3000"}, "grafanaUrl"),
 ])
 def test_values_schema_rejects_a_bad_value(values: dict[str, Any], where: str) -> None:
     chart = helm.Chart.load(str(CHART_DIR))

@@ -110,6 +110,8 @@ def test_alert_conventions() -> None:
         assert "$labels.instance" in notes["description"] and "$value" in notes["description"]
         assert notes["runbook_url"].endswith("#" + a["alert"].lower())
         assert notes["check"] == a["labels"]["check"]
+        assert notes["dashboard_url"].startswith("http://localhost:3000/d/sglang-tuning-server/"), a["alert"]
+        assert "&var-instance={{ . | urlquery }}" in notes["dashboard_url"]
 
 
 def test_every_check_alert_names_flag_direction_and_value() -> None:

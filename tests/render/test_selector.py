@@ -159,3 +159,16 @@ def test_dashboards_have_cluster_namespace_pod_variables_that_default_to_all() -
         for q in _queries(json.loads(text)):
             if "sglang_tuning_check_level{" in q:
                 assert 'cluster=~"$cluster", namespace=~"$namespace", pod=~"$pod"' in q
+
+
+def test_dashboard_url_follows_the_grafana_url_option_and_opens_the_server_dashboard() -> None:
+    """Every alert links the per-server dashboard (its uid) with the alert's scope and instance variables."""
+    opts = options_from_mapping({"grafana_url": "https://grafana.example/"})
+    server_uid = json.loads(render_dashboards.generate(TABLE)["dashboards/sglang-tuning-server.json"])["uid"]
+    alerts = [r for r in _rules(opts) if "alert" in r]
+    assert alerts
+    for a in alerts:
+        url = a["annotations"]["dashboard_url"]
+        assert url.startswith(f"https://grafana.example/d/{server_uid}/"), url
+        for var in ("cluster", "namespace", "pod", "instance"):
+            assert f"{{{{ with $labels.{var} }}}}&var-{var}={{{{ . | urlquery }}}}{{{{ end }}}}" in url

@@ -124,12 +124,25 @@ def alert_annotations(check: Check, table: CheckTable, opts: RenderOptions, thre
         "summary": check.summary,
         "description": description(check, table, opts, threshold, by=by),
         "runbook_url": f"{opts.runbook_url}#{anchor(check.alert)}",
+        "dashboard_url": dashboard_url(opts),
         "check": check.id,
         "flag": flag_template(check, opts, by=by) if check.flag else "client-side",
         "action": check.action,
         "suggested_value": suggested_template(check, opts, by=by),
         "guide": guide_line(check, table, opts),
     }
+
+
+# The per-server dashboard (render/dashboards.SERVER_UID; dashboards import render, not the other way round).
+SERVER_DASHBOARD = "d/sglang-tuning-server/sglang-tuning-server"
+# Dashboard variables filled from the alert's labels when it has them (the Kubernetes scope, then the server).
+DASHBOARD_VARS = ("cluster", "namespace", "pod", "instance")
+
+
+def dashboard_url(opts: RenderOptions) -> str:
+    """Go template: the per-server dashboard over the last 3 hours, its variables set to the alert's labels."""
+    fill = "".join(f"{{{{ with $labels.{v} }}}}&var-{v}={{{{ . | urlquery }}}}{{{{ end }}}}" for v in DASHBOARD_VARS)
+    return f"{opts.grafana_url.rstrip('/')}/{SERVER_DASHBOARD}?from=now-3h&to=now{fill}"
 
 
 def anchor(alert: str) -> str:

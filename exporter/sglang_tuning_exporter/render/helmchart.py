@@ -22,7 +22,7 @@ from sglang_tuning_exporter.render import kubernetes as k8s
 from sglang_tuning_exporter.render import rules as render_rules
 from sglang_tuning_exporter.render.expressions import profile_of
 from sglang_tuning_exporter.render.helmtemplates import HELPERS, TEMPLATES
-from sglang_tuning_exporter.render.options import RenderOptions
+from sglang_tuning_exporter.render.options import DEFAULT_GRAFANA_URL, RenderOptions
 from sglang_tuning_exporter.sources import logtee
 
 CHART = "sglang-tuning-exporter"
@@ -49,6 +49,7 @@ def values(table: CheckTable, opts: RenderOptions) -> dict[str, Any]:
         "guideProfile": profile_of(table, opts),
         "workload": opts.workload,
         "selector": "",
+        "grafanaUrl": DEFAULT_GRAFANA_URL,
         "sglang": {
             "image": {"repository": sglang_repo, "tag": sglang_tag, "pullPolicy": "IfNotPresent"},
             "model": "Qwen/Qwen2.5-7B-Instruct", "extraArgs": "",
@@ -104,6 +105,7 @@ def schema(table: CheckTable) -> dict[str, Any]:
         "guideProfile": {"enum": list(table.profiles)},
         "workload": {"enum": list(table.workloads)},
         "selector": {"type": "string", "pattern": SELECTOR_PATTERN},
+        "grafanaUrl": {"type": "string", "pattern": "^https?://"},
         "sglang": _obj({"image": _IMAGE, "model": _STR, "extraArgs": _STR, "hfTokenSecret": _STR,
                         "resources": _MAP, "shmSizeLimit": _STR}),
         "exporter": _obj({"image": _IMAGE, "extraArgs": {"type": "array", "items": _STR}, "resources": _MAP,
@@ -135,7 +137,7 @@ def chart_yaml() -> dict[str, Any]:
 def rule_files(table: CheckTable, opts: RenderOptions) -> dict[str, str]:
     """`files/rules/common.json` and `files/rules/<profile>/<workload>.json`, with the placeholder selector."""
     out: dict[str, str] = {}
-    base = replace(opts, selector=PLACEHOLDER)
+    base = replace(opts, selector=PLACEHOLDER, grafana_url=DEFAULT_GRAFANA_URL)
     for profile in table.profiles:
         for workload in table.workloads:
             groups = render_rules.rule_groups(table, replace(base, profile=profile, workload=workload))

@@ -25,7 +25,13 @@ from typing import Any
 from sglang_tuning_exporter.core.durations import promql_duration
 from sglang_tuning_exporter.core.recording import RECORDING_WINDOW_S, recorded
 from sglang_tuning_exporter.guide.checks import Check, CheckTable
-from sglang_tuning_exporter.render.annotations import NATIVE_LOOKUP, alert_annotations, anchor, guide_line
+from sglang_tuning_exporter.render.annotations import (
+    NATIVE_LOOKUP,
+    alert_annotations,
+    anchor,
+    dashboard_url,
+    guide_line,
+)
 from sglang_tuning_exporter.render.expressions import (
     RANK_JOIN,
     checks_in_scope,
@@ -214,7 +220,8 @@ def _guard(alert: str, gid: str, expr: str, for_s: float, summary: str, desc: st
         "alert": alert, "expr": expr, "for": for_text,
         "labels": {"severity": "warning", "check": gid, "source": "exporter"},
         "annotations": {"summary": summary, "description": desc,
-                        "runbook_url": f"{opts.runbook_url}#{anchor(alert)}", "check": gid, "flag": flag,
+                        "runbook_url": f"{opts.runbook_url}#{anchor(alert)}", "dashboard_url": dashboard_url(opts),
+                        "check": gid, "flag": flag,
                         "action": action, "suggested_value": value, "guide": guide},
     }, f"guard {gid}: a broken source must not look healthy")
 
@@ -299,6 +306,7 @@ def changes_group(opts: RenderOptions) -> Group:
                            "(verdict worse = {{ $value }}); go back to {{ $labels.flag }} "
                            "{{ $labels.from_value }}. The exporter's /api/changes says why.",
             "runbook_url": f"{opts.runbook_url}#{anchor('SGLangTuningChangeMadeWorse')}",
+            "dashboard_url": dashboard_url(opts),
             "check": "change_made_worse", "flag": "{{ $labels.flag }}", "action": "set",
             "suggested_value": "{{ $labels.from_value }}",
             "guide": "Change one flag at a time, then benchmark again."},

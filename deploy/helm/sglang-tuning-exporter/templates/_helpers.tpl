@@ -46,6 +46,10 @@ value, or dropped; the groupings that keep a server apart gain the selector's la
 {{- $text -}}
 {{- end -}}
 
+{{- /* dashboard_url of the generated rules starts with the default Grafana URL; the value replaces it. */ -}}
+{{- define "ste.dashboardPath" -}}d/sglang-tuning-server/sglang-tuning-server{{- end -}}
+{{- define "ste.dashboardBase" -}}http://localhost:3000/d/sglang-tuning-server/sglang-tuning-server{{- end -}}
+
 {{- define "ste.webScheme" -}}{{ if .Values.exporter.webConfig.tls }}https{{ else }}http{{ end }}{{- end -}}
 
 {{- /* One scrape endpoint of a ServiceMonitor or PodMonitor; the relabeling sets the job the rules match. */ -}}
