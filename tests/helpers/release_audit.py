@@ -143,10 +143,15 @@ class Reading:
         return specific[0] if specific else (self.kinds[0] if self.kinds else None)
 
 
+# How a raised message reaches the log: the scheduler's traceback, ending with `Type: message`.
+TRACEBACK = ("Scheduler hit an exception: Traceback (most recent call last):\n"
+             '  File "/sglang/srt/managers/scheduler.py", line 1100, in event_loop_overlap\n    self.run_batch(batch)\n')
+
+
 def read_message(message: str, *, prefix: str = PREFIX, exception: str | None = None) -> Reading:
     """Run the project's reader over one rendered message (its first line prefixed; a raised message as
-    the `Type: message` line that ends its traceback)."""
-    text = f"{exception}: {message}" if exception else message
+    the `Type: message` lines that end the scheduler's traceback)."""
+    text = f"{TRACEBACK}{exception}: {message}" if exception else message
     lines = text.split("\n")
     lines[0] = prefix + lines[0]
     events, stats = scan_text("\n".join(lines) + "\n")

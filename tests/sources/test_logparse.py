@@ -610,3 +610,26 @@ def test_a_feature_switched_off_by_configuration_is_read_with_its_reason(message
                   "degradation. Check if batch size is within CUDA graph capture range."):
         got = parse_line(f"[2026-01-01 00:00:00] {other}", 1)
         assert not (isinstance(got, Event) and str(got.fields.get("stage", "")).endswith("_disabled")), other
+
+
+@pytest.mark.parametrize(("message", "stage", "extra"), [
+    ("Disable prefill CUDA graph for EAGLE target on tc_piecewise to avoid FP4/MoE decode-replay corruption (#28386).",
+     "prefill_graph_disabled", {}),
+    ("Disable prefill CUDA graph capture because no configured capture size fits backend=full with "
+     "max_capture_tokens=4853 (max_capture_requests=4285, context_length=3789, request-pool size=2048).",
+     "prefill_graph_disabled", {"max_capture_tokens": 4853, "max_capture_requests": 4285, "context_length": 3789,
+                                "request_pool": 2048}),
+    ("Breakable CUDA graph is incompatible with lora; disabling prefill CUDA graph.", "prefill_graph_disabled", {}),
+    ("Disabling breakable prefill CUDA graph by default for pipeline parallelism. Set "
+     "--cuda-graph-backend-prefill=breakable to opt in.", "prefill_graph_disabled", {}),
+    ("Disable DFLASH draft cuda graph because only 1.51 GB GPU memory is available after target backend "
+     "initialization.", "draft_graph_disabled", {"graph": "DFLASH draft", "avail_mem_gb": 1.51}),
+])
+def test_the_prefill_and_draft_graphs_switched_off_in_every_wording(message: str, stage: str,
+                                                                   extra: dict[str, Any]) -> None:
+    """0.5.15-0.5.23's other wordings of a prefill graph (or a speculative draft's graph) switched off: the
+    stage, SGLang's whole message as the reason, and the numbers it names."""
+    e = parse_line("[2026-11-28 10:00:00 TP0] " + message, 2)
+    assert e is not None and e.kind == "startup_memory" and e.rank == {"tp": 0}
+    assert e.fields == {"stage": stage, "reason": message.rstrip("."), **extra}
+    assert capture_event(e) is None

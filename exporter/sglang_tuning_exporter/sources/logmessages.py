@@ -322,6 +322,16 @@ def _capture(s: str, n: int) -> _Result:
 _GRAPH_WARN = re.compile(r"CUDA graph disabled for (\d+) consecutive decode steps")
 # `Disable prefill CUDA graph because <reason>` (model runner, 0.5.14+; INFO or WARNING)
 _PREFILL_OFF = re.compile(r"Disable prefill CUDA graph because ?")
+# The prefill graph's other wordings (0.5.15-0.5.23: `Disable prefill CUDA graph for EAGLE target ...`, `Disable
+# draft prefill CUDA graph because ...`, `... capture because no configured capture size fits backend=X with
+# max_capture_tokens=N (...)`, `Disabling prefill CUDA graph (full) by default for ...`, `Breakable CUDA graph is
+# incompatible with X; disabling prefill CUDA graph.`) and a speculative draft's decode graph (`Disable DFLASH
+# draft cuda graph because only 1.51 GB GPU memory is available ...`): the whole message is the reason.
+_PREFILL_OFF_OTHER = re.compile(r"(?i)Disabl(?:e|ing)(?: \w+)? prefill CUDA graph(?: capture| \([^)]{0,40}\))?"
+                                r" (?:because|for|by default)|; disabling prefill CUDA graph"
+                                r"|Disable (?P<draft>\w+) draft cuda graph because")
+_NAMED_NUMBER = re.compile(r"\b([a-z][\w-]{0,40}?)(?: size)?=(\d+)\b")
+_ONLY_GB = re.compile(r"only (\d+(?:\.\d+)?) GB GPU memory is available")
 
 
 def _graph_warner(s: str, n: int) -> _Result:
@@ -333,10 +343,25 @@ def _graph_warner(s: str, n: int) -> _Result:
 
 def _prefill_graph_off(s: str, n: int) -> _Result:
     m = _PREFILL_OFF.search(s)
+    if m is not None:
+        return _event(n, ev.STARTUP_MEMORY, s[:m.start()],
+                      {"stage": "prefill_graph_disabled", "reason": s[m.end():].strip().rstrip(".")})
+    m = _PREFILL_OFF_OTHER.search(s)
     if m is None:
         return None
-    return _event(n, ev.STARTUP_MEMORY, s[:m.start()],
-                  {"stage": "prefill_graph_disabled", "reason": s[m.end():].strip().rstrip(".")})
+    at = s.rfind("] ", 0, m.start() + 1)  # the message starts after the prefix's `] `
+    at = at + 2 if at >= 0 else 0
+    draft = m.group("draft")
+    fields: dict[str, Any] = {"stage": "draft_graph_disabled" if draft else "prefill_graph_disabled",
+                              "reason": s[at:].strip().rstrip(".")}
+    if draft:
+        fields["graph"] = f"{draft} draft"
+    for key, value in _NAMED_NUMBER.findall(s, m.end()):
+        fields[normalise_key(key)] = int(value)
+    gb = _ONLY_GB.search(s, m.end())
+    if gb is not None:
+        fields["avail_mem_gb"] = float(gb.group(1))
+    return _event(n, ev.STARTUP_MEMORY, s[:at], fields)
 
 
 # CUDA graphs SGLang switched off because of another argument (0.5.23 arg_groups/*_hook.py): `Cuda graph is
@@ -345,7 +370,7 @@ def _prefill_graph_off(s: str, n: int) -> _Result:
 # dump mode`, `Cuda graph is disabled for diffusion LLM inference on AMD GPUs`. Not the runtime `CUDA graph
 # disabled for N consecutive decode steps` (no `is`). Chunked prefill, mixed chunks and the radix cache switched
 # off are logsettings' `setting_forced`.
-_CONFIG_OFF = re.compile(r"(?i)\bcuda graph(?: and server warmup)? (?:is|are) disabled (?:because |for )(?:of )?"
+_CONFIG_OFF = re.compile(r"(?i)\bcuda graph(?: and [\w -]{1,40}?)? (?:is|are) disabled (?:because |for )(?:of )?"
                          r"(?:using )?")
 
 
