@@ -5,6 +5,7 @@ alerts/*.rules.yaml, the selector value reaches every rule and dashboard query, 
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -23,7 +24,12 @@ from sglang_tuning_exporter.render import kubernetes as render_kubernetes
 from sglang_tuning_exporter.render import rules as render_rules
 from sglang_tuning_exporter.render.options import RenderOptions, parse_selector
 
-helm = pytest.importorskip("helm_python", reason="helm-python-sdk (the test extra) is not installed")
+try:
+    import helm_python as helm
+except ImportError:
+    if os.environ.get("CI"):  # .ci/run installs the test extra: missing there is a failure, not a skip
+        raise
+    pytest.skip("helm-python-sdk (the test extra) is not installed", allow_module_level=True)
 
 CHART_DIR = ROOT / helmchart.OUT_DIR
 TABLE = load_table()

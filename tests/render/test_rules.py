@@ -360,7 +360,7 @@ def test_alertmanager_message_prints_the_flag_change(tmp_path: Path) -> None:
             "alerts": [{"status": "firing", "labels": {"alertname": "SGLangRetractionsFrequent"},
                         "annotations": {"summary": "s", "description": "d", "flag": "--schedule-conservativeness",
                                         "action": "increase", "suggested_value": "1.3", "guide": "g",
-                                        "runbook_url": "u"}}]}
+                                        "runbook_url": "u", "dashboard_url": "http://g/d/x?var-instance=a%3A9470"}}]}
     path = tmp_path / "data.json"
     path.write_text(json.dumps(data), encoding="utf-8")
     res = _run([str(AMTOOL), "template", "render", f"--template.glob={ALERTS / 'alertmanager.templates.tmpl'}",
@@ -369,6 +369,7 @@ def test_alertmanager_message_prints_the_flag_change(tmp_path: Path) -> None:
     assert res.returncode == 0, res.stderr
     assert res.stdout.startswith("[FIRING:1] SGLangRetractionsFrequent on a:9470|")
     assert "Change: increase --schedule-conservativeness to 1.3" in res.stdout
+    assert "  runbook: u\n  dashboard: http://g/d/x?var-instance=a%3A9470\n" in res.stdout
 
 
 ALERTMANAGER = shutil.which("prometheus-alertmanager") or shutil.which("alertmanager")
