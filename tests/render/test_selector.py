@@ -146,6 +146,10 @@ def test_every_dashboard_query_carries_the_selector() -> None:
             promql = q.replace("$__rate_interval", "5m").replace("$__range", "1h")
             promql = re.sub(r"^label_values\((.*), \w+\)$", r"\1", promql)
             assert unscoped_selectors(promql, SELECTOR) == [], (rel, q)
+            for names in re.findall(r"\b(?:by|on) \(([^()]*)\)", q):
+                labels = names.split(", ")
+                if "instance" in labels:
+                    assert {"cluster", "namespace"} <= set(labels), (rel, q)
 
 
 def test_dashboards_have_cluster_namespace_pod_variables_that_default_to_all() -> None:
@@ -172,3 +176,22 @@ def test_dashboard_url_follows_the_grafana_url_option_and_opens_the_server_dashb
         assert url.startswith(f"https://grafana.example/d/{server_uid}/"), url
         for var in ("cluster", "namespace", "pod", "instance"):
             assert f"{{{{ with $labels.{var} }}}}&var-{var}={{{{ . | urlquery }}}}{{{{ end }}}}" in url
+
+
+@pytest.mark.skipif(shutil.which("promtool") is None, reason="promtool not installed")
+def test_dashboard_queries_with_a_selector_parse(tmp_path: Path) -> None:
+    """Every panel query of the selector-scoped dashboards is valid PromQL (promtool, as recording rules)."""
+    exprs = []
+    for text in render_dashboards.generate(TABLE, None, OPTS.selector).values():
+        for q in _queries(json.loads(text)):
+            if q.startswith("label_values("):
+                q = re.sub(r"^label_values\((.*), \w+\)$", r"\1", q)
+            q = q.replace("$__rate_interval", "5m").replace("$__range", "1h")
+            exprs.append(re.sub(r"\$\{?\w+\}?", ".*", q))
+    rules = {"groups": [{"name": "dashboards", "rules": [{"record": f"q:{i}", "expr": e}
+                                                         for i, e in enumerate(exprs)]}]}
+    path = tmp_path / "queries.yaml"
+    path.write_text(json.dumps(rules), encoding="utf-8")
+    proc = subprocess.run(["promtool", "check", "rules", str(path)], capture_output=True, text=True, timeout=120,
+                          check=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr

@@ -16,7 +16,7 @@ from typing import Any
 
 from sglang_tuning_exporter.core.catalog import SIGNAL_FAMILIES, SIGNAL_FAMILY_UNITS, SIGNAL_UNITS
 from sglang_tuning_exporter.guide.checks import Check, CheckTable
-from sglang_tuning_exporter.render.expressions import add_selector
+from sglang_tuning_exporter.render.expressions import add_selector, keep_selector_labels
 from sglang_tuning_exporter.render.grafana import (
     BY,
     HOST_SEL,
@@ -506,7 +506,7 @@ def fleet_dashboard(b: GuideBands) -> Json:
 
 def scope_queries(node: Any, selector: str) -> Any:
     """The dashboard with the selector option in every query: panel and annotation `expr`, variable
-    `query`/`definition` (a mixin's `_config` selector)."""
+    `query`/`definition` (a mixin's `_config` selector); groupings by instance keep its labels, as in the rules."""
     if isinstance(node, list):
         return [scope_queries(n, selector) for n in node]
     if not isinstance(node, dict):
@@ -514,7 +514,7 @@ def scope_queries(node: Any, selector: str) -> Any:
     out = {}
     for key, value in node.items():
         if key in ("expr", "query", "definition") and isinstance(value, str) and value.strip():
-            out[key] = add_selector(value, selector) if "{" in value else value
+            out[key] = keep_selector_labels(add_selector(value, selector), selector) if "{" in value else value
         else:
             out[key] = scope_queries(value, selector)
     return out

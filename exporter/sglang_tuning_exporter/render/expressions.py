@@ -78,10 +78,10 @@ def record_selector(name: str, opts: RenderOptions) -> str:
 _GROUPING = re.compile(r"\b(by|on) \(([^()]*)\)")
 
 
-def keep_selector_labels(expr: str, opts: RenderOptions) -> str:
+def keep_selector_labels(expr: str, selector: str) -> str:
     """Add the selector's labels (e.g. `cluster`) to every `by`/`on` grouping that keeps a server apart
     (names `instance` or `instance_host`): two clusters' `gpu-a:9470` stay two series."""
-    keep = selector_labels(opts.selector)
+    keep = selector_labels(selector)
     if not keep:
         return expr
 

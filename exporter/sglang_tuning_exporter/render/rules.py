@@ -323,8 +323,9 @@ def groups(table: CheckTable, opts: RenderOptions) -> list[Group]:
     if opts.native:
         out.append(native_group(table, opts))
     if opts.selector:  # a server is told apart by its selector labels too (two clusters' gpu-a:9470)
-        out = [replace(g, rules=tuple(replace(r, body={**r.body, "expr": keep_selector_labels(r.body["expr"], opts)})
-                                      for r in g.rules)) for g in out]
+        def keep(r: Rule) -> Rule:
+            return replace(r, body={**r.body, "expr": keep_selector_labels(r.body["expr"], opts.selector)})
+        out = [replace(g, rules=tuple(keep(r) for r in g.rules)) for g in out]
     return out
 
 
