@@ -187,3 +187,22 @@ def sidecar_restarted(sc: Scenario, tmp: Path) -> Reading:
     before = tmp / f"{sc.name}.before.log"
     before.write_text("\n".join(sc.lines[: sc.sidecar_starts_at]) + "\n", encoding="utf-8")
     return live(sc, tmp, lines=sc.lines[sc.sidecar_starts_at:], from_end_of=before)
+
+
+def replayed_then_scraped(sc: Scenario, tmp: Path, *, at: float, scrapes: int) -> Reading:
+    """`serve --from-start` replays the whole log at wall time `at` (between two scrapes), then Prometheus
+    scrapes it every SCRAPE_S, `scrapes` times: every counter grew before the first scrape, which a raw
+    `rate()` over the range counts as nothing while the sidecar's windowed signals carry the replay."""
+    cfg = build_config(_args("--sglang.log-file", str(write_log(sc, tmp)), "--from-start"))
+    wall = [at]
+    side = build_sidecar(cfg, timer=lambda: 0.0)
+    web = make_web(build_config(_args("--sglang.url", "http://x:1")), side, clock=lambda: wall[0], build=BUILD,
+                   process_metrics=False)
+    for i in range(200):  # until the follower has handed out the whole file
+        side.tick(at + i * 1e-3)
+    expositions: list[tuple[float, str]] = []
+    for k in range(scrapes):
+        wall[0] = at + 1.0 + k * SCRAPE_S
+        side.tick(wall[0])
+        expositions.append((wall[0], web.handle("GET", "/metrics").body.decode()))
+    return _from_sidecar(side, expositions)

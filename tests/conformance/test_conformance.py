@@ -13,7 +13,7 @@ from helpers.tsdb import missing_prometheus
 from sglang_tuning_exporter.core.model import STATUS_CODE
 
 from . import promql
-from .evaluators import TABLE, Reading, diagnose, live, replay, sidecar_restarted
+from .evaluators import TABLE, Reading, diagnose, live, replay, replayed_then_scraped, sidecar_restarted
 from .scenarios import ALL, START, Scenario
 
 WINDOW_S = 600.0
@@ -173,6 +173,41 @@ def test_dashboards_and_report_agree(name: str, histories: dict[str, tuple[Scena
             assert vals and max(vals) == pytest.approx(want, abs=promql.tolerance(want, WINDOW_S)), vals
     # A report that judged none of the stated checks (all absent or unknown) would pass the loop above.
     assert compared or not sc.statuses, f"the report judged none of {sorted(sc.statuses)} for {sc.name}"
+
+
+LEVELS = {-1.0: "unknown", 0.0: "ok", 1.0: "warning", 2.0: "critical"}
+
+
+def test_report_right_after_a_replayed_storm_agrees_with_the_alert(tmp_path: Path) -> None:
+    """A sidecar replays a retraction storm, Prometheus scrapes it for 6 minutes and the retraction alert
+    fires; `report --range 10m` three seconds later judges every check as the sidecar's windowed signals do
+    (its `check_level`), retractions at the alert's severity, CUDA-graph coverage known (issue #24: it said
+    `ok` at 0/min and `unknown`, reading counters whose growth came before the first scrape)."""
+    if (reason := missing_prometheus()) is not None:
+        pytest.skip(reason)
+    sc = SCENARIOS["retraction_storm"]()
+    reading = replayed_then_scraped(sc, tmp_path, at=START + 40 * 60, scrapes=25)
+    instance = "replayed:9470"
+    scrapes = [promql.Scrape(t, promql.EXPORTER_JOB, instance, text) for t, text in reading.expositions]
+    end = scrapes[-1].t
+    # The windowed rate decays after the replay (6/min at the first scrape): above 1/min for the alert's
+    # whole `for`, above 5/min only for the first minutes, so the warning fires and the critical does not.
+    promql.rules_check(scrapes, end, {"SGLangRetractionsFrequent": [{"severity": "warning"}]}, tmp_path / "rules")
+    levels = {dict(labels)["check"]: LEVELS[v] for (name, labels), points in promql.series_of(scrapes[-1:]).items()
+              if name == "sglang_tuning_check_level" for v in points.values()}
+    assert levels["retractions_frequent"] == "warning" and levels["cuda_graph_uncovered"] == "ok", levels
+    with promql.PromHistory(scrapes, tmp_path / "prom") as prom:
+        doc = promql.fleet_report(prom, end + 3 - WINDOW_S, end + 3)
+    (inst,) = doc["instances"]
+    got = {}
+    for f in inst["findings"]:
+        if f["check"] not in got or STATUS_CODE[f["status"]] > STATUS_CODE[got[f["check"]]]:
+            got[f["check"]] = f["status"]
+    assert got == {c: levels[c] for c in got}, {c: (got[c], levels[c]) for c in got if got[c] != levels[c]}
+    assert set(got) == {c for c, lv in levels.items() if c in got}
+    sidecar = reading.worst_signal("retractions_per_minute")
+    (sig,) = inst["signals"].values()
+    assert sidecar is not None and sig["retractions_per_minute"] == pytest.approx(sidecar)
 
 
 # Checks no scenario states yet, each with the reason; a new check in the table must join a scenario

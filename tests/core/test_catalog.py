@@ -53,7 +53,7 @@ def test_each_family_converts_back_to_the_docs_unit() -> None:
 
 def test_dashboards_and_report_convert_by_the_table() -> None:
     """Both PromQL readers of the unit families take each family's conversion from the table."""
-    report = sidecar_signals_expr("{}", "10m")
+    report = sidecar_signals_expr("{}", 600.0)
     table = worst_signal_expr(())
     for family, unit in SIGNAL_FAMILY_UNITS.items():
         assert PREFIX + family in report and PREFIX + family in table

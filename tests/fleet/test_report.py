@@ -118,7 +118,7 @@ def test_collect_folds_answers_per_instance_and_rank() -> None:
         "native": [s(1, instance="b:1"), s(1, instance="d:1")],
     })
     a = data["a:1"]
-    assert a.signals[Rank()]["queue_empty_ratio"] == 0.7  # the direct query wins over the sidecar's signal
+    assert a.signals[Rank()]["queue_empty_ratio"] == 0.9  # the sidecar's windowed signal wins (what its alerts read)
     assert a.signals[Rank()]["gen_throughput_mean"] == 0.4
     assert a.signals[Rank()]["oom_decode_count"] == 2
     assert a.args == {"mem_fraction_static": 0.8, "chunked_prefill_size": 4096, "schedule_policy": "lpm"}
@@ -404,3 +404,21 @@ def test_nothing_judged_exits_1_with_one_line(keep: tuple[int, ...], monkeypatch
     assert (tmp_path / "r.md").exists() == bool(keep)  # an empty report is not written
     if keep:
         assert "No check fired on any server" not in (tmp_path / "r.md").read_text()
+
+
+def test_unknown_reasons_name_the_prometheus_data_read() -> None:
+    """A check the report cannot judge says which Prometheus series were missing or too few, never the log's
+    "Decode lines" or "batch lines" it did not read (issue #24)."""
+    import argparse
+
+    parser = argparse.ArgumentParser()
+    report.add_arguments(parser)
+    guide = report.load_guide(parser.parse_args([]))
+    d = fleet.InstanceData(instance="a:1", signals={Rank(): {"graph_samples": 0.0, "queue_samples": 1.0}})
+    findings = guide.evaluate(fleet.derive_signals(d), d, 600.0)
+    unknown = {f.check: f.evidence for f in findings if f.status == "unknown"}
+    assert {"cuda_graph_uncovered", "queue_empty", "gpu_mem_headroom_high", "decode_oom"} <= set(unknown)
+    for check, why in unknown.items():
+        assert "Prometheus" in why, (check, why)
+        assert not re.search(r"\blines?\b|\bin the input\b|none was read", why), (check, why)
+    assert unknown["cuda_graph_uncovered"].startswith("0 decode passes counted by CUDA-graph use in Prometheus")

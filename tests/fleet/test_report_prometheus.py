@@ -253,7 +253,7 @@ def test_sidecar_signals_come_back_in_their_docs_unit(tmp_path: Path) -> None:
     (tmp_path / "none.rules.yaml").write_text("groups: []\n", encoding="utf-8")
     test = {"rule_files": ["none.rules.yaml"], "evaluation_interval": "1m", "tests": [{
         "interval": "1m", "input_series": series, "promql_expr_test": [
-            {"expr": f"round({sidecar_signals_expr('', '10m')}, 0.001)", "eval_time": "15m",
+            {"expr": f"round({sidecar_signals_expr('', 600.0)}, 0.001)", "eval_time": "15m",
              "exp_samples": expected}]}]}
     (tmp_path / "t.yaml").write_text(yaml.safe_dump(test, sort_keys=False), encoding="utf-8")
     proc = subprocess.run([PROMTOOL, "test", "rules", "t.yaml"], cwd=tmp_path, capture_output=True, text=True,

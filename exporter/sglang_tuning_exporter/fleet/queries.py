@@ -19,15 +19,17 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from sglang_tuning_exporter.core.catalog import GIB, SIGNAL_FAMILIES, SIGNAL_FAMILY_UNITS
+from sglang_tuning_exporter.core.catalog import GIB, OOM_PHASES, SIGNAL_FAMILIES, SIGNAL_FAMILY_UNITS
 from sglang_tuning_exporter.core.model import Rank, ServerState, value_text
 from sglang_tuning_exporter.core.recording import recorded
 from sglang_tuning_exporter.core.redact import redact_text, redact_value
 from sglang_tuning_exporter.core.versions import merge_version
 from sglang_tuning_exporter.fleet.promapi import Sample, Series
-from sglang_tuning_exporter.pipeline.signals import SignalParams
+from sglang_tuning_exporter.guide.config import Config
+from sglang_tuning_exporter.pipeline.signals import SAMPLE_COUNT_OF, SignalParams
 
 GROUP = "instance, dp_rank, pp_rank"
+SIDECAR_WINDOW_S = Config().window_s  # the sidecar's window unless the report's --config says another
 TF = '"true|false"'
 FACT_LOOKBACK = "1h"  # startup constants are re-exposed on every scrape; an hour bridges scrape gaps
 NEW = '"new"'
@@ -136,10 +138,11 @@ def ratio_of_samples(cond: str, w: Window) -> str:
     return f"avg by ({GROUP}) (avg_over_time(({cond})[{duration(w.length_s)}:{duration(w.step_s)}]))"
 
 
-def plan(w: Window, params: SignalParams | None = None) -> list[PlannedQuery]:
+def plan(w: Window, params: SignalParams | None = None, window_s: float = SIDECAR_WINDOW_S) -> list[PlannedQuery]:
     """The instant queries of one report; their number does not depend on the fleet size.
 
-    `params` are the signal definitions shared with signals.py (the profile's queue band, the usage that
+    `window_s` is the sidecar's window (the report's config `window_s`), which shapes how its windowed
+    signals are read. `params` are the signal definitions shared with signals.py (the profile's queue band, the usage that
     counts as good, the share of max_running_requests that counts as capped); the checks' thresholds on the
     resulting signals stay in the checks table and are applied by the advisor.
     """
@@ -261,23 +264,76 @@ def plan(w: Window, params: SignalParams | None = None) -> list[PlannedQuery]:
         PlannedQuery("decode_batch_p90", _sources(
             *[f"max by ({GROUP}) (quantile_over_time(0.9, {x}[{r}]))" for x in (running_ours, *running_sg)])),
         PlannedQuery("oom", f"max by ({GROUP}, phase) (increase({series('sglang_tuning_oom_events_total', sel)}[{r}]))"),
-        # The sidecar's own windowed signals: used only for names no query above produced.
-        PlannedQuery("sidecar_signals", sidecar_signals_expr(sel, r)),
+        # The sidecar's own windowed signals, what its alert rules judge: they win over the queries above for
+        # the instances that export them (collect), which serve SGLang's own metrics and older sidecars.
+        PlannedQuery("sidecar_signals", sidecar_signals_expr(sel, w.length_s, window_s)),
     ]
 
 
-def sidecar_signals_expr(sel: str, r: str) -> str:
-    """The sidecar's windowed signals under their docs/signals.md names and units, per replica."""
+# Signals of the sidecar that count something in its window (samples, OOM events): over a range longer than
+# the window, the fullest window inside it counts, not their mean.
+WINDOW_COUNTS = tuple(sorted({*SAMPLE_COUNT_OF.values(), *(f"oom_{p}_count" for p in OOM_PHASES)}))
+
+
+def sidecar_signals_expr(sel: str, range_s: float, window_s: float = SIDECAR_WINDOW_S) -> str:
+    """The sidecar's windowed signals (what the exporter's alert rules judge) under their docs/signals.md
+    names and units, per replica.
+
+    A range no longer than the sidecar's window reads each signal at the range's end, the value an alert
+    evaluated at that instant reads; a longer range reads the windows that lie inside it (mean of the
+    signal, the fullest window for a count), which together cover the range and no more.
+    """
+    if range_s <= window_s:
+        mean = count = "last_over_time"
+        r = duration(range_s)
+    else:
+        mean, count = "avg_over_time", "max_over_time"
+        r = duration(range_s - window_s)
+    counts = "|".join(WINDOW_COUNTS)
     parts = []
     for short in SIGNAL_FAMILIES:
-        expr = f"avg by ({GROUP}, signal) (avg_over_time({series('sglang_tuning_' + short, sel)}[{r}]))"
         unit = SIGNAL_FAMILY_UNITS[short]  # a family whose label and unit differ from docs/signals.md
-        if unit.docs_suffix:
-            expr = f'label_replace({expr} {unit.to_docs}, "signal", "${{1}}{unit.docs_suffix}", "signal", "(.+)")'
-        parts.append(expr)
+        fold = "min" if unit.docs_suffix == "_gb" else "max"  # headroom: the least across TP ranks
+        metric = "sglang_tuning_" + short
+        if short == "signal_amount":
+            is_count, not_count = f'signal=~"{counts}"', f'signal!~"{counts}"'
+            exprs = [f"{fold} by ({GROUP}, signal) ({count}({series(metric, sel, is_count)}[{r}]))",
+                     f"{fold} by ({GROUP}, signal) ({mean}({series(metric, sel, not_count)}[{r}]))"]
+        else:
+            exprs = [f"{fold} by ({GROUP}, signal) ({mean}({series(metric, sel)}[{r}]))"]
+        for expr in exprs:
+            if unit.docs_suffix:
+                expr = f'label_replace({expr} {unit.to_docs}, "signal", "${{1}}{unit.docs_suffix}", "signal", "(.+)")'
+            parts.append(expr)
     # Sidecars of the previous release export only the deprecated mixed-unit family.
-    parts.append(f"avg by ({GROUP}, signal) (avg_over_time({series('sglang_tuning_signal', sel)}[{r}]))")
+    parts.append(f"max by ({GROUP}, signal) ({mean}({series('sglang_tuning_signal', sel)}[{r}]))")
     return _sources(*parts)
+
+
+# Why a check is unknown, in terms of what the report read (Prometheus series, never log lines): the
+# advisor's `words` (guide/advisor.COUNT_WORDS and MISSING_WHY speak of a log).
+PROMETHEUS_WORDS: dict[str, str] = {
+    "queue_samples": "Prometheus samples of the queue (sglang_tuning_queue_requests, sglang:num_queue_reqs)",
+    "kv_samples": "Prometheus samples of token usage (sglang_tuning_token_usage_ratio, sglang:token_usage)",
+    "decode_samples": "Prometheus samples of running requests (sglang_tuning_running_requests, "
+                      "sglang:num_running_reqs)",
+    "graph_samples": "decode passes counted by CUDA-graph use in Prometheus (sglang_tuning_decode_samples_total, "
+                     "sglang:cuda_graph_passes_total)",
+    "prefill_samples": "Prometheus samples of prefill tokens (sglang_tuning_prefill_tokens_total, "
+                       "sglang:prompt_tokens_total)",
+    "available_gpu_mem_gb": "no available-GPU-memory series in Prometheus (sglang_tuning_available_gpu_memory_bytes, "
+                            "sglang:startup_available_gpu_memory_gb)",
+    "cuda_graph_ceiling_ratio": "no captured CUDA-graph batch size or max_running_requests series in Prometheus "
+                                "(sglang_tuning_cuda_graph_max_batch_size, sglang_tuning_max_running_requests)",
+    "metrics_enabled": "neither the server argument enable_metrics (sglang_tuning_server_arg) nor SGLang's own "
+                       "metrics in Prometheus",
+    "prefix_cache_hit_ratio": "no prefill-token counters in Prometheus (sglang_tuning_prefill_tokens_total, "
+                              "sglang:cached_tokens_total)",
+    "retractions_per_minute": "no retraction counter or windowed signal in Prometheus "
+                              "(sglang_tuning_retractions_total, sglang:num_retracted_requests_total)",
+    "oom": "no OOM series in Prometheus (sglang_tuning_oom_events_total: OOMs are counted only by a sidecar "
+           "that reads the log)",
+}
 
 
 def identity_queries(w: Window) -> list[PlannedQuery]:
@@ -336,7 +392,8 @@ def collect(results: Mapping[str, Sequence[Sample]]) -> dict[str, InstanceData]:
     def inst(name: str) -> InstanceData:
         return fleet.setdefault(name, InstanceData(instance=name))
 
-    for key, samples in results.items():
+    # The sidecar's windowed signals come last and win: the report reads what the alerts read.
+    for key, samples in sorted(results.items(), key=lambda kv: kv[0] == "sidecar_signals"):
         if key in ("args", "info", "models", "native"):
             continue
         for s in samples:
@@ -347,9 +404,9 @@ def collect(results: Mapping[str, Sequence[Sample]]) -> dict[str, InstanceData]:
             if key == "oom":
                 sig[f"oom_{s.labels.get('phase') or 'unknown'}_count"] = _value(s.value)
             elif key == "sidecar_signals":
-                which = s.labels.get("signal")
-                if which and sig.get(which) is None:
-                    sig[which] = _value(s.value)
+                which, v = s.labels.get("signal"), _value(s.value)
+                if which and (v is not None or which not in sig):
+                    sig[which] = v
             else:
                 sig[key] = _value(s.value)
     for s in results.get("args", ()):

@@ -103,6 +103,7 @@ class Guide:
     server_args: dict[str, Any]
     parts: Parts | None = None  # coverage, indications and plan of one instance
     table: CheckTable | None = None  # judges the changes made within the range (None: no changes section)
+    window_s: float = fleet.SIDECAR_WINDOW_S  # the sidecar's window (config window_s): how its signals are read
 
 
 def load_guide(args: argparse.Namespace) -> Guide:
@@ -130,7 +131,7 @@ def load_guide(args: argparse.Namespace) -> Guide:
         # The evidence names the reviewed range, not the sidecar's 10-minute window.
         cfg = dataclasses.replace(config, window_s=window_s)
         return list(advisor.evaluate(table, dict(signals), d.server_state(), profile=profile,
-                                     workload=workload, config=cfg))
+                                     workload=workload, config=cfg, words=fleet.PROMETHEUS_WORDS))
 
     def parts(findings: list[Finding], signals: Mapping[Any, dict[str, float | None]],
               d: fleet.InstanceData) -> dict[str, Any]:
@@ -141,7 +142,8 @@ def load_guide(args: argparse.Namespace) -> Guide:
 
     return Guide(evaluate=run, profile=profile, workload=workload,
                  checks=tuple(c.id for c in table.for_workload(workload)), params=params,
-                 server_args={**config.server_args, **overrides}, parts=parts, table=table)
+                 server_args={**config.server_args, **overrides}, parts=parts, table=table,
+                 window_s=config.window_s)
 
 
 # --------------------------------------------------------------------------------------------- driver
@@ -168,7 +170,7 @@ def build_report(client: PrometheusClient, window: fleet.Window, guide: Guide, *
                  concurrency: int = 1, clock: Callable[[], float] = time.monotonic) -> FleetReport:
     """Query Prometheus with the fixed plan, evaluate every instance and find drift."""
     t0 = clock()
-    planned = fleet.plan(window, guide.params) + fleet.identity_queries(window)
+    planned = fleet.plan(window, guide.params, guide.window_s) + fleet.identity_queries(window)
     step = fleet.chart_step(window)
     jobs: list[tuple[str, Callable[[], list[Sample] | list[Series]]]] = [
         (q.key, functools.partial(client.instant, q.expr, window.end)) for q in planned]
@@ -216,7 +218,7 @@ def judge_changes(client: PrometheusClient, window: fleet.Window, guide: Guide, 
     if first > last:
         return {name: fleet_changes.judge_instance(cs, [], guide.table) for name, cs in found.items()}
     jobs: list[tuple[str, Callable[[], list[Series]]]] = [
-        (q.key, functools.partial(client.range, q.expr, first, last, step)) for q in fleet.plan(sw, guide.params)]
+        (q.key, functools.partial(client.range, q.expr, first, last, step)) for q in fleet.plan(sw, guide.params, guide.window_s)]
     slices = fleet_changes.fold_slices(run_queries(jobs, concurrency))
     args = fleet_changes.args_at(arg_series)
     out: dict[str, list[dict[str, Any]]] = {}

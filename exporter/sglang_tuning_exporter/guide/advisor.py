@@ -43,6 +43,7 @@ MISSING_WHY = {
     "prefix_cache_hit_ratio": "no Prefill lines with cached tokens in the input",
     "retractions_per_minute": "no batch activity in the window",
 }
+OOM_WHY = "OOMs are seen only in the log, and none was read"
 
 
 def compare(value: float, op: str, threshold: float) -> bool:
@@ -129,11 +130,14 @@ def _status(check: Check, value: float, levels: Mapping[str, float]) -> tuple[st
 
 def evaluate(table: CheckTable, signals: RankSignals, server: ServerState, *, profile: str | None = None,
              workload: str | None = None, config: Config | None = None,
-             planned: Mapping[str, FlagValue] | None = None) -> list[Finding]:
+             planned: Mapping[str, FlagValue] | None = None,
+             words: Mapping[str, str] | None = None) -> list[Finding]:
     """Every check of the workload, once per rank: ok / warning / critical / unknown.
 
     The findings on one flag carry the plan's one value for it (issue #24): the plan of these findings,
-    or `planned` when the caller planned over more findings (diagnose's worst windows)."""
+    or `planned` when the caller planned over more findings (diagnose's worst windows). `words` names the
+    data an evaluator read where it is not a log (the fleet report: Prometheus series), by sample count or
+    signal name, over COUNT_WORDS and MISSING_WHY (OOM_WHY under "oom")."""
     cfg = config or Config()
     prof, wl = resolve(table, cfg, profile=profile, workload=workload)
     band = cfg.queue_bands.get(prof, table.profiles[prof].queue_band)
@@ -148,7 +152,7 @@ def evaluate(table: CheckTable, signals: RankSignals, server: ServerState, *, pr
             {**extra, **{k: v for k, v in signals.get(rank, {}).items() if v is not None or k not in extra}}, signals)
         by_id: dict[str, Finding] = {}
         for c in checks:
-            by_id[c.id] = _evaluate_one(c, sig, rank, args, server.version, prof, wl, cfg, band)
+            by_id[c.id] = _evaluate_one(c, sig, rank, args, server.version, prof, wl, cfg, band, words=words)
         for c in checks:
             f = by_id[c.id]
             if f.status not in FIRING:
@@ -173,7 +177,7 @@ def evaluate(table: CheckTable, signals: RankSignals, server: ServerState, *, pr
             continue
         rank, sig = rank_sig[i]
         findings[i] = _evaluate_one(by_check[f.check], sig, rank, args, server.version, prof, wl, cfg, band,
-                                    planned=v)
+                                    planned=v, words=words)
     return findings
 
 
@@ -244,7 +248,8 @@ def statuses(table: CheckTable, signals: RankSignals, server: ServerState, *, pr
 
 def _evaluate_one(c: Check, sig: Mapping[str, float | None], rank: Rank, args: Mapping[str, Any],
                   version: str | None, profile: str, workload: str, cfg: Config,
-                  band: tuple[float, float], planned: FlagValue | None = None) -> Finding:
+                  band: tuple[float, float], planned: FlagValue | None = None,
+                  words: Mapping[str, str] | None = None) -> Finding:
     ov = cfg.override(c.id)
     levels = c.thresholds_for(profile, workload)
     levels.update(ov.thresholds)
@@ -283,11 +288,12 @@ def _evaluate_one(c: Check, sig: Mapping[str, float | None], rank: Rank, args: M
     count_name = SAMPLE_COUNT_OF.get(c.signal)
     count = sig.get(count_name) if count_name else None
     if count_name is not None and (count or 0) < min_samples:
-        return unknown(f"{measure_text(count or 0.0)} {COUNT_WORDS.get(count_name, count_name.replace('_', ' '))} in "
-                       f"{seen}; {min_samples} needed")
+        said = (words or {}).get(count_name) or COUNT_WORDS.get(count_name, count_name.replace('_', ' '))
+        return unknown(f"{measure_text(count or 0.0)} {said} in {seen}; {min_samples} needed")
     if value is None:
-        missing = MISSING_WHY.get(c.signal) or ("OOMs are seen only in the log, and none was read"
-                                               if c.signal.startswith("oom_") else None)
+        said_why = words or {}
+        missing = said_why.get(c.signal) or MISSING_WHY.get(c.signal) or (
+            said_why.get("oom", OOM_WHY) if c.signal.startswith("oom_") else None)
         return unknown(f"{missing} ({c.signal} unknown on {rank_text(rank)})" if missing else
                        f"signal {c.signal} unknown on {rank_text(rank)} (no data in {seen})")
     for g in c.guard:
