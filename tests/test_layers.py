@@ -52,7 +52,7 @@ def test_modules_stay_small() -> None:
 
 
 # Test folders that are not a package folder: cross-cutting suites, shared helpers, deploy artefacts.
-TEST_ONLY = {"conformance", "deploy", "fixtures", "golden", "helpers", "integration"}
+TEST_ONLY = {"conformance", "deploy", "docs", "fixtures", "golden", "helpers", "integration"}
 
 
 def test_tests_mirror_the_folders() -> None:

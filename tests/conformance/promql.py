@@ -33,6 +33,7 @@ from prometheus_client.openmetrics.parser import text_string_to_metric_families 
 from prometheus_client.parser import text_string_to_metric_families as text_families
 
 from helpers.paths import ROOT
+from helpers.schemas import assert_valid
 from helpers.tsdb import PROMTOOL, build_blocks, running_prometheus
 from sglang_tuning_exporter.fleet import report
 from sglang_tuning_exporter.guide.checks import load_table
@@ -290,6 +291,7 @@ def fleet_report(prom: PromHistory, start: float, end: float) -> dict[str, Any]:
     if code != 0:
         raise AssertionError(f"report exited with {code}")
     doc: dict[str, Any] = json.loads(out.read_text(encoding="utf-8"))
+    assert_valid(doc, "report")  # the published contract, docs/schemas/report.schema.json
     return doc
 
 

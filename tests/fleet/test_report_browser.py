@@ -63,3 +63,16 @@ def test_html_report_renders_in_chromium(tmp_path: Path) -> None:
     # The hostile instance name is text, not an element: no <img>, and its onerror never ran.
     assert "<img" not in dom and "<title>SGLang fleet tuning report</title>" in dom
     assert "&lt;img src=x" in dom
+
+
+def test_html_report_fits_a_phone(tmp_path: Path) -> None:
+    """At 390 px the page does not scroll sideways: the status bar shrinks to the width and every table
+    (the instance x check matrix too) scrolls inside its own box (issue #24: cut off at the right)."""
+    if not Path(CHROMIUM).exists():
+        pytest.skip("chromium not installed (Debian package chromium)")
+    from helpers.browser import layout
+
+    for width in (390, 1200):
+        got = layout(tmp_path, report_formats.render(_report(), "html"), width)
+        assert got["scroll"] <= width and got["outside"] == [], (width, got)
+        assert got["tables"] >= 4

@@ -9,6 +9,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from helpers.schemas import assert_valid
 from sglang_tuning_exporter.cli import build_parser
 from sglang_tuning_exporter.core.timeparse import plausible_seconds
 from sglang_tuning_exporter.fleet import report
@@ -119,4 +120,5 @@ def report_json(url: str, out_dir: Path, *, length: str, end: float, extra: tupl
     code, text = report_output(url, out_dir, "json", length=length, end=end, extra=extra)
     assert code == 0, text
     doc: dict[str, Any] = json.loads(text)
+    assert_valid(doc, "report")  # the published contract, docs/schemas/report.schema.json
     return doc

@@ -176,3 +176,14 @@ def test_blind_page_names_the_blind_checks(blind_app: tuple[str, WebApp]) -> Non
     assert "<code>queue_overloaded</code>" in banner and "<code>retractions_frequent</code>" not in banner
     assert html.index('id="blind"') < html.index('id="plan"') < html.index('id="checks"')
     assert "could not be judged" in html.split('id="verdict"', 1)[1].split("</p>", 1)[0]
+
+
+def test_status_page_tables_fit_a_phone(blind_app: tuple[str, WebApp], tmp_path: Path) -> None:
+    """At 390 px nothing of the status page sticks out to the right: every table, the plan and the findings
+    fit or scroll inside their own box (issue #24)."""
+    from helpers.browser import layout
+
+    _, app = blind_app
+    got = layout(tmp_path, app.status_page(), 390)
+    assert got["scroll"] <= 390 and got["outside"] == [], got
+    assert got["tables"] >= 1

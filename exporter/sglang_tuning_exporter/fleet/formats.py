@@ -206,6 +206,8 @@ font-size:.85rem;vertical-align:top}th{background:#f3f3f3}code{font-size:.85rem}
 .ok{background:#e8f5e9}.warning{background:#fff8e1}.critical{background:#ffebee}.unknown{color:#777}
 .server{border:1px solid #ddd;border-radius:6px;padding:.5rem 1rem;margin:.75rem 0}
 .charts svg{margin-right:1rem}.matrix td{text-align:center}.matrix td:first-child{text-align:left}
+.wide{overflow-x:auto;max-width:100%}svg{max-width:100%;height:auto}p,h1,h2,h3,li{overflow-wrap:anywhere}
+@media (max-width:600px){body{margin:.5rem}.server{padding:.5rem}}
 """
 
 
@@ -261,7 +263,8 @@ def _table(headers: Iterable[str], rows: Iterable[Iterable[str]], cls: str = "")
     head = "".join(f"<th>{_e(h)}</th>" for h in headers)
     body = "".join("<tr>" + "".join(rows_cell for rows_cell in r) + "</tr>" for r in rows)
     c = f' class="{cls}"' if cls else ""
-    return f"<table{c}><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+    # A wide table scrolls inside its own box on a phone; the page itself never scrolls sideways.
+    return f'<div class="wide"><table{c}><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div>'
 
 
 def _td(v: Any, cls: str = "") -> str:
@@ -273,6 +276,7 @@ def render_html(report: FleetReport) -> str:
     """A self-contained HTML page (inline CSS and SVG only)."""
     counts = report.by_status()
     parts = ["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
+             '<meta name="viewport" content="width=device-width, initial-scale=1">',
              '<meta http-equiv="Content-Security-Policy" content="default-src \'none\'; style-src \'unsafe-inline\'">',
              "<title>SGLang fleet tuning report</title>", f"<style>{_CSS}</style></head><body>",
              "<h1>SGLang fleet tuning report</h1>",

@@ -290,8 +290,8 @@ def html_section(changes: Sequence[dict[str, Any]]) -> str:
         f"<td>{html.escape(value_text(c['from']))}</td><td>{html.escape(value_text(c['to']))}</td>"
         f"<td><b>{html.escape(str(c['verdict']))}</b></td><td>{html.escape(str(c['why']))}</td></tr>"
         for c in changes)
-    return ("<section id=\"changes\"><h2>Changes</h2><table><tr><th>at</th><th>flag</th><th>from</th><th>to</th>"
-            f"<th>verdict</th><th>why</th></tr>{rows}</table></section>")
+    return ("<section id=\"changes\"><h2>Changes</h2><div class=\"wide\"><table><tr><th>at</th><th>flag</th>"
+            f"<th>from</th><th>to</th><th>verdict</th><th>why</th></tr>{rows}</table></div></section>")
 
 
 __all__ = [

@@ -285,6 +285,7 @@ def run(args: argparse.Namespace, *, stdout: IO[str] | None = None, stderr: IO[s
     failed = fire = False
     good, worst = 0, "ok"
     only: FileDiagnosis | None = None  # the first good input, while it may be the only one
+    rows: list[str] = []  # HTML: the summary's row of each input (a line each; the parts are spooled)
     with tempfile.TemporaryFile("w+", encoding="utf-8") as spool:
         for source in args.files:
             r = diagnose_source(source, table, cfg, profile, workload, overrides, jobs=args.jobs,
@@ -297,13 +298,16 @@ def run(args: argparse.Namespace, *, stdout: IO[str] | None = None, stderr: IO[s
                                                        same_server=same_server))
             if good:
                 spool.write(shape.sep)
-            spool.write(shape.part(r, table, color=color))
+            spool.write(shape.part(r, table, color=color, index=good + 1))
+            if fmt == "html":
+                rows.append(diagnose_formats.summary_row(r, good + 1))
             good += 1
             only = r if good == 1 else None
             worst = diagnose_formats.worst_status([{"status": worst}, r.document])
             fire = fire or bool(args.fail_on and any(
                 STATUS_CODE[f.status] >= STATUS_CODE[args.fail_on] for f in r.findings))
-        if good and not _write_output(args, out, err, fmt, found, spool, only, table, color, worst):
+        if good and not _write_output(args, out, err, fmt, found, spool, only, table, color, worst,
+                                      diagnose_formats.summary_html(rows)):
             return EXIT_RUNTIME
     if failed:
         return EXIT_RUNTIME
@@ -311,8 +315,10 @@ def run(args: argparse.Namespace, *, stdout: IO[str] | None = None, stderr: IO[s
 
 
 def _write_output(args: argparse.Namespace, out: IO[str], err: IO[str], fmt: str, found: list[dict[str, Any]],
-                  spool: IO[str], only: FileDiagnosis | None, table: CheckTable, color: bool, worst: str) -> bool:
-    """The output (file or `out`): head, the spooled parts (or the only input's, alone), tail."""
+                  spool: IO[str], only: FileDiagnosis | None, table: CheckTable, color: bool, worst: str,
+                  summary: str = "") -> bool:
+    """The output (file or `out`): head, the summary of several inputs (HTML), the spooled parts (or the
+    only input's, alone), tail."""
     shape = diagnose_formats.Output(fmt, 1 if only is not None else 2)
     head, tail = diagnose_changes.wrap(fmt, shape.head, shape.tail(worst), found)
     try:
@@ -323,7 +329,7 @@ def _write_output(args: argparse.Namespace, out: IO[str], err: IO[str], fmt: str
     w = dest if dest is not None else out
     last = ""
     try:
-        for piece in _pieces(head, spool, only, shape, table, color, tail):
+        for piece in _pieces(head + (summary if only is None else ""), spool, only, shape, table, color, tail):
             if piece:
                 w.write(piece)
                 last = piece

@@ -9,6 +9,7 @@ from __future__ import annotations
 import html
 import json
 import textwrap
+from collections import Counter
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -35,7 +36,9 @@ CHARTS = (("queue_p50", "#queue-req (p50 per window)"), ("token_usage_mean", "to
 def render(results: Sequence[FileDiagnosis], fmt: str, *, table: CheckTable, color: bool = False) -> str:
     """All diagnoses in one output of format `fmt`: its head, each input's part, its tail."""
     out = Output(fmt, len(results))
-    return out.head + out.sep.join(out.part(r, table, color=color) for r in results) + out.tail(
+    summary = summary_html([summary_row(r, i) for i, r in enumerate(results, 1)]) if fmt == "html" else ""
+    return out.head + summary + out.sep.join(out.part(r, table, color=color, index=i)
+                                             for i, r in enumerate(results, 1)) + out.tail(
         worst_status(r.document for r in results))
 
 
@@ -59,20 +62,21 @@ class Output:
             self.head = "# SGLang tuning diagnosis\n\n"
         elif fmt == "html":
             self.head = ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+                         '<meta name="viewport" content="width=device-width, initial-scale=1">'
                          "<title>SGLang tuning diagnosis</title>"
                          f"<style>{_CSS}</style></head><body>\n<h1>SGLang tuning diagnosis</h1>\n")
         else:
             self.head = ""
 
-    def part(self, r: FileDiagnosis, table: CheckTable, *, color: bool = False) -> str:
-        """One input's part."""
+    def part(self, r: FileDiagnosis, table: CheckTable, *, color: bool = False, index: int | None = None) -> str:
+        """One input's part (`index`: its place among several, the summary's link to it)."""
         if self.fmt == "json":
             text = json.dumps(r.document, indent=2, sort_keys=False)
             return text if self.count == 1 else textwrap.indent(text, "    ", lambda _: True)
         if self.fmt == "markdown":
             return file_markdown(r, table)
         if self.fmt == "html":
-            return file_html(r, table)
+            return file_html(r, table, index)
         return file_text(r, table, color=color)
 
     def tail(self, worst: str) -> str:
@@ -315,14 +319,42 @@ def svg_chart(series: Series, title: str, width: int = 560, height: int = 140) -
 _CSS = """body{font-family:system-ui,sans-serif;margin:2em;max-width:1100px;color:#222}
 table{border-collapse:collapse;margin:1em 0}td,th{border:1px solid #ddd;padding:4px 8px;text-align:left;vertical-align:top}
 th{background:#f3f3f3}.status{font-weight:bold}.muted{color:#777}.finding{border-left:4px solid #999;padding:.2em 1em;margin:1em 0}
-code{background:#f3f3f3;padding:0 3px}.charts{display:flex;flex-wrap:wrap;gap:1em}figure{margin:0}"""
+code{background:#f3f3f3;padding:0 3px}.charts{display:flex;flex-wrap:wrap;gap:1em}figure{margin:0;max-width:100%}
+.wide,pre{overflow-x:auto;max-width:100%}svg{max-width:100%;height:auto}p,h1,h2,h3,li,code{overflow-wrap:anywhere}
+.status{white-space:nowrap}
+@media (max-width:600px){body{margin:.5em}}"""
 
 
-def file_html(r: FileDiagnosis, table: CheckTable) -> str:
+def summary_row(r: FileDiagnosis, index: int) -> str:
+    """The summary's row of one input (status, verdict line, first plan step, a link to its part): kept
+    while the inputs are read, as the parts are not."""
+    e = html.escape
+    d = r.document
+    status = str(d.get("status", "unknown"))
+    plan = d.get("plan") or []
+    step = f"<code>{e(plan_step_change(plan[0]))}</code>" if plan else "nothing to change"
+    return (f'<tr data-status="{e(status)}"><td><a href="#input-{index}"><code>{e(r.source)}</code></a></td>'
+            f'<td class="status" style="color:{COLOURS.get(status, COLOURS["unknown"])}">{e(status)}</td>'
+            f"<td>{e(str(d.get('verdict', '')))}</td><td>{step}</td></tr>")
+
+
+def summary_html(rows: Sequence[str]) -> str:
+    """Several inputs open with a summary, one row per input; one input has none."""
+    if len(rows) < 2:
+        return ""
+    counts = Counter(row.split('"', 2)[1] for row in rows)
+    said = ", ".join(f"{counts[k]} {k}" for k in ("critical", "warning", "ok", "unknown") if counts[k])
+    return (f'<section id="summary"><h2>Summary: {len(rows)} inputs ({html.escape(said)})</h2>'
+            '<div class="wide"><table><tr><th>input</th><th>status</th><th>verdict</th><th>first step</th></tr>'
+            + "".join(rows) + "</table></div></section>\n")
+
+
+def file_html(r: FileDiagnosis, table: CheckTable, index: int | None = None) -> str:
     """One input's part of the HTML page: checks table, findings, inline SVG charts of key signals."""
     e = html.escape
     body: list[str] = []
-    body.append(f"<h2><code>{e(r.source)}</code></h2>")
+    anchor = f' id="input-{index}"' if index is not None else ""
+    body.append(f"<h2{anchor}><code>{e(r.source)}</code></h2>")
     body.append("<ul>" + "".join(f"<li>{e(h)}</li>" for h in _header_lines(r)) + "</ul>")
     d = r.document
     body.append(f'<p class="verdict"><b>{e(d.get("verdict", ""))}</b></p>')
@@ -334,11 +366,11 @@ def file_html(r: FileDiagnosis, table: CheckTable) -> str:
         body.append("</ol>")
         if d.get("command_diff"):
             body.append("<pre>" + e("\n".join(d["command_diff"])) + "</pre>")
-    body.append("<table><tr><th>check</th><th>status</th><th>ranks</th><th>summary</th></tr>")
+    body.append('<div class="wide"><table><tr><th>check</th><th>status</th><th>ranks</th><th>summary</th></tr>')
     for cid, status, ranks, summary in _rows(r, table):
         body.append(f'<tr><td><code>{e(cid)}</code></td><td class="status" style="color:{STATUS_COLOURS[status]}">'
                     f"{e(status)}</td><td>{e(ranks)}</td><td>{e(summary)}</td></tr>")
-    body.append("</table>")
+    body.append("</table></div>")
     firing = _firing(r)
     why = not_judged(d)
     if why:

@@ -262,3 +262,47 @@ def test_the_checker_finds_stale_names() -> None:
     assert named_paths("see `exporter/sglang_tuning_exporter/config.py` and docs/interfaces.md.") == {
         "exporter/sglang_tuning_exporter/config.py", "docs/interfaces.md"}
     assert not (ROOT / "exporter/sglang_tuning_exporter/config.py").exists()
+
+
+def table_cells(line: str) -> int:
+    """Cells of a Markdown table row (a `|` inside backticks or escaped does not split)."""
+    count, tick, i, text = 0, False, 0, line.strip()
+    while i < len(text):
+        if text[i] == "\\":
+            i += 2
+            continue
+        if text[i] == "`":
+            tick = not tick
+        elif text[i] == "|" and not tick:
+            count += 1
+        i += 1
+    return count - 1
+
+
+def spliced_rows(text: str) -> list[tuple[int, str]]:
+    """Rows whose cell count differs from their table's header (one row pasted into another table)."""
+    out: list[tuple[int, str]] = []
+    header: int | None = None
+    fenced = False
+    for n, line in enumerate(text.splitlines(), 1):
+        if line.lstrip().startswith("```"):
+            fenced, header = not fenced, None
+            continue
+        if fenced or not line.strip().startswith("|"):
+            header = None
+            continue
+        cells = table_cells(line)
+        if header is None:
+            header = cells
+        elif cells != header:
+            out.append((n, line[:80]))
+    return out
+
+
+def test_no_table_row_is_spliced() -> None:
+    """Every row of every table has its header's cells (docs/sidecar.md's Sources table once held a row of
+    the Flags table, cutting the log row in two)."""
+    bad = [f"{rel(doc)}:{n}: {row}" for doc in DOCS for n, row in spliced_rows(doc.read_text(encoding="utf-8"))]
+    assert not bad, "\n".join(bad)
+    planted = "| a | b |\n|---|---|\n| log | `--x` | `X` | - | y |\n| `--z` | w |\n"
+    assert [n for n, _ in spliced_rows(planted)] == [3]
