@@ -34,7 +34,7 @@ def test_many_inputs_open_with_a_summary() -> None:
     assert f"{len(files)} inputs" in summary
     for i, f in enumerate(files, 1):
         assert f'<a href="#input-{i}"><code>{f}</code></a>' in summary and f'id="input-{i}"' in page
-    assert len(re.findall(r"<tr><td><a href=", summary)) == len(files)
+    assert len(re.findall(r"<tr data-status=\"\w+\"><td><a href=", summary)) == len(files)
     assert "checks fired" in summary and "critical" in summary
 
 
