@@ -334,7 +334,7 @@ def summary_row(r: FileDiagnosis, index: int) -> str:
     plan = d.get("plan") or []
     step = f"<code>{e(plan_step_change(plan[0]))}</code>" if plan else "nothing to change"
     return (f'<tr data-status="{e(status)}"><td><a href="#input-{index}"><code>{e(r.source)}</code></a></td>'
-            f'<td class="status" style="color:{COLOURS.get(status, COLOURS["unknown"])}">{e(status)}</td>'
+            f'<td class="status" style="color:{STATUS_COLOURS.get(status, STATUS_COLOURS["unknown"])}">{e(status)}</td>'
             f"<td>{e(str(d.get('verdict', '')))}</td><td>{step}</td></tr>")
 
 
