@@ -109,10 +109,15 @@ def test_groupings_that_keep_a_server_apart_keep_the_selector_labels() -> None:
 
 
 def test_annotation_lookups_carry_the_selector() -> None:
-    """The suggested/current value lookups in the annotations query with the selector too."""
+    """The suggested/current value lookups in the annotations query with the selector too, and match the
+    selector's labels on the alert's own values (another cluster's server of the same instance lends none)."""
     lookups = [m for r in _rules(OPTS) if "alert" in r for v in r["annotations"].values()
                for m in re.findall(r"printf `([^`]*)`", v)]
-    assert lookups and all(f"{{{SELECTOR},job=" in q for q in lookups)
+    assert lookups and all(f"{{{SELECTOR},job=\"sglang-tuning-exporter\",cluster=%q,namespace=%q," in q
+                           for q in lookups)
+    args = [m for r in _rules(OPTS) if "alert" in r for v in r["annotations"].values()
+            for m in re.findall(r"printf `[^`]*` ([^|]*)\|", v)]
+    assert args and all(a.startswith("$labels.cluster $labels.namespace ") for a in args)
 
 
 @pytest.mark.skipif(shutil.which("promtool") is None, reason="promtool not installed")
@@ -193,5 +198,36 @@ def test_dashboard_queries_with_a_selector_parse(tmp_path: Path) -> None:
     path = tmp_path / "queries.yaml"
     path.write_text(json.dumps(rules), encoding="utf-8")
     proc = subprocess.run(["promtool", "check", "rules", str(path)], capture_output=True, text=True, timeout=120,
+                          check=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+@pytest.mark.skipif(shutil.which("promtool") is None, reason="promtool not installed")
+def test_annotation_values_come_from_the_alerts_own_cluster(tmp_path: Path) -> None:
+    """Two clusters under one regex selector, the same instance in both: the alert of cluster b names b's
+    current and suggested value, not a's (promtool, the kv_underused case of alerts/tests/checks.test.yaml)."""
+    import yaml
+
+    assert main(["render", "--rules-only", "--out", str(tmp_path), "--selector", 'cluster=~"a|b"']) == 0
+    shipped = yaml.safe_load((Path(__file__).parents[2] / "alerts" / "tests" / "checks.test.yaml").read_text(
+        encoding="utf-8"))
+    case = next(t for t in shipped["tests"] if t["name"].startswith("KV cache underused"))
+    (expected,) = case["alert_rule_test"][-1]["exp_alerts"]
+    expected["exp_labels"]["cluster"] = "b"
+    expected["exp_annotations"]["dashboard_url"] = expected["exp_annotations"]["dashboard_url"].replace(
+        "&var-instance=", "&var-cluster=b&var-instance=")
+    series = []
+    for cluster, ratio, suggested, current in (("a", "0", "0.2", "0.5"), ("b", "0.7", "0.65", "1")):
+        for s in case["input_series"]:
+            value = {"sglang_tuning_signal_ratio": ratio, "sglang_tuning_suggested_value": suggested,
+                     "sglang_tuning_current_value": current}[s["series"].split("{")[0]]
+            series.append({"series": s["series"].replace("{", f'{{cluster="{cluster}",', 1),
+                           "values": f"{value}x30"})
+    test = {"rule_files": [str(tmp_path / "alerts" / "checks.rules.yaml")], "evaluation_interval": "1m",
+            "tests": [{"interval": "1m", "input_series": series, "alert_rule_test": [
+                {"eval_time": "15m", "alertname": "SGLangKVCacheUnderused", "exp_alerts": [expected]}]}]}
+    path = tmp_path / "two-clusters.test.yaml"
+    path.write_text(yaml.safe_dump(test), encoding="utf-8")
+    proc = subprocess.run(["promtool", "test", "rules", str(path)], capture_output=True, text=True, timeout=120,
                           check=False)
     assert proc.returncode == 0, proc.stdout + proc.stderr

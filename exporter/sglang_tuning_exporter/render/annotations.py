@@ -10,7 +10,7 @@ import json
 from sglang_tuning_exporter.core.model import value_text
 from sglang_tuning_exporter.guide.checks import Check, CheckTable
 from sglang_tuning_exporter.render.expressions import fill, job_matcher, num, profile_of, with_host
-from sglang_tuning_exporter.render.options import HOST_LABEL, RenderOptions
+from sglang_tuning_exporter.render.options import HOST_LABEL, RenderOptions, selector_labels
 
 # ----------------------------------------------------------------------------- annotations
 
@@ -48,7 +48,9 @@ def _lookup(metric: str, check: Check, opts: RenderOptions, by: str) -> str:
     keys = opts.dedup_on if by == NATIVE_LOOKUP else (by, "dp_rank")
     matchers = [m for m in (opts.selector, job) if m]
     args: list[str] = []
-    for key in keys:
+    # The selector's labels take the alert's own values: a regex selector spanning clusters would otherwise
+    # let another cluster's server of the same instance lend its value.
+    for key in (*selector_labels(opts.selector), *keys):
         if key != HOST_LABEL:
             matchers.append(f"{key}=%q")
             args.append(f"$labels.{key}")

@@ -49,10 +49,16 @@ value, or dropped; the groupings that keep a server apart gain the selector's la
 {{- $text = replace (printf "{%s}" $ph) (printf "{%s}" $esc) $text -}}
 {{- $text = replace $ph $esc $text -}}
 {{- $text = replace ", __chart_selector__" (printf ", %s" (join ", " $names)) $text -}}
+{{- $lookups := list -}}{{- $args := list -}}
+{{- range $names }}{{ $lookups = append $lookups (printf "%s=%%q" .) }}{{ $args = append $args (printf " $labels.%s" .) }}{{ end -}}
+{{- $text = replace "__chart_selector__=%q" (join "," $lookups) $text -}}
+{{- $text = replace " $labels.__chart_selector__" (join "" $args) $text -}}
 {{- else -}}
 {{- $text = replace (printf "{%s}" $ph) "" $text -}}
 {{- $text = replace (printf "%s," $ph) "" $text -}}
 {{- $text = replace ", __chart_selector__" "" $text -}}
+{{- $text = replace "__chart_selector__=%q," "" $text -}}
+{{- $text = replace " $labels.__chart_selector__" "" $text -}}
 {{- end -}}
 {{- $text -}}
 {{- end -}}
