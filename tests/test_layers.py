@@ -32,6 +32,14 @@ def test_import_contracts_hold() -> None:
     assert "3 kept, 0 broken" in proc.stdout, proc.stdout
 
 
+def test_type_only_imports_count() -> None:
+    """The contracts see imports under `if TYPE_CHECKING:` too: a cycle cannot hide behind one."""
+    text = (ROOT / "pyproject.toml").read_text(encoding="utf-8")
+    assert "exclude_type_checking_imports = false" in text
+    uses = sorted(p.relative_to(PKG).as_posix() for p in PKG.rglob("*.py") if "TYPE_CHECKING" in p.read_text())
+    assert not uses, f"a type-only import hides a dependency: {uses}"
+
+
 def test_folders_show_the_flow() -> None:
     """Only the entry points live at the top; everything else is in a folder that says what it holds."""
     top = sorted(p.name for p in PKG.glob("*.py"))

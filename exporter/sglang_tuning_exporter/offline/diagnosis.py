@@ -28,7 +28,6 @@ from sglang_tuning_exporter.guide.advisor import (
 from sglang_tuning_exporter.guide.checks import CheckTable
 from sglang_tuning_exporter.guide.config import Config
 from sglang_tuning_exporter.guide.plan import FIRING, flag_values
-from sglang_tuning_exporter.offline import formats as diagnose_formats
 from sglang_tuning_exporter.offline.scanner import ChunkResult
 from sglang_tuning_exporter.pipeline.observations import EventConverter
 from sglang_tuning_exporter.pipeline.window import Window, bucket_start
@@ -41,6 +40,11 @@ TAIL_BLOCK_BYTES = 1 << 20  # read back from a log's end to find its last stamp
 
 
 # --- the per-file pipeline ----------------------------------------------------------------------
+# The series a diagnosis keeps over time, each drawn as one chart of the HTML page (key, title).
+CHARTS = (("queue_p50", "#queue-req (p50 per window)"), ("token_usage_mean", "token usage (mean)"),
+          ("retractions_per_minute", "retractions per minute"), ("decode_batch_p90", "decode batch size (p90)"))
+
+
 @dataclass
 class Series:
     """A chart series: (time, value) points, decimated to stay small."""
@@ -113,7 +117,7 @@ class Diagnosis:
         self.evaluations = 0
         self.lines = self.events = self.fast = self.unparsed = self.nul = 0
         self.oversized = 0  # lines longer than the reader's limit, skipped
-        self.series = {k: Series(k) for k, _ in diagnose_formats.CHARTS}  # the charts drawn, no more
+        self.series = {k: Series(k) for k, _ in CHARTS}  # the charts drawn, no more
 
     def _see(self, t: float) -> None:
         if self.first_t is None or t < self.first_t:

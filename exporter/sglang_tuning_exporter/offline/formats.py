@@ -11,26 +11,21 @@ import json
 import textwrap
 from collections import Counter
 from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from sglang_tuning_exporter.core.markdown import md_text
-from sglang_tuning_exporter.core.model import STATUS_CODE, STATUS_COLOURS, Finding, rank_text
+from sglang_tuning_exporter.core.model import STATUS_CODE, STATUS_COLOURS, Finding, rank_text, value_text
 from sglang_tuning_exporter.guide.checks import CheckTable
 from sglang_tuning_exporter.guide.plan import (
     CURRENT_UNKNOWN,
     plan_step_change,
     plan_step_markdown,
     plan_step_text,
-    value_text,
 )
-
-if TYPE_CHECKING:
-    from sglang_tuning_exporter.offline.diagnosis import FileDiagnosis, Series
+from sglang_tuning_exporter.offline.diagnosis import CHARTS, FileDiagnosis, Series
 
 _ANSI = {"ok": "\x1b[32m", "warning": "\x1b[33m", "critical": "\x1b[1;31m", "unknown": "\x1b[90m"}
 _RESET = "\x1b[0m"
-CHARTS = (("queue_p50", "#queue-req (p50 per window)"), ("token_usage_mean", "token usage (mean)"),
-          ("retractions_per_minute", "retractions per minute"), ("decode_batch_p90", "decode batch size (p90)"))
 
 
 def render(results: Sequence[FileDiagnosis], fmt: str, *, table: CheckTable, color: bool = False) -> str:
