@@ -2,7 +2,7 @@
 PYTHON ?= python3
 STACK_ARGS ?=
 
-.PHONY: stack stack-fg stack-down stack-status test-integration sanitize
+.PHONY: test-fast stack stack-fg stack-down stack-status test-integration sanitize
 
 stack:  ## start stand-in SGLang servers, exporters, Prometheus, Alertmanager, webhook; detached
 	$(PYTHON) scripts/stack.py up --detach $(STACK_ARGS)
@@ -15,6 +15,9 @@ stack-status:
 
 stack-down:
 	$(PYTHON) scripts/stack.py down
+
+test-fast:  ## unit tests only: no real Prometheus, promtool, browser or serve process (tests/helpers/marker_rule.py)
+	$(PYTHON) -m pytest -q -p no:cacheprovider -n 2 -m "not integration and not browser"
 
 test-integration:  ## only the end-to-end suite
 	$(PYTHON) -m pytest -m integration tests/integration

@@ -32,11 +32,11 @@ def _cli(*argv: str, env: dict[str, str] | None = None) -> subprocess.CompletedP
 
 
 def test_a_bad_flag_prints_its_commands_usage() -> None:
-    """`serve --bogus` says which command refused it, with that command's usage (it printed the top-level one)."""
-    proc = _cli("serve", "--bogus")
+    """`diagnose --bogus` says which command refused it, with that command's usage (it printed the top-level one)."""
+    proc = _cli("diagnose", "x.log", "--bogus")
     assert proc.returncode == 2
-    assert proc.stderr.startswith("usage: sglang-tuning-exporter serve ")
-    assert "sglang-tuning-exporter serve: error: unrecognized arguments: --bogus" in proc.stderr
+    assert proc.stderr.startswith("usage: sglang-tuning-exporter diagnose ")
+    assert "sglang-tuning-exporter diagnose: error: unrecognized arguments: --bogus" in proc.stderr
 
 
 def test_version_names_the_revision() -> None:

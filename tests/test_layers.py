@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from helpers.marker_rule import real_process
 from helpers.paths import ROOT, TESTS
 
 PKG = ROOT / "exporter" / "sglang_tuning_exporter"
@@ -90,3 +91,16 @@ def _imports_a_test(path: Path) -> bool:
         if any(part.startswith("test_") for name in names for part in name.split(".")):
             return True
     return False
+
+
+def test_a_real_process_makes_an_integration_test() -> None:
+    """The marker rule (tests/helpers/marker_rule.py, applied by tests/conftest.py to every test): these
+    start real components, so a test starting one is marked `integration`; one-shot build tools are not."""
+    py = sys.executable
+    for argv in (["promtool", "test", "rules", "x.yml"], ["/usr/bin/prometheus", "--config.file=p.yml"],
+                 ["amtool", "check-config", "a.yml"], ["chromium", "--headless"], [py, "-m", "sglang_tuning_exporter",
+                 "serve", "--log-file", "-"], ["kubectl", "kustomize", "k8s"]):
+        assert real_process(argv), argv
+    for argv in ([py, "-m", "sglang_tuning_exporter", "diagnose", "x.log"], ["lint-imports", "--no-cache"],
+                 ["openssl", "req", "-x509"]):
+        assert not real_process(argv), argv

@@ -109,6 +109,7 @@ def _expected_alerts(sc: Scenario) -> dict[str, list[dict[str, str]]]:
     return out
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("name", sorted(SCENARIOS))
 def test_rules_agree(name: str, histories: dict[str, tuple[Scenario, list[promql.Scrape], float]],
                      tmp_path: Path) -> None:
@@ -134,6 +135,7 @@ def prom(histories: dict[str, tuple[Scenario, list[promql.Scrape], float]],
 RETRACTION_PANEL = "sglang-tuning-server/Retractions per minute/A"
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("name", sorted(SCENARIOS))
 def test_dashboards_and_report_agree(name: str, histories: dict[str, tuple[Scenario, list[promql.Scrape], float]],
                                      prom: promql.PromHistory) -> None:

@@ -37,6 +37,7 @@ def _run(cmd: list[str], **kwargs: Any) -> subprocess.CompletedProcess[str]:
     return subprocess.run(cmd, capture_output=True, text=True, timeout=60, check=False, **kwargs)
 
 
+@pytest.mark.integration
 @pytest.mark.skipif(shutil.which("docker-compose") is None, reason="docker-compose (Debian package) not installed")
 @pytest.mark.parametrize("profile", [None, "demo", "gpu"])
 def test_docker_compose_config_validates(profile: str | None) -> None:
@@ -162,6 +163,7 @@ def test_prometheus_scrapes_sidecar_and_sglang_and_alerts_to_alertmanager() -> N
     assert all(rf.startswith(target_dir + "/") for rf in doc["rule_files"])
 
 
+@pytest.mark.integration
 @pytest.mark.skipif(shutil.which("promtool") is None, reason="promtool not installed")
 def test_promtool_accepts_the_prometheus_config_with_the_shipped_rules(tmp_path: Path) -> None:
     """promtool check config passes, with rule_files pointed at the repository's alerts/."""
@@ -174,6 +176,7 @@ def test_promtool_accepts_the_prometheus_config_with_the_shipped_rules(tmp_path:
     assert "SUCCESS" in proc.stdout + proc.stderr
 
 
+@pytest.mark.integration
 @pytest.mark.skipif(shutil.which("amtool") is None, reason="amtool not installed")
 def test_amtool_accepts_the_alertmanager_config() -> None:
     """amtool check-config passes and routes critical alerts to the paging receiver."""

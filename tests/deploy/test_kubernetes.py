@@ -230,6 +230,7 @@ def _require(tool: str, package: str) -> str:
     return path
 
 
+@pytest.mark.integration
 def test_kubectl_kustomize_builds_the_directory(tmp_path: Path) -> None:
     """`kubectl kustomize` (offline) assembles every manifest into one valid stream (Debian's
     kubernetes-client 1.20 embeds kustomize v2, which reads this kustomization too)."""
@@ -282,6 +283,7 @@ def test_pod_monitor_component_replaces_the_service_monitor(tmp_path: Path) -> N
     assert base.is_dir()
 
 
+@pytest.mark.integration
 @pytest.mark.skipif(shutil.which("promtool") is None, reason="promtool not installed")
 def test_prometheus_rule_groups_pass_promtool(tmp_path: Path) -> None:
     """The PrometheusRule's spec is a valid rule file for promtool."""

@@ -186,6 +186,7 @@ def run_promtool(tmp_path: Path, table: CheckTable, scenarios: dict[str, Scenari
                           capture_output=True, text=True, timeout=120, check=False)
 
 
+@pytest.mark.integration
 def test_named_scenarios_agree(tmp_path: Path) -> None:
     """Hand-picked scenarios (boundaries, suppression, unknowns, per-rank) give the same verdicts."""
     table = load_table()
@@ -199,6 +200,7 @@ def test_named_scenarios_agree(tmp_path: Path) -> None:
     assert res.returncode == 0, res.stdout + res.stderr
 
 
+@pytest.mark.integration
 def test_random_scenarios_near_thresholds_agree(tmp_path: Path) -> None:
     """Seeded scenarios drawn at and around every threshold give the same verdicts."""
     table = load_table()
@@ -208,6 +210,7 @@ def test_random_scenarios_near_thresholds_agree(tmp_path: Path) -> None:
     assert res.returncode == 0, res.stdout + res.stderr
 
 
+@pytest.mark.integration
 def test_policy_known_only_from_the_version(tmp_path: Path) -> None:
     """Server args without schedule_policy on 0.5.23: both sides should judge fcfs with prefix reuse."""
     table = load_table()
@@ -217,6 +220,7 @@ def test_policy_known_only_from_the_version(tmp_path: Path) -> None:
     assert res.returncode == 0, res.stdout + res.stderr
 
 
+@pytest.mark.integration
 def test_the_comparison_can_fail(tmp_path: Path) -> None:
     """A deliberately wrong expectation is reported by promtool (the harness is not vacuous)."""
     table = load_table()

@@ -311,6 +311,7 @@ def _promql_for_promtool(expr: str) -> str:
             .replace("$dp_rank", ".*"))
 
 
+@pytest.mark.integration
 @pytest.mark.skipif(shutil.which("promtool") is None, reason="promtool not installed")
 def test_every_query_is_valid_promql(tmp_path: Path) -> None:
     """promtool parses every panel query (as recording rules), variables substituted."""
@@ -437,6 +438,7 @@ def _promtool_test(tmp_path: Path, cases: list[tuple[str, str, str, list[dict[st
                           timeout=60, check=False, cwd=tmp_path)
 
 
+@pytest.mark.integration
 @pytest.mark.skipif(shutil.which("promtool") is None, reason="promtool not installed")
 def test_panel_queries_compute_the_guide_signals(tmp_path: Path) -> None:
     """promtool evaluates key panels over synthetic series: ours first, both SGLang spellings, units, ratios."""
@@ -445,6 +447,7 @@ def test_panel_queries_compute_the_guide_signals(tmp_path: Path) -> None:
     assert "SUCCESS" in proc.stdout
 
 
+@pytest.mark.integration
 @pytest.mark.skipif(shutil.which("promtool") is None, reason="promtool not installed")
 def test_panel_query_check_detects_a_wrong_value(tmp_path: Path) -> None:
     """The promtool harness fails when a panel computes something else (the check can fail)."""
@@ -589,6 +592,7 @@ def test_flag_changes_annotation_reads_the_server_arg_series(path: str) -> None:
     assert "arg" in a["tagKeys"].split(",")
 
 
+@pytest.mark.integration
 @pytest.mark.skipif(shutil.which("promtool") is None, reason="promtool not installed")
 def test_flag_changes_annotation_fires_only_around_a_change(tmp_path: Path) -> None:
     """promtool evaluates the annotation over a server restarted at minute 6 with another

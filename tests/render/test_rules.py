@@ -52,6 +52,7 @@ def alerts() -> list[dict[str, Any]]:
     return [r for g in loaded_groups() for r in g["rules"] if "alert" in r]
 
 
+@pytest.mark.integration
 @needs_promtool
 def test_promtool_check_rules_accepts_every_rule_file() -> None:
     """`promtool check rules alerts/*.yaml` succeeds."""
@@ -61,6 +62,7 @@ def test_promtool_check_rules_accepts_every_rule_file() -> None:
     assert res.returncode == 0, res.stdout + res.stderr
 
 
+@pytest.mark.integration
 @needs_promtool
 def test_promtool_unit_tests_pass() -> None:
     """`promtool test rules alerts/tests/*.yaml` (written by hand) succeeds."""
@@ -239,6 +241,7 @@ def _promtool_native(tmp_path: Path, opts: RenderOptions, series: list[str],
     return _run([str(PROMTOOL), "test", "rules", "dedup.test.yaml"], cwd=tmp_path)
 
 
+@pytest.mark.integration
 @needs_promtool
 def test_native_dedup_host_key_reads_ipv6_and_portless_instances(tmp_path: Path) -> None:
     """`[fd00::1]:30000` pairs with `[fd00::1]:9470`, a port-less `gpu-c` with `gpu-c:9470`; gpu-d pages."""
@@ -250,6 +253,7 @@ def test_native_dedup_host_key_reads_ipv6_and_portless_instances(tmp_path: Path)
     assert res.returncode == 0, res.stdout + res.stderr
 
 
+@pytest.mark.integration
 @needs_promtool
 def test_native_dedup_on_a_shared_target_label(tmp_path: Path) -> None:
     """With `dedup_on: [pod, ...]` the pod label pairs a sidecar with its SGLang whatever the addresses."""
@@ -260,6 +264,7 @@ def test_native_dedup_on_a_shared_target_label(tmp_path: Path) -> None:
     assert res.returncode == 0, res.stdout + res.stderr
 
 
+@pytest.mark.integration
 @needs_promtool
 def test_native_rules_read_ray_serve_replicas_apart(tmp_path: Path) -> None:
     """Under Ray Serve (`ray_sglang_x{ReplicaId=...}` behind one Ray agent) each replica is judged alone:
@@ -291,6 +296,7 @@ def test_scrape_guards_split_an_outage_from_a_slow_start() -> None:
     assert {r["for"] for g in short if g["name"] == "sglang-tuning.health" for r in g["rules"]} == {"3s"}
 
 
+@pytest.mark.integration
 @needs_promtool
 def test_short_window_copy_for_end_to_end_tests(tmp_path: Path) -> None:
     """Overrides give a valid rule set with `for: 15s` and 1m windows; the committed files are untouched."""
@@ -328,6 +334,7 @@ def test_workload_chooses_the_checks() -> None:
 # ----------------------------------------------------------------------------- Alertmanager example
 
 
+@pytest.mark.integration
 @needs_amtool
 def test_alertmanager_example_is_valid() -> None:
     """`amtool check-config` accepts the example with its template file."""
@@ -342,6 +349,7 @@ def test_alertmanager_example_is_valid() -> None:
     (["severity=warning", "check=kv_underused", "instance=a:9470"], "ticket"),
     (["severity=info", "check=x", "instance=a:9470"], "ticket"),
 ])
+@pytest.mark.integration
 def test_alertmanager_routes_by_severity(labels: list[str], receiver: str) -> None:
     """Critical pages, warning and info open tickets."""
     res = _run([str(AMTOOL), "config", "routes", "test", "--config.file", str(ALERTS / "alertmanager.example.yml"),
@@ -349,6 +357,7 @@ def test_alertmanager_routes_by_severity(labels: list[str], receiver: str) -> No
     assert res.returncode == 0, res.stdout + res.stderr
 
 
+@pytest.mark.integration
 @needs_amtool
 def test_alertmanager_message_prints_the_flag_change(tmp_path: Path) -> None:
     """The notification template renders 'increase --flag to value' from the common annotations."""

@@ -296,6 +296,7 @@ def test_value_format_is_gos(value: float) -> None:
     assert format_value(value) == floatToGoString(value)
 
 
+@pytest.mark.integration
 @pytest.mark.skipif(shutil.which("promtool") is None, reason="promtool not installed")
 def test_promtool_accepts_the_exposition(tmp_path: Path) -> None:
     """`promtool check metrics` lints our output clean."""

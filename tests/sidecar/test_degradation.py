@@ -223,6 +223,7 @@ def test_ten_megabyte_line(tmp_path: Path) -> None:
     assert _get(m, "sglang_tuning_decode_samples_total", cuda_graph="false") == 1.0
 
 
+@pytest.mark.integration
 def test_serve_process_answers_while_sglang_is_down(tmp_path: Path) -> None:
     """The real `serve` process on 127.0.0.1: /metrics, /-/healthy and / answer with SGLang down."""
     cmd = [sys.executable, "-m", "sglang_tuning_exporter", "serve", "--web.listen-address", "127.0.0.1:0",

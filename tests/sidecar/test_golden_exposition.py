@@ -92,6 +92,7 @@ def _exposition(mode: str) -> str:
                     process_metrics=False).handle("GET", "/metrics").body.decode()
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("mode", ["logs", "metrics", "both"])
 def test_golden_exposition(mode: str, update_golden: bool, tmp_path: Path) -> None:
     """The exposition equals the reviewed golden file and passes `promtool check metrics`."""

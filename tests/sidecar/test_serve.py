@@ -425,6 +425,7 @@ def test_following_a_closed_standard_input_is_a_listed_problem(monkeypatch: pyte
     assert any("standard input is closed" in p for p in exc.value.problems) and len(exc.value.problems) == 2
 
 
+@pytest.mark.integration
 def test_serve_follows_standard_input() -> None:
     """`--sglang.log-file -` follows a pipe (e.g. `kubectl logs -f`): its lines are read as they come, and
     the log source is down once the writer closes it."""

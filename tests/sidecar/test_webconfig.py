@@ -384,6 +384,7 @@ def test_serve_with_bad_web_config_exits_2_listing_every_problem(tmp_path: Path,
 
 
 
+@pytest.mark.integration
 def test_serve_process_over_https_with_auth(certs: dict[str, Path], tmp_path: Path) -> None:
     """The real `serve` process with a web config answers HTTPS + basic auth on 127.0.0.1, gzip included."""
     path = _write_config(tmp_path, f"tls_server_config:\n  cert_file: {certs['server_cert']}\n"
