@@ -136,3 +136,12 @@ def test_non_finite_and_negative_numbers_are_problems() -> None:
                    "checks.queue_empty.thresholds.warning", "checks.queue_empty.thresholds.critical"):
         assert needle in text, needle
     assert len(err.value.problems) == 12, err.value.problems
+
+
+@pytest.mark.parametrize("item", ["api_key sk-PLANTED-1", "--api-key sk-PLANTED-1", "hf_token", "api_key:sk-PLANTED-1"])
+def test_a_malformed_server_arg_never_echoes_a_secret(item: str) -> None:
+    """A secret given without its `=` is refused without quoting its value (it used to echo the item)."""
+    _, problems = parse_server_arg_overrides([item, "mem_fraction_static=abc"])
+    assert len(problems) == 2 and "expected KEY=VALUE" in problems[0]
+    assert "PLANTED" not in "\n".join(problems)
+    assert "mem_fraction_static=abc" in problems[1]

@@ -19,6 +19,7 @@ Example::
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -27,7 +28,7 @@ import yaml
 
 from sglang_tuning_exporter.core import yamltext
 from sglang_tuning_exporter.core.problems import ProblemsError
-from sglang_tuning_exporter.core.redact import redact_args, redact_value
+from sglang_tuning_exporter.core.redact import MASK, is_secret_name, redact_args, redact_text, redact_value
 from sglang_tuning_exporter.guide.checks import CheckTable, is_number, load_table, parse_levels
 
 WORKLOADS = ("throughput", "latency", "long-context", "multi-turn")
@@ -249,7 +250,7 @@ def parse_server_arg_overrides(items: list[str]) -> tuple[dict[str, Any], list[s
         key, sep, value = item.partition("=")
         key = key.strip().lstrip("-").replace("-", "_")
         if not sep or not key:
-            problems.append(f"--server-arg {item!r}: expected KEY=VALUE")
+            problems.append(f"--server-arg {_shown(item)!r}: expected KEY=VALUE")
             continue
         try:
             parsed = yaml.safe_load(value) if value.strip() else None
@@ -258,5 +259,14 @@ def parse_server_arg_overrides(items: list[str]) -> tuple[dict[str, Any], list[s
         args[key] = redact_value(key, parsed)
         problem = server_arg_problem(key, args[key])
         if problem is not None:
-            problems.append(f"--server-arg {item!r}: {problem}")
+            problems.append(f"--server-arg {_shown(item)!r}: {problem}")
     return args, problems
+
+
+def _shown(item: str) -> str:
+    """A `--server-arg` item as an error may quote it: what follows a secret's name is never echoed
+    (`api_key sk-...` without its `=` is a malformed item, and still a key)."""
+    name = re.split(r"[\s=:]", item.strip(), maxsplit=1)[0]
+    if is_secret_name(name.lstrip("-").replace("-", "_")):
+        return f"{name} {MASK}" if name != item.strip() else name
+    return redact_text(item)
