@@ -560,6 +560,10 @@ def test_runtime_changes_from_the_real_format_strings() -> None:
      {"setting": "chunked_prefill_size", "from": 8192, "to": 2048}),
     ("Rounding --chunked-prefill-size up from 1000 to 1024 (a multiple of page_size = 64) for KV sharding.",
      {"setting": "chunked_prefill_size", "from": 1000, "to": 1024, "page_size": 64}),
+    ("SWA ring: swa_max_total_num_tokens 7811 -> 7789 (fixed per-request SWA ring capacity).",
+     {"setting": "swa_max_total_num_tokens", "from": 7811, "to": 7789}),
+    ("Expanding multimodal decode CUDA graph max_bs from 160 to max_running_requests=256.",
+     {"setting": "cuda_graph_max_bs", "from": 160, "to": 256}),
 ])
 def test_a_setting_sglang_forces_is_read_with_why(message: str, fields: dict[str, Any]) -> None:
     """SGLang switching chunked prefill, mixed chunks or the radix cache off (or resizing the chunk) itself,
@@ -633,3 +637,12 @@ def test_the_prefill_and_draft_graphs_switched_off_in_every_wording(message: str
     assert e is not None and e.kind == "startup_memory" and e.rank == {"tp": 0}
     assert e.fields == {"stage": stage, "reason": message.rstrip("."), **extra}
     assert capture_event(e) is None
+
+
+def test_a_request_truncated_to_fit_the_pool_or_context_is_read() -> None:
+    """`Request length is longer than the KV cache pool size or the max context length. Truncated. ...`
+    (--allow-auto-truncate): `request_truncated` with both lengths."""
+    e = parse_line("[2026-11-28 10:00:00 TP0] Request length is longer than the KV cache pool size or the max context "
+                   "length. Truncated. len(req.origin_input_ids)=40000, max_req_input_len=32760.", 6)
+    assert e is not None and e.kind == "request_truncated"
+    assert e.fields == {"input_len": 40000, "max_req_input_len": 32760} and e.rank == {"tp": 0}

@@ -29,10 +29,13 @@ SERVER_ARGS_REJECTED = "server_args_rejected"
 # disabled because ...`, `Radix cache is disabled for ...`, `chunked prefill size is adjusted from X to Y`):
 # fields.features (chunked_prefill, mixed_chunk, radix_cache), reason; or setting, to (from)
 SETTING_FORCED = "setting_forced"
+# `Request length is longer than the KV cache pool size or the max context length. Truncated. ...`:
+# fields.input_len, max_req_input_len
+REQUEST_TRUNCATED = "request_truncated"
 # Every kind the parser emits (parse --kind is checked against it).
 KINDS = (DECODE, PREFILL, RETRACT, STARTUP_MEMORY, SERVER_ARGS, OOM, ERROR, CUDA_GRAPH_CAPTURE,
          MAX_RUNNING_REDUCED, VERSION, STARTUP_TIMINGS, SERVER_READY, CUDA_GRAPH_DISABLED, SERVER_ARGS_UPDATE,
-         SERVER_ARGS_REJECTED, SETTING_FORCED)
+         SERVER_ARGS_REJECTED, SETTING_FORCED, REQUEST_TRUNCATED)
 
 
 class _EventRecord(NamedTuple):

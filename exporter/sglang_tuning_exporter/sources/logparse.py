@@ -50,7 +50,7 @@ from sglang_tuning_exporter.sources.logmessages import (
     _timings,
     _version,
 )
-from sglang_tuning_exporter.sources.logsettings import _forced, _runtime_update
+from sglang_tuning_exporter.sources.logsettings import _forced, _runtime_update, _truncated
 
 # ---------------------------------------------------------------------------------------------
 # Handlers: each returns an Event, None (not its line) or UNPARSED (its head, unreadable body).
@@ -162,6 +162,9 @@ _DISPATCH: tuple[tuple[str, Callable[[str, int], _Result]], ...] = (
     ("--chunked-prefill-size -1", _forced),
     ("turn off --chunked", _forced),
     ("forced as chunk cache", _forced),
+    ("SWA ring: ", _forced),
+    ("Expanding multimodal decode CUDA graph", _forced),
+    ("Request length is longer", _truncated),
     ("server_args", _server_args),
     ("xception", _error),
     ("Traceback", _error),

@@ -1,5 +1,6 @@
 """The parser's handlers of SGLang's messages about its settings: arguments changed without a restart
-(POST /set_internal_state) or refused, and settings SGLang forces itself (each `(line, n) -> result`). Pure."""
+(POST /set_internal_state) or refused, settings SGLang forces itself, and requests it truncates to fit them
+(each `(line, n) -> result`). Pure."""
 
 from __future__ import annotations
 
@@ -52,16 +53,38 @@ _FORCED = re.compile(r"(?i)(?:mixed chunk(?:ed prefill)?|chunked prefill|radix c
                      r"chunked prefill|forcing [^\n]{0,80}?--chunked-prefill-size -1|Automatically turn off "
                      r"--chunked-prefill-size|KV cache is forced as chunk cache")
 _PAGE_SIZE = re.compile(r"page_size = (\d+)")
-_RESIZED = re.compile(r"(?i)chunked prefill size is adjusted (?:from (\d+) )?to (\d+)"
-                      r"|Rounding --chunked-prefill-size up from (\d+) to (\d+)")
+# Sizes SGLang sets itself: the chunk (DP attention, KV sharding), the per-request SWA ring (0.5.23), a
+# multimodal model's decode graph raised to the running cap (qwen3_vl, 0.5.23).
+_RESIZED = re.compile(r"(?i)(?P<chunk>chunked prefill size is adjusted (?:from (?P<c_from>\d+) )?to (?P<c_to>\d+)"
+                      r"|Rounding --chunked-prefill-size up from (?P<r_from>\d+) to (?P<r_to>\d+))"
+                      r"|SWA ring: swa_max_total_num_tokens (?P<s_from>\d+) -> (?P<s_to>\d+)"
+                      r"|Expanding multimodal decode CUDA graph max_bs from (?P<g_from>\d+) to max_running_requests="
+                      r"(?P<g_to>\d+)")
+_RESIZED_SETTING = (("c", "chunked_prefill_size"), ("r", "chunked_prefill_size"), ("s", "swa_max_total_num_tokens"),
+                    ("g", "cuda_graph_max_bs"))
+# `Request length is longer than the KV cache pool size or the max context length. Truncated.
+# len(req.origin_input_ids)=N, max_req_input_len=M.` (managers/utils.py, --allow-auto-truncate)
+_TRUNCATED = re.compile(r"Request length is longer than the KV cache pool size or the max context length\. Truncated\."
+                        r"(?: len\(req\.origin_input_ids\)=(\d+), max_req_input_len=(\d+))?")
+
+
+def _truncated(s: str, n: int) -> _Result:
+    m = _TRUNCATED.search(s)
+    if m is None:
+        return None
+    fields: dict[str, Any] = {}
+    if m.group(1) is not None:
+        fields.update(input_len=int(m.group(1)), max_req_input_len=int(m.group(2)))
+    return _event(n, ev.REQUEST_TRUNCATED, s[:m.start()], fields)
 
 
 def _forced(s: str, n: int) -> _Result:
     m = _RESIZED.search(s)
     fields: dict[str, Any]
     if m is not None:
-        before, after = (m.group(1), m.group(2)) if m.group(2) is not None else (m.group(3), m.group(4))
-        fields = {"setting": "chunked_prefill_size", "to": int(after)}
+        tag, setting = next((t, name) for t, name in _RESIZED_SETTING if m.group(f"{t}_to") is not None)
+        before = m.group(f"{tag}_from")
+        fields = {"setting": setting, "to": int(m.group(f"{tag}_to"))}
         if before is not None:
             fields["from"] = int(before)
         page = _PAGE_SIZE.search(s, m.end())
