@@ -174,7 +174,7 @@ def test_markdown_names_servers_and_flags(prometheus: str, tmp_path: Path) -> No
         assert f"### `{inst}`" in text
         if flag:
             assert flag in text
-    assert "increase --schedule-conservativeness 1 → 1.3" in text
+    assert "`increase --schedule-conservativeness: 1 -> 1.3`" in text  # the plan step, one spelling
     assert "`0.8` on 10.9.0.6:9470" in text
 
 
