@@ -259,3 +259,37 @@ def test_sidecar_signals_come_back_in_their_docs_unit(tmp_path: Path) -> None:
     proc = subprocess.run([PROMTOOL, "test", "rules", "t.yaml"], cwd=tmp_path, capture_output=True, text=True,
                           timeout=60, check=False)
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_a_range_longer_than_the_window_reads_the_windows_inside_it(tmp_path: Path) -> None:
+    """Over 1h with the sidecar's 10-minute window: the mean of the windowed signal over the 50 minutes whose
+    windows lie inside the range (the first 10 minutes' 30/min, windows reaching before the range, are not
+    read), and the fullest window for a count (samples, OOM events)."""
+    import subprocess
+
+    import yaml
+
+    from sglang_tuning_exporter.fleet.queries import sidecar_signals_expr
+
+    if not Path(PROMTOOL).exists():
+        pytest.skip("promtool not installed")
+    at = 'instance="x:9470", dp_rank="0", pp_rank="", tp_rank="0"'
+    series = [
+        {"series": f'sglang_tuning_signal_per_second{{{at}, signal="retractions"}}', "values": "0.5x9 0.1x51"},
+        {"series": f'sglang_tuning_signal_amount{{{at}, signal="graph_samples"}}', "values": "0x29 100 0x30"},
+        {"series": f'sglang_tuning_signal_amount{{{at}, signal="oom_decode_count"}}', "values": "0x20 1x10 0x30"},
+        {"series": f'sglang_tuning_signal_amount{{{at}, signal="decode_batch_p90"}}', "values": "40x60"},
+    ]
+    labels = 'dp_rank="0", instance="x:9470", signal="{}"'
+    expected = [{"labels": "{" + labels.format(name) + "}", "value": v} for name, v in
+                (("retractions_per_minute", 6), ("graph_samples", 100), ("oom_decode_count", 1),
+                 ("decode_batch_p90", 40))]
+    (tmp_path / "none.rules.yaml").write_text("groups: []\n", encoding="utf-8")
+    test = {"rule_files": ["none.rules.yaml"], "evaluation_interval": "1m", "tests": [{
+        "interval": "1m", "input_series": series, "promql_expr_test": [
+            {"expr": f"round({sidecar_signals_expr('', 3600.0, 600.0)}, 0.001)", "eval_time": "60m",
+             "exp_samples": expected}]}]}
+    (tmp_path / "t.yaml").write_text(yaml.safe_dump(test, sort_keys=False), encoding="utf-8")
+    proc = subprocess.run([PROMTOOL, "test", "rules", "t.yaml"], cwd=tmp_path, capture_output=True, text=True,
+                          timeout=60, check=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
