@@ -21,7 +21,7 @@ from helpers.scenario_logs import LogWriter, steady
 from sglang_tuning_exporter.cli import build_parser
 from sglang_tuning_exporter.guide.checks import load_table
 from sglang_tuning_exporter.guide.config import Config
-from sglang_tuning_exporter.offline import diagnose
+from sglang_tuning_exporter.offline import diagnose, parallel
 from sglang_tuning_exporter.offline.diagnose import Progress, diagnose_source
 from sglang_tuning_exporter.sources.logfiles import split_ranges
 
@@ -496,7 +496,7 @@ def test_a_dead_reader_process_is_an_error_not_a_hang(tmp_path: Path, monkeypatc
         pytest.skip("needs the fork start method (the patched worker must reach the children)")
     p, _ = _decode_log(tmp_path / "dies.log", 400)
     _small_ranges(monkeypatch, 4 << 10)
-    monkeypatch.setattr(diagnose, "_scan_range", _reader_dies)
+    monkeypatch.setattr(parallel, "scan_range", _reader_dies)
     got = diagnose_source(str(p), load_table(), Config(), "docs-2025", "throughput", {}, jobs=2)
     assert got.error is not None and "reader process died" in got.error and "truncated" in got.error
 

@@ -12,16 +12,11 @@ from __future__ import annotations
 
 import argparse
 import gzip
-import itertools
-import multiprocessing
 import os
 import sys
 import tempfile
 import time
-from collections import deque
-from collections.abc import Iterator, Sequence
-from concurrent.futures import ProcessPoolExecutor
-from concurrent.futures.process import BrokenProcessPool
+from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any, cast
 
@@ -39,9 +34,8 @@ from sglang_tuning_exporter.offline.diagnosis import (
     FileDiagnosis,
     last_log_time,
 )
-from sglang_tuning_exporter.offline.scanner import ChunkResult, Scanner, _Job, _scan_range
+from sglang_tuning_exporter.offline.scanner import ChunkResult, Scanner
 from sglang_tuning_exporter.sources.logfiles import LineBlocks, sniff, split_ranges
-from sglang_tuning_exporter.sources.logrecords import DEDUP_DISTANCE
 from sglang_tuning_exporter.sources.tail import InputError, special_file
 
 FORMATS = ("text", "json", "markdown", "html")
@@ -177,45 +171,15 @@ def _run_blocks(fh: IO[bytes], d: Diagnosis, scanner: Scanner, progress: Progres
 
 
 def _run_parallel(source: str, size: int, d: Diagnosis, workers: int, progress: Progress) -> None:
+    """Ranges of a large plain file on `workers` processes (offline/parallel.py, imported only here: a
+    diagnose on one job never loads multiprocessing)."""
+    from sglang_tuning_exporter.offline import parallel
+
     chunk = max(MIN_CHUNK_BYTES, min(CHUNK_BYTES, size // (workers * 4) or CHUNK_BYTES))
-    ranges = split_ranges(source, size, chunk)
     low, high = d.window.params.queue_band
-    jobs = [(source, a, b, d.res, d.cfg.usage_good, low, high, None, d.origin) for a, b in ranges]
-    methods = multiprocessing.get_all_start_methods()
-    ctx = multiprocessing.get_context("fork" if "fork" in methods else "spawn")
-    last_oom: tuple[int, str] | None = None  # absolute line and message of the last OOM merged so far
-    # An executor, not a Pool: a worker that dies (SIGBUS on a mapped file truncated meanwhile) is an
-    # error here, where a Pool would wait for its lost task for ever.
-    with ProcessPoolExecutor(workers, mp_context=ctx) as pool:
-        for job, res in zip(jobs, _results(pool, jobs, source, 2 * workers), strict=True):
-            off = d.line_offset
-            blind = res.blind_check
-            if last_oom is not None and blind is not None and blind + off - last_oom[0] < DEDUP_DISTANCE:
-                # A traceback re-raising an OOM of an earlier range: scan this range again knowing that
-                # OOM (numbered relative to the range), so it is linked to it as a sequential read does.
-                res = _scan_range((*job[:7], (last_oom[0] - off, last_oom[1]), job[8]))
-            if res.last_oom is not None:
-                last_oom = (res.last_oom[0] + off, res.last_oom[1])
-            d.add_chunk(res)
-            progress.update(job[2])
-
-
-def _results(pool: ProcessPoolExecutor, jobs: Sequence[_Job], source: str, ahead: int) -> Iterator[ChunkResult]:
-    """The ranges' results in file order, at most `ahead` of them in flight (memory stays flat however
-    long the file: a slow merge never lets finished ranges pile up)."""
-    todo = iter(jobs)
-    try:
-        # Inside the try: a worker may die before the last of the first jobs is submitted.
-        pending = deque(pool.submit(_scan_range, job) for job in itertools.islice(todo, ahead))
-        while pending:
-            res = pending.popleft().result()
-            nxt = next(todo, None)
-            if nxt is not None:
-                pending.append(pool.submit(_scan_range, nxt))
-            yield res
-    except BrokenProcessPool as exc:
-        raise InputError(f"{source}: a reader process died ({exc}): the file was truncated while being read, or "
-                         "the process was killed (out of memory?)") from None
+    jobs = [(source, a, b, d.res, d.cfg.usage_good, low, high, None, d.origin)
+            for a, b in split_ranges(source, size, chunk)]
+    parallel.run_ranges(source, jobs, d, workers, progress.update)
 
 
 # --- command ------------------------------------------------------------------------------------

@@ -411,10 +411,11 @@ def _set_back(times: list[float | None]) -> bool:
     return False
 
 
-_Job = tuple[str, int, int, float, float, float, float, tuple[int, str] | None, float]
+# A range for a worker: path, start, end, resolution, usage_good, queue band low/high, known OOM, origin.
+ScanJob = tuple[str, int, int, float, float, float, float, tuple[int, str] | None, float]
 
 
-def _scan_range(job: _Job) -> ChunkResult:
+def scan_range(job: ScanJob) -> ChunkResult:
     """Worker: scan bytes [start, end) of a plain file (lines numbered from 1 within the range)."""
     path, start, end, res_s, usage_good, low, high, known_oom, origin = job
     collecting = gc.isenabled()
