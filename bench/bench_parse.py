@@ -1,17 +1,15 @@
 """Benchmark of the log reader against a naive regex loop and mtail, on a generated mixed log.
 
-Run on demand (not a test):  python bench/bench_parse.py [--lines 2000000] [--workers N] [--keep FILE]
+Run on demand (not a test):  python bench/bench_parse.py [--lines 2000000] [--keep FILE]
 
 Prints lines/s for
   (a) ours: logfiles.read_file_events (64 KiB blocks, one core), producing full Event objects for
       every recognised line,
-  (b) ours-par: logfiles.read_file_parallel with --workers processes (default: every core), the
-      same events in the same order delivered to this process,
-  (c) naive: one regex per line in a plain Python loop, extracting #running-req and #queue-req
+  (b) naive: one regex per line in a plain Python loop, extracting #running-req and #queue-req
       (ints) and building nothing,
-  (d) mtail --one_shot with an equivalent two-field program (when /usr/bin/mtail is installed),
+  (c) mtail --one_shot with an equivalent two-field program (when /usr/bin/mtail is installed),
 all from the same run on the same file, each in a fresh process so peak RSS (getrusage) is its own
-(ours-par: the largest of the parent and its workers); ours is also run on a file 10x smaller to
+; ours is also run on a file 10x smaller to
 show memory does not grow with the log.
 """
 
@@ -28,7 +26,6 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -111,22 +108,12 @@ def _cpu_seconds() -> float:
     return total
 
 
-def count_events(events: Iterator[Any]) -> int:
-    """ours-map's reduction, run in the workers: every event is built there, only a count comes back."""
-    return sum(1 for _e in events)
-
-
 def worker(kind: str, path: str) -> dict[str, Any]:
     """Run one variant in this process and report lines, events, seconds and peak RSS."""
     lines = events = 0
     if kind.startswith("ours"):
         # Imported before the clock starts: the figure is the reading, not the interpreter's start-up.
-        from sglang_tuning_exporter.sources.logfiles import (
-            map_file_parallel,
-            read_file_events,
-            read_file_parallel,
-        )
-        from sglang_tuning_exporter.sources.logparse import ParseStats
+        from sglang_tuning_exporter.sources.logfiles import read_file_events
         from sglang_tuning_exporter.sources.logreader import EventReader
     cpu0 = _cpu_seconds()
     t0 = time.perf_counter()
@@ -135,16 +122,6 @@ def worker(kind: str, path: str) -> dict[str, Any]:
         for _e in read_file_events(path, reader=reader):
             events += 1
         lines = reader.stats.lines
-    elif kind.startswith("ours-map"):
-        stats = ParseStats()
-        for n in map_file_parallel(path, count_events, int(kind.partition(":")[2]), stats=stats):
-            events += n
-        lines = stats.lines
-    elif kind.startswith("ours-par"):
-        stats = ParseStats()
-        for _e in read_file_parallel(path, int(kind.partition(":")[2]), stats=stats):
-            events += 1
-        lines = stats.lines
     else:
         search = NAIVE.search
         with open(path, encoding="utf-8", errors="replace") as f:
@@ -220,7 +197,6 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--lines", type=int, default=2_000_000, help="lines in the generated log")
     ap.add_argument("--keep", metavar="FILE", help="also copy the generated log to FILE")
-    ap.add_argument("--workers", type=int, default=os.cpu_count() or 1, help="processes for ours-par")
     ap.add_argument("--worker", nargs=2, metavar=("KIND", "FILE"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.worker:
@@ -237,22 +213,18 @@ def main() -> int:
         load = os.getloadavg()[0]
         print(f"log: {args.lines:,} lines, {size_mb:.0f} MB; mix " +
               ", ".join(f"{k} {w:.1%}" for k, w in MIX))
-        results = [run_worker("ours", big), run_worker(f"ours-par:{args.workers}", big),
-                   run_worker(f"ours-map:{args.workers}", big), run_worker("naive", big)]
+        results = [run_worker("ours", big), run_worker("naive", big)]
         m = run_mtail(big, args.lines)
         if m is not None:
             results.append(m)
         small_ours = run_worker("ours", small)
     ours = results[0]
-    par = results[1]
-    print(f"load average before the runs: {load:.1f}, after: {os.getloadavg()[0]:.1f}; "
-          f"ours-par workers: {args.workers}")
-    mapped = results[2]
+    print(f"load average before the runs: {load:.1f}, after: {os.getloadavg()[0]:.1f}")
     print(f"{'variant':8} {'lines/s':>12} {'seconds':>8} {'cpu s':>6} {'events':>10} {'peak RSS MB':>12} "
-          f"{'ours / this':>11} {'ours-par / this':>15} {'ours-map / this':>15}")
+          f"{'ours / this':>11}")
     for r in results:
         rate = r["lines"] / r["seconds"]
-        ratios = " ".join(f"{(x['lines'] / x['seconds']) / rate:14.2f}x" for x in (ours, par, mapped))
+        ratios = f"{(ours['lines'] / ours['seconds']) / rate:10.2f}x"
         events = "-" if r["events"] is None else f"{r['events']:,}"
         rss = "-" if r["maxrss_mb"] is None else f"{r['maxrss_mb']:.0f}"
         cpu = "-" if r.get("cpu") is None else f"{r['cpu']:.2f}"

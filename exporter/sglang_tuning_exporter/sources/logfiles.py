@@ -1,26 +1,17 @@
-"""Whole log files: read sequentially in large blocks of bytes (`read_file_events`), or cut into byte
-ranges at record heads and read in a process pool (`map_file_parallel`, `read_file_parallel`), with
-the same events, line numbers and statistics as one `logreader.EventReader` over every line.
+"""Whole log files: read sequentially in large blocks of bytes (`read_file_events`), with the same events,
+line numbers and statistics as one `logreader.EventReader` over every line; cut into byte ranges at record
+heads (`split_ranges`) for diagnose's parallel path (offline/parallel.py).
 """
 
 from __future__ import annotations
 
-import functools
 import gzip
-import itertools
-import multiprocessing
-import os
 import re
-from collections import deque
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
-from multiprocessing.pool import AsyncResult
-from typing import IO, Generic, TypeVar
+from typing import IO
 
 from sglang_tuning_exporter.core.events import Event
-from sglang_tuning_exporter.sources.logparse import ParseStats
 from sglang_tuning_exporter.sources.logreader import EventReader
-from sglang_tuning_exporter.sources.logrecords import DEDUP_DISTANCE
 from sglang_tuning_exporter.sources.tail import MAX_LINE_BYTES, InputError, LineSplitter, open_input
 
 BLOCK_BYTES = 64 << 10  # bytes read and decoded at once: small enough to stay in cache and let events die young
@@ -199,139 +190,3 @@ def split_ranges(path: str, size: int, chunk_bytes: int = CHUNK_BYTES) -> list[t
             nominal = cut + chunk_bytes
     ranges.append((start, size))
     return ranges
-
-
-def _count_newlines(job: tuple[str, int, int]) -> int:
-    """Worker: newlines in bytes [start, end) of a file."""
-    path, start, end = job
-    count = 0
-    with open(path, "rb") as fh:
-        fh.seek(start)
-        left = end - start
-        while left > 0:
-            data = fh.read(min(BLOCK_BYTES, left))
-            if not data:
-                break
-            left -= len(data)
-            count += data.count(b"\n")
-    return count
-
-
-T = TypeVar("T")
-_Job = tuple[str, int, int, int, int, tuple[int, str] | None]  # path, start, end, first line, limit, known OOM
-
-
-@dataclass
-class _RangeResult(Generic[T]):
-    """What one parallel task sends back: the reduction of its events and the reader's state."""
-
-    value: T
-    stats: ParseStats
-    last_oom: tuple[int, str] | None
-    blind_check: int | None
-
-
-def _range_reader(fh: IO[bytes], start: int, end: int) -> Callable[[int], bytes]:
-    """read(n) over bytes [start, end) of an open file."""
-    fh.seek(start)
-    left = end - start
-
-    def read(n: int) -> bytes:
-        nonlocal left
-        if left <= 0:
-            return b""
-        data = fh.read(min(n, left))
-        left -= len(data)
-        return data
-    return read
-
-
-def _reduce_range(fn: Callable[[Iterator[Event]], T], job: _Job) -> _RangeResult[T]:
-    """Worker (or parent, for a re-read): fn over the events of one byte range of a file."""
-    path, start, end, first_line, max_line_bytes, known_oom = job
-    reader = EventReader(first_line)
-    reader._last_oom = known_oom
-    with open(path, "rb") as fh:
-        value = fn(_stream_events(_range_reader(fh, start, end), reader, max_line_bytes))
-    return _RangeResult(value, reader.stats, reader._last_oom, reader.first_blind_oom_check)
-
-
-def merge_stats(into: ParseStats, part: ParseStats) -> None:
-    """Add the statistics of a later part of the same input to `into`."""
-    into.lines += part.lines
-    into.by_kind.update(part.by_kind)
-    into.unparsed += part.unparsed
-    into.partial += part.partial
-    into.truncated += part.truncated
-    room = into.max_examples - len(into.unparsed_examples)
-    if room > 0:
-        into.unparsed_examples.extend(part.unparsed_examples[:room])
-
-
-def _is_plain_file(path: str) -> bool:
-    if path == "-" or not os.path.isfile(path):
-        return False
-    with open(path, "rb") as fh:
-        return fh.read(2) != b"\x1f\x8b"
-
-
-def map_file_parallel(path: str, fn: Callable[[Iterator[Event]], T], workers: int | None = None, *,
-                      stats: ParseStats | None = None, max_line_bytes: int = MAX_LINE_BYTES,
-                      chunk_bytes: int = CHUNK_BYTES) -> Iterator[T]:
-    """`fn(events)` for each byte range of a log, run in a process pool (fork), results in file order.
-
-    The events fn sees are exactly read_file_events' (same line numbers, same multi-line records, a
-    re-raised OOM linked to an OOM of the previous range), and the statistics are added to `stats`.
-    fn must be a module-level function (it is sent to the workers by name) whose result pickles;
-    reducing in the workers is what makes this fast, since building Python objects in the parent
-    costs about as much as parsing. A plain file is cut at `[<digit>` record heads into ranges of
-    about `chunk_bytes`; workers first count each range's newlines so every range knows its first
-    line number. gzip, stdin, small files and one worker: one range read here."""
-    workers = workers or os.cpu_count() or 1
-    total = stats if stats is not None else ParseStats()
-    size = os.path.getsize(path) if _is_plain_file(path) else 0
-    if workers < 2 or size < 2 * chunk_bytes or "fork" not in multiprocessing.get_all_start_methods():
-        reader = EventReader()
-        reader.classifier.stats = total
-        yield fn(read_file_events(path, reader=reader, max_line_bytes=max_line_bytes))
-        return
-    ranges = split_ranges(path, size, chunk_bytes)
-    ctx = multiprocessing.get_context("fork")
-    with ctx.Pool(workers) as pool:
-        counts = pool.map(_count_newlines, [(path, a, b) for a, b in ranges])
-        jobs: list[_Job] = []
-        first = 1
-        for (a, b), n in zip(ranges, counts, strict=True):
-            jobs.append((path, a, b, first, max_line_bytes, None))
-            first += n
-        task = functools.partial(_reduce_range, fn)
-        pending: deque[AsyncResult[_RangeResult[T]]] = deque()
-        queue = iter(jobs)
-        # At most two ranges per worker in flight: results wait in memory only that long.
-        for job in itertools.islice(queue, 2 * workers):
-            pending.append(pool.apply_async(task, (job,)))
-        last_oom: tuple[int, str] | None = None
-        for job in jobs:
-            part = pending.popleft().get()
-            for nxt in itertools.islice(queue, 1):
-                pending.append(pool.apply_async(task, (nxt,)))
-            blind = part.blind_check
-            if last_oom is not None and blind is not None and blind - last_oom[0] < DEDUP_DISTANCE:
-                # A traceback re-raising an OOM of the previous range: read this range again here,
-                # knowing that OOM, so it is linked to it exactly as a sequential read does.
-                part = _reduce_range(fn, (*job[:5], last_oom))
-            merge_stats(total, part.stats)
-            if part.last_oom is not None:
-                last_oom = part.last_oom
-            yield part.value
-
-
-def read_file_parallel(path: str, workers: int | None = None, *, stats: ParseStats | None = None,
-                       max_line_bytes: int = MAX_LINE_BYTES, chunk_bytes: int = CHUNK_BYTES) -> Iterator[Event]:
-    """read_file_events with the parsing done in a process pool (see map_file_parallel): the same
-    events in the same order, delivered to this process. Rebuilding them here costs about as much
-    as parsing, so this pays only with more than two cores; reduce in the workers when you can."""
-    # Events cross the process boundary as their five values (Event.__reduce__), kinds re-interned.
-    for events in map_file_parallel(path, list, workers, stats=stats, max_line_bytes=max_line_bytes,
-                                    chunk_bytes=chunk_bytes):
-        yield from events
