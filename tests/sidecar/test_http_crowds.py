@@ -339,3 +339,52 @@ def test_a_client_that_half_closes_after_its_request_is_answered(server: Bounded
         while chunk := s.recv(65536):
             out += chunk
     assert out.startswith(b"HTTP/1.1 200") and out.endswith(b"OK\n"), out
+
+
+# --- the server's own metrics ------------------------------------------------------------------
+def test_the_servers_own_counts_reach_metrics(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Connections closed for room, at the header and idle timeouts, answers by code (431 included)
+    and the open connections, read from /metrics (catalog families sglang_tuning_http_*)."""
+    from sglang_tuning_exporter.sidecar.httpstats import HttpCollector, HttpStats
+
+    monkeypatch.setattr(limits, "EVICT_IDLE_AFTER_S", 0.0)
+    stats = HttpStats()
+    state = LiveState(window_s=60, max_ranks=8, expire_after_s=60, enabled={"metrics": True})
+    build = BuildInfo("0.0.0-test", "3.11")
+    registry = make_registry(TuningCollector(lambda: state.snapshot(0.0), build), HttpCollector(stats), process=False)
+    app = WebApp(snapshot=lambda: state.snapshot(0.0), registry=registry, ready=lambda: True, build=build)
+    srv = BoundedHTTPServer((LOOPBACK, 0), make_handler(app), max_connections=4, header_timeout_s=0.4,
+                            idle_timeout_s=0.4, stats=stats)
+    thread = threading.Thread(target=srv.serve_forever, daemon=True)
+    thread.start()
+    port = srv.server_address[1]
+    try:
+        silent = socket.create_connection((LOOPBACK, port), timeout=5)  # never sends: header timeout
+        with socket.create_connection((LOOPBACK, port), timeout=5) as kept:  # answered, then idles
+            kept.sendall(b"GET /-/healthy HTTP/1.1\r\nHost: x\r\n\r\n")
+            assert kept.recv(65536).startswith(b"HTTP/1.1 200")
+            assert wait_port_closed(silent, 3.0) and wait_port_closed(kept, 3.0)
+        silent.close()
+        assert _exchange(port, b"GET /" + b"a" * (limits.MAX_REQUEST_HEAD_BYTES + 10) + b" HTTP/1.1\r\n\r\n"
+                         ).startswith(b"HTTP/1.1 431")
+        crowd = _open_idle(port, 6)  # more than the bound: the longest idle ones make room
+        try:
+            assert _get(port, "/-/healthy").startswith(b"HTTP/1.1 200")
+            assert wait_port_closed(crowd[0], 3.0)
+            body = _get(port, "/metrics").split(b"\r\n\r\n", 1)[1].decode()
+        finally:
+            for s in crowd:
+                s.close()
+    finally:
+        srv.shutdown()
+        srv.server_close()
+    values = {line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1]) for line in body.splitlines()
+              if line.startswith("sglang_tuning_http_")}
+    closed = "sglang_tuning_http_connections_closed_total"
+    # The crowd may reach its header timeout too on a slow machine: at least, not exactly.
+    assert values[f'{closed}{{reason="header_timeout"}}'] >= 1
+    assert values[f'{closed}{{reason="idle_timeout"}}'] == 1
+    assert values[f'{closed}{{reason="room"}}'] >= 2
+    assert values['sglang_tuning_http_requests_total{code="200"}'] == 2  # /metrics counts itself
+    assert values['sglang_tuning_http_requests_total{code="431"}'] == 1
+    assert 1 <= values["sglang_tuning_http_open_connections"] <= 4

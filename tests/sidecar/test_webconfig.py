@@ -452,3 +452,4 @@ def test_a_bcrypt_flood_gets_429_and_the_probes_still_answer(serving: list[Threa
         release.set()
         first.join(10)
     assert results == [(401, None)]
+    assert serving[0].stats.counts()[2][429] == answers.count((429, "1"))  # sglang_tuning_http_requests_total

@@ -96,6 +96,9 @@ CATALOG: tuple[MetricSpec, ...] = (
     _m("scrape_samples", "gauge", "Samples read from SGLang's /metrics at the last successful scrape."),
     _m("sglang_endpoint_info", "info", "The server-info endpoint the running SGLang release answered (/server_info, /get_server_info or /get_server_args).", ("endpoint",)),
     _m("evaluation_timestamp_seconds", "gauge", "Unix time of the last evaluation of the guide checks."),
+    _m("http_open_connections", "gauge", "Client connections our HTTP server holds open (at most --web.max-connections)."),
+    _m("http_connections_closed_total", "counter", "Client connections our HTTP server closed itself, by reason: room (the longest-idle one, for a new one at --web.max-connections), header_timeout (TLS handshake or request head not complete within --web.header-timeout), idle_timeout (kept-alive without a new request for --web.idle-timeout), write_timeout (an answer not taken within --web.write-timeout).", ("reason",)),
+    _m("http_requests_total", "counter", "Requests our HTTP server answered, by status code (429: basic-auth checks throttled, a flood of new credentials; 431: request head too large).", ("code",)),
 )
 
 DEPRECATED: dict[str, str] = {  # deprecated family -> what replaces it (one release of overlap)

@@ -41,6 +41,7 @@ from http.server import BaseHTTPRequestHandler, HTTPServer
 from typing import Any
 
 from sglang_tuning_exporter.core import limits
+from sglang_tuning_exporter.sidecar.httpstats import HttpStats
 
 log = logging.getLogger("sglang_tuning_exporter.http")
 _OUT_OF_RESOURCES = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
@@ -51,6 +52,7 @@ _HEAD_TOO_LARGE = (b"HTTP/1.1 431 Request Header Fields Too Large\r\nContent-Typ
                    b"Content-Length: 26\r\nConnection: close\r\n\r\nrequest head is too large\n")
 # Phases of a connection; the loop owns it in every phase but BUSY (a worker has it).
 HANDSHAKE, FIRST, IDLE, HEAD, BODY, BUSY, WRITE = "handshake", "first", "idle", "head", "body", "busy", "write"
+_TIMEOUT_REASON = {IDLE: "idle_timeout", WRITE: "write_timeout"}  # any other phase: header_timeout
 
 
 class _Conn:
@@ -113,6 +115,11 @@ class TimedRequestHandler(BaseHTTPRequestHandler):
             self._plan_body()
         return ok
 
+    def send_response(self, code: int, message: str | None = None) -> None:
+        """Every answer (errors the stdlib sends too) is counted by its status code."""
+        self.server.stats.answered(code)
+        super().send_response(code, message)
+
     def handle_expect_100(self) -> bool:
         """No `100 Continue`: we never want a body (see _plan_body)."""
         return True
@@ -158,7 +165,8 @@ class BoundedHTTPServer(HTTPServer):
     def __init__(self, address: tuple[str, int], handler: type[BaseHTTPRequestHandler], *,
                  max_connections: int | None = None, idle_timeout_s: float | None = None,
                  header_timeout_s: float | None = None, write_timeout_s: float | None = None,
-                 workers: int | None = None, ssl_context: ssl.SSLContext | None = None) -> None:
+                 workers: int | None = None, ssl_context: ssl.SSLContext | None = None,
+                 stats: HttpStats | None = None) -> None:
         self.max_connections = max_connections or limits.MAX_CONNECTIONS
         self.idle_timeout_s = idle_timeout_s or limits.IDLE_TIMEOUT_S
         self.header_timeout_s = header_timeout_s or limits.HEADER_TIMEOUT_S
@@ -167,6 +175,7 @@ class BoundedHTTPServer(HTTPServer):
         self.ssl_context = ssl_context
         self.accept_errors = 0
         self.evictions = 0  # idle connections closed to make room for a new one
+        self.stats = stats or HttpStats()  # exported as sglang_tuning_http_* (httpstats.py)
         self._conns: set[_Conn] = set()
         self._done: deque[_Conn] = deque()  # answered by a worker, back to the loop
         self._jobs: queue.SimpleQueue[_Conn | None] = queue.SimpleQueue()
@@ -319,7 +328,7 @@ class BoundedHTTPServer(HTTPServer):
             if victim is not None:
                 self.evictions += 1
                 log.debug("http: closing idle connection from %s for a new one", victim.addr)
-                self._close(victim)
+                self._close(victim, "room")
         try:
             sock.setblocking(False)
             if self.ssl_context is not None:
@@ -331,6 +340,7 @@ class BoundedHTTPServer(HTTPServer):
         conn = _Conn(sock, addr, HANDSHAKE if self.ssl_context is not None else FIRST,
                      now + self.header_timeout_s, now)
         self._conns.add(conn)
+        self.stats.open_connections = len(self._conns)
         self._next_scan = min(self._next_scan, conn.deadline)
         self._on_ready(conn, selectors.EVENT_READ)
 
@@ -351,7 +361,7 @@ class BoundedHTTPServer(HTTPServer):
                 continue
             if now >= conn.deadline:
                 log.debug("http: connection from %s timed out (%s)", conn.addr, conn.phase)
-                self._close(conn)
+                self._close(conn, _TIMEOUT_REASON.get(conn.phase, "header_timeout"))
                 continue
             nearest = min(nearest, conn.deadline)
             if full and conn.since + limits.EVICT_IDLE_AFTER_S > now:  # when it may make room
@@ -372,11 +382,15 @@ class BoundedHTTPServer(HTTPServer):
             self._sel.unregister(conn.sock)
         conn.want = events
 
-    def _close(self, conn: _Conn) -> None:
+    def _close(self, conn: _Conn, reason: str | None = None) -> None:
+        """Close `conn`; `reason` (httpstats.CLOSE_REASONS) when the server closes it of its own accord."""
         if conn.want and self._sel is not None:
             self._sel.unregister(conn.sock)
         conn.want = 0
+        if conn in self._conns and reason is not None:
+            self.stats.closed(reason)
         self._conns.discard(conn)
+        self.stats.open_connections = len(self._conns)
         with contextlib.suppress(OSError):
             conn.sock.close()
 
@@ -448,6 +462,7 @@ class BoundedHTTPServer(HTTPServer):
         head, _, too_large = _split_head(conn.buf)
         if too_large:
             conn.out, conn.close_after = memoryview(_HEAD_TOO_LARGE), True
+            self.stats.answered(431)
             conn.buf.clear()
             conn.enter(WRITE, now + self.write_timeout_s, now)
             self._write(conn)

@@ -38,6 +38,7 @@ from sglang_tuning_exporter.sidecar.engine import (
     ToSamples,
 )
 from sglang_tuning_exporter.sidecar.httpserver import BoundedHTTPServer
+from sglang_tuning_exporter.sidecar.httpstats import HttpCollector, HttpStats
 from sglang_tuning_exporter.sidecar.jobs import ThreadJobs
 from sglang_tuning_exporter.sidecar.serveconfig import (
     ServeConfig,
@@ -270,16 +271,20 @@ def make_web(cfg: ServeConfig, sidecar: Sidecar, clock: Callable[[], float],
     sidecar.on_evaluated = collector.warm  # render verdicts in the loop thread, not in the scrape
     tracker = sidecar.changes
     changes = (ChangeCollector(tracker),) if tracker is not None else ()
-    registry = make_registry(collector, *changes, process=process_metrics)
-    return WebApp(snapshot=snapshot, registry=registry, ready=lambda: sidecar.ready, build=b,
-                  telemetry_path=cfg.telemetry_path, changes=tracker.changes if tracker is not None else None)
+    http_stats = HttpStats()  # the server's own counts (serve_http hands it to the server)
+    registry = make_registry(collector, *changes, HttpCollector(http_stats), process=process_metrics)
+    app = WebApp(snapshot=snapshot, registry=registry, ready=lambda: sidecar.ready, build=b,
+                 telemetry_path=cfg.telemetry_path, changes=tracker.changes if tracker is not None else None)
+    app.http_stats = http_stats
+    return app
 
 
 def serve_http(cfg: ServeConfig, app: WebApp) -> tuple[BoundedHTTPServer, threading.Thread]:
     """Listen on `cfg`'s address with its web config and bounds (--web.*); raises OSError."""
     return start_http(app, cfg.listen_host, cfg.listen_port, cfg.web_config,
                       max_connections=cfg.web_max_connections, idle_timeout_s=cfg.web_idle_timeout_s,
-                      header_timeout_s=cfg.web_header_timeout_s, write_timeout_s=cfg.web_write_timeout_s)
+                      header_timeout_s=cfg.web_header_timeout_s, write_timeout_s=cfg.web_write_timeout_s,
+                      stats=app.http_stats)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -27,6 +27,7 @@ from sglang_tuning_exporter.sidecar.collector import TUNING_ARGS, BuildInfo, enc
 from sglang_tuning_exporter.sidecar.freshness import freshness
 from sglang_tuning_exporter.sidecar.freshness import notes as freshness_notes
 from sglang_tuning_exporter.sidecar.httpserver import BoundedHTTPServer, TimedRequestHandler
+from sglang_tuning_exporter.sidecar.httpstats import HttpStats
 from sglang_tuning_exporter.sidecar.state import SOURCES, Snapshot
 from sglang_tuning_exporter.sidecar.webconfig import (
     AuthBusy,
@@ -106,6 +107,7 @@ class WebApp:
         self._ready = ready
         self._build = build
         self.telemetry_path = telemetry_path
+        self.http_stats: HttpStats | None = None  # the server's counts when its families are registered
         self._refresh_s = refresh_s
         env = jinja2.Environment(loader=jinja2.PackageLoader("sglang_tuning_exporter.sidecar", "templates"),
                                  autoescape=True, undefined=jinja2.StrictUndefined)
