@@ -220,6 +220,10 @@ NOT_IN_SCENARIOS = {
     "latency_batch_too_large": "latency workload only; the scenarios run the throughput workload",
     "schedule_policy_lpm_no_reuse": "needs Prefill lines with prefix-cache figures, which no scenario writes",
     "schedule_policy_fcfs_with_reuse": "needs Prefill lines with prefix-cache figures, which no scenario writes",
+    # The latency checks read SGLang's histograms: the scenarios are logs plus gauges and counters, none a histogram.
+    "latency_high_batch_large": "reads SGLang's ITL histogram, which no scenario's /metrics history writes",
+    "latency_queue_dominates": "reads SGLang's queue-time and E2E histograms, which no scenario writes",
+    "ttft_long_prompts": "reads SGLang's TTFT histogram, which no scenario writes",
 }
 
 

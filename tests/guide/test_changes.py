@@ -49,7 +49,10 @@ def test_worse_through_an_oom_names_the_value_to_go_back_to() -> None:
 def test_no_change() -> None:
     (c,) = diagnose_json(FIX / "no_change.log")["changes"]
     assert (c["flag"], c["from"], c["to"], c["verdict"]) == ("--chunked-prefill-size", 8192, 4096, "no_change")
-    assert all(v == {"before": "ok", "after": "ok"} for v in c["checks"].values())
+    # The latency checks naming the flag read SGLang's histograms: a log leaves them unknown on both sides.
+    latency = {"ttft_long_prompts", "latency_high_batch_large"}
+    assert all(v == {"before": "ok", "after": "ok"} for k, v in c["checks"].items() if k not in latency)
+    assert all(c["checks"][k] == {"before": "unknown", "after": "unknown"} for k in latency & set(c["checks"]))
 
 
 def test_inconclusive_when_too_little_traffic_after() -> None:

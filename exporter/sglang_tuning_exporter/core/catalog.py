@@ -160,7 +160,7 @@ SIGNAL_FAMILIES = tuple(SIGNAL_FAMILY_UNITS)
 _RATIO = ("queue_empty_ratio", "queue_over_band_ratio", "queue_under_band_ratio", "kv_underused_ratio",
           "token_usage_max", "token_usage_mean", "cuda_graph_miss_ratio", "running_capped_ratio",
           "prefix_cache_hit_ratio", "cuda_graph_ceiling_ratio", "mem_fraction_static_estimate",
-          "mem_fraction_floor")
+          "mem_fraction_floor", "queue_time_share")
 _GB = ("available_gpu_mem_gb", "gpu_mem_total_gb", "weights_gb", "kv_cache_gb", "cuda_graph_gb", "oom_gpu_free_gb")
 _PER_MINUTE = ("retractions_per_minute", "retracted_requests_per_minute")
 _COUNT = ("queue_p50", "decode_batch_p90", "running_max", "cuda_graph_miss_batch_p90",
@@ -168,7 +168,8 @@ _COUNT = ("queue_p50", "decode_batch_p90", "running_max", "cuda_graph_miss_batch
           "max_total_num_tokens", "max_running_requests", "cuda_graph_max_bs_captured", "chunked_prefill_size",
           "context_len", "cuda_graph_disabled_steps", "window_span_s", "cuda_graph_off", "chunked_prefill_off",
           "decode_samples", "queue_samples", "kv_samples", "graph_samples", "prefill_samples",
-          *(f"{lat}_requests" for lat in LATENCIES))
+          *(f"{lat}_requests" for lat in LATENCIES), "prefill_tokens", "prefill_tokens_per_request",
+          "servers_for_queue")
 _SECONDS = tuple(f"{lat}_p{pct}_seconds" for lat in LATENCIES for pct in (50, 95, 99))
 # Signals by unit family; the name lists say which family, SIGNAL_FAMILY_UNITS how it converts.
 _SIGNALS_BY_FAMILY: dict[str, tuple[str, ...]] = {

@@ -7,6 +7,7 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
+from sglang_tuning_exporter.core.catalog import LATENCIES
 from sglang_tuning_exporter.core.features import FEATURE_WORDS, disabled_text
 from sglang_tuning_exporter.core.model import (
     STATUS_CODE,
@@ -22,7 +23,13 @@ from sglang_tuning_exporter.guide.config import Config
 from sglang_tuning_exporter.guide.plan import SUGGESTED_MARK, FlagValue, flag_values, planned_reason
 from sglang_tuning_exporter.guide.settings import resolve
 from sglang_tuning_exporter.guide.suggest import Suggestion, default_schedule_policy, flag_spellings, suggest
-from sglang_tuning_exporter.pipeline.signals import FACT_NAMES, FEW, SAMPLE_COUNT_OF, SignalParams
+from sglang_tuning_exporter.pipeline.signals import (
+    FACT_NAMES,
+    FEW,
+    LATENCY_COUNTS,
+    SAMPLE_COUNT_OF,
+    SignalParams,
+)
 from sglang_tuning_exporter.pipeline.window import Window
 
 RankSignals = Mapping[Rank, Mapping[str, float | None]]
@@ -32,9 +39,14 @@ STARTUP_SIGNALS = FACT_NAMES | {"cuda_graph_ceiling_ratio"}
 
 
 # Why a check has no verdict, in words a person reads (coverage.unknown_why).
+_LATENCY_WORDS = {"ttft": "TTFT", "itl": "ITL", "e2e": "E2E", "queue_time": "queue-time"}
 COUNT_WORDS = {"queue_samples": "batch lines with #queue-req", "kv_samples": "batch lines with token usage",
                "decode_samples": "batch lines with #running-req", "graph_samples": "Decode lines with `cuda graph`",
-               "prefill_samples": "Prefill lines"}
+               "prefill_samples": "Prefill lines",
+               **{f"{lat}_requests": f"requests in SGLang's {_LATENCY_WORDS[lat]} histogram" for lat in LATENCIES}}
+# A latency count never seen: the histograms were not read (docs/signals.md, latency rows).
+LATENCY_UNSEEN = ("SGLang's latency histograms were not read: a log has none, the sidecar reads them from /metrics "
+                  "(TTFT and E2E 0.3.6+, ITL 0.4.4+, queue time 0.5.2+)")
 MISSING_WHY = {
     "available_gpu_mem_gb": "no startup memory line (`available_gpu_mem=`, or `avail mem=` after the KV pool) "
                             "in the input",
@@ -287,6 +299,8 @@ def _evaluate_one(c: Check, sig: Mapping[str, float | None], rank: Rank, args: M
     value = sig.get(c.signal)
     count_name = SAMPLE_COUNT_OF.get(c.signal)
     count = sig.get(count_name) if count_name else None
+    if count is None and count_name in LATENCY_COUNTS:
+        return unknown(f"{LATENCY_UNSEEN} ({c.signal} unknown on {rank_text(rank)})")
     if count_name is not None and (count or 0) < min_samples:
         said = (words or {}).get(count_name) or COUNT_WORDS.get(count_name, count_name.replace('_', ' '))
         return unknown(f"{measure_text(count or 0.0)} {said} in {seen}; {min_samples} needed")

@@ -221,6 +221,17 @@ def s_chunked_prefill_halve(check: Check, p: Mapping[str, Any], cur: Any, sig: S
     return Suggestion(cur, s, f"already at or below the guide's 2048: halve to {s}")
 
 
+def s_chunked_prefill_double(check: Check, p: Mapping[str, Any], cur: Any, sig: Signals) -> Suggestion:
+    """Double the chunk (long prompts take fewer steps to their first token), at most `max`."""
+    hi = int(p.get("max", 16384))
+    if not isinstance(cur, (int, float)) or isinstance(cur, bool) or cur <= 0:
+        return Suggestion(cur, check.suggest.guide_value, "current size unknown or chunking off: the guide's 8192")
+    if cur >= hi:
+        return Suggestion(cur, None, f"already at {_f(cur)}, the ceiling of this advice ({hi}): shorten the prompts or "
+                          "enable Piecewise CUDA Graph")
+    return Suggestion(cur, min(hi, int(cur) * 2), f"double {_f(cur)}, at most {hi}")
+
+
 def s_scale_down_running(check: Check, p: Mapping[str, Any], cur: Any, sig: Signals) -> Suggestion:
     """A fraction of the batch that ran out of memory (the cap, or the largest batch seen if lower)."""
     factor, mult, lo = float(p.get("factor", 0.75)), int(p.get("multiple", 8)), int(p.get("min", 8))
@@ -309,6 +320,7 @@ METHODS: dict[str, Callable[[Check, Mapping[str, Any], Any, Signals], Suggestion
     "none": s_none, "constant": s_constant, "toward_target": s_toward_target,
     "mem_fraction_headroom": s_mem_fraction_headroom, "mem_fraction_for_weights": s_mem_fraction_for_weights,
     "chunked_prefill_halve": s_chunked_prefill_halve, "scale_down_running": s_scale_down_running,
+    "chunked_prefill_double": s_chunked_prefill_double,
     "cuda_graph_cover": s_cuda_graph_cover, "cuda_graph_ceiling": s_cuda_graph_ceiling,
     "running_to_kv_target": s_running_to_kv_target, "cuda_graph_ceiling_down": s_cuda_graph_ceiling_down,
 }

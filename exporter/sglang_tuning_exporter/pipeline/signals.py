@@ -7,9 +7,11 @@ its aggregates pipeline/stats.py.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from sglang_tuning_exporter.core.catalog import LATENCIES, OOM_PHASES
+from sglang_tuning_exporter.core.model import Rank
 from sglang_tuning_exporter.pipeline.stats import (
     Bucket,
     SampleStats,
@@ -48,6 +50,8 @@ _FACT_MAX = frozenset({"weights_gb"})
 LATENCY_QUANTILES = ((50, 0.5), (95, 0.95), (99, 0.99))
 LATENCY_SIGNALS = tuple(f"{lat}_p{pct}_seconds" for lat in LATENCIES for pct, _ in LATENCY_QUANTILES)
 LATENCY_COUNTS = tuple(f"{lat}_requests" for lat in LATENCIES)
+# Derived once every rank has its server's latencies (share_server_latency): what the latency checks read.
+LATENCY_DERIVED = ("queue_time_share", "prefill_tokens_per_request", "servers_for_queue")
 
 # Which sample count decides whether a signal is known (the advisor applies check.min_samples to it).
 SAMPLE_COUNT_OF: dict[str, str] = {
@@ -57,6 +61,8 @@ SAMPLE_COUNT_OF: dict[str, str] = {
     "cuda_graph_miss_ratio": "graph_samples", "cuda_graph_miss_batch_p90": "graph_samples",
     "decode_batch_p90": "decode_samples", "running_max": "decode_samples",
     "running_capped_ratio": "decode_samples", "prefix_cache_hit_ratio": "prefill_samples",
+    **{f"{lat}_p{pct}_seconds": f"{lat}_requests" for lat in LATENCIES for pct, _ in LATENCY_QUANTILES},
+    "queue_time_share": "queue_time_requests",
 }
 
 # Signals the Window computes (plus the *_samples counts); docs/signals.md describes each.
@@ -72,7 +78,7 @@ SIGNAL_NAMES = (
     "cuda_graph_gb", "oom_gpu_free_gb", "cuda_graph_off", "chunked_prefill_off", "mem_fraction_floor",
     "mem_fraction_static_estimate", "cuda_graph_disabled_steps", "window_span_s",
     "decode_samples", "queue_samples", "kv_samples", "graph_samples", "prefill_samples",
-    *LATENCY_SIGNALS, *LATENCY_COUNTS,
+    *LATENCY_SIGNALS, *LATENCY_COUNTS, "prefill_tokens", *LATENCY_DERIVED,
 )
 
 
@@ -112,6 +118,29 @@ def few_sample_signals(s: SampleStats, p: SignalParams) -> dict[str, float]:
         out[FEW + "graph_samples"] = float(s.graph_n)
         out[FEW + "cuda_graph_miss_ratio"] = s.graph_miss / s.graph_n
     return out
+
+
+def share_server_latency(by_rank: dict[Rank, dict[str, float | None]]) -> None:
+    """TTFT, ITL and E2E are measured by the tokenizer (no scheduler rank): each scheduler rank takes its
+    server's (or its Ray replica's) where it has none, then the signals that combine latency with the
+    rank's own batch and queue are derived (in place)."""
+    for rank, sig in by_rank.items():
+        for server in (Rank(dp=rank.dp), Rank()):
+            src = by_rank.get(server)
+            if src is None or server == rank:
+                continue
+            for name in (*LATENCY_SIGNALS, *LATENCY_COUNTS):
+                if sig.get(name) is None and src.get(name) is not None:
+                    sig[name] = src[name]
+        queue, e2e = sig.get("queue_time_p50_seconds"), sig.get("e2e_p50_seconds")
+        if queue is not None and e2e:
+            sig["queue_time_share"] = min(1.0, queue / e2e)
+        tokens, requests = sig.get("prefill_tokens"), sig.get("ttft_requests")
+        if tokens is not None and requests:
+            sig["prefill_tokens_per_request"] = tokens / requests
+        batch, waiting = sig.get("decode_batch_p90"), sig.get("queue_p50")
+        if batch and waiting:
+            sig["servers_for_queue"] = float(math.ceil((batch + waiting) / batch))
 
 
 def compute_signals(total: Bucket, facts: dict[str, float], p: SignalParams, *, span_s: float,
@@ -164,6 +193,8 @@ def compute_signals(total: Bucket, facts: dict[str, float], p: SignalParams, *, 
     new, cached = total.prefill_new, total.prefill_cached
     if total.prefill_n >= enough and new + cached > 0:
         out["prefix_cache_hit_ratio"] = cached / (new + cached)
+    if total.prefill_n:
+        out["prefill_tokens"] = new
     if total.is_active():
         minutes = max(1.0, span_s / 60.0)
         out["retractions_per_minute"] = total.retractions / minutes

@@ -20,6 +20,7 @@ from sglang_tuning_exporter.pipeline.signals import (
     SERVER_START,
     SignalParams,
     compute_signals,
+    share_server_latency,
 )
 from sglang_tuning_exporter.pipeline.stats import Bucket, _finite
 
@@ -468,7 +469,9 @@ class Window:
         for st in self._ranks.values():
             self._commit(st)
         self.prune(now)
-        return {rank: self._rank_signals(rank, st, now) for rank, st in sorted(self._ranks.items())}
+        out = {rank: self._rank_signals(rank, st, now) for rank, st in sorted(self._ranks.items())}
+        share_server_latency(out)
+        return out
 
     def set_server_facts(self, by_dp: Sequence[Mapping[str, float]]) -> None:
         """Startup facts from the server-info document, one mapping per DP rank: each rank's fallback

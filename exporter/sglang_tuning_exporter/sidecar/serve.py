@@ -26,7 +26,7 @@ from sglang_tuning_exporter.guide.advisor import evaluate as evaluate_checks
 from sglang_tuning_exporter.guide.advisor import findings_document, window_for
 from sglang_tuning_exporter.guide.config import Config
 from sglang_tuning_exporter.pipeline.observations import EventConverter
-from sglang_tuning_exporter.pipeline.signals import LATENCY_SIGNALS, SAMPLE_COUNT_OF
+from sglang_tuning_exporter.pipeline.signals import LATENCY_DERIVED, LATENCY_SIGNALS, SAMPLE_COUNT_OF
 from sglang_tuning_exporter.sidecar.change_tracker import ChangeCollector, ChangeTracker
 from sglang_tuning_exporter.sidecar.collector import BuildInfo, TuningCollector, current_build, make_registry
 from sglang_tuning_exporter.sidecar.engine import (
@@ -59,7 +59,7 @@ log = logging.getLogger("sglang_tuning_exporter.sidecar.serve")
 # The sample counts go out too: the fleet report applies each check's min_samples to the sidecar's own.
 EXTRA_SIGNALS = (*sorted(set(SAMPLE_COUNT_OF.values())), "queue_under_band_ratio", "queue_p50", "token_usage_mean",
                  "token_usage_max", "retracted_requests_per_minute", "cuda_graph_miss_batch_p90",
-                 "gen_throughput_mean", *LATENCY_SIGNALS)
+                 "gen_throughput_mean", *LATENCY_SIGNALS, *LATENCY_DERIVED)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
