@@ -69,3 +69,7 @@ def test_offline_commands_import_no_http_template_or_prometheus_code(command: st
     top, ours = (set(line.split()) for line in proc.stdout.splitlines()[-2:])
     assert not top & {"requests", "urllib3", "jinja2", "prometheus_client", "bcrypt", "http"}, top
     assert not {m for m in ours if m.split(".")[1] in ("sidecar", "fleet", "render")}, ours
+    # Start-up (bench/bench_start.py): a one-job run loads no process pool, logging or statistics
+    # (statistics pulls fractions and decimal); offline/parallel.py holds the pool.
+    assert not top & {"multiprocessing", "concurrent", "logging", "statistics"}, top
+    assert "sglang_tuning_exporter.offline.parallel" not in ours

@@ -15,7 +15,6 @@ windows of both sides at that level are compared.  Nothing comparable is `inconc
 from __future__ import annotations
 
 import itertools
-import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -191,6 +190,8 @@ def worst_statuses(pairs: Iterable[tuple[str, str]]) -> dict[str, str]:
 
 
 def _side(windows: Sequence[WindowSummary], watched: Sequence[str], table: CheckTable) -> Side:
+    import statistics  # here, not at the top: it imports fractions and decimal, a tenth of diagnose's start-up
+
     by_id = table.by_id()
     sig: dict[str, float | None] = {}
     for cid in watched:
@@ -251,6 +252,7 @@ def judge(flag: str, old: Any, new: Any, before: Sequence[WindowSummary], after:
           table: CheckTable, *, min_samples: int | None = None, recent: WindowSummary | None = None) -> Verdict:
     """The verdict on changing `flag` from `old` to `new`, from the windows before and after it.
     `recent`: the window still filling after the change (the sidecar's); only its OOMs count, at once."""
+    import statistics  # see _side
     need = int(min_samples if min_samples is not None else table.defaults.get("min_samples", 10))
     watched = watched_checks(table, flag)
     by_id = table.by_id()

@@ -8,7 +8,6 @@ tests/sources/test_scan_accel.py holds it to: the same events, line numbers and 
 from __future__ import annotations
 
 import array
-import logging
 import os
 from types import ModuleType
 from typing import Any
@@ -18,7 +17,6 @@ from sglang_tuning_exporter.core.events import Event
 from sglang_tuning_exporter.sources import logline, logmessages, logparse
 
 ENV_DISABLE = "SGLANG_TUNING_PURE_PYTHON"
-log = logging.getLogger(__name__)
 _STALE = "the C accelerator was built from another version of _scan.c (%s): running the pure-Python reader; rebuild it with `python3 setup.py build_ext --inplace` or reinstall"
 # logparse's converters by the code the C side knows them by; keys with any other stay in Python.
 _CONV_CODES: dict[Any, int] = {int: 0, float: 1, logline._to_bool: 2, logline._to_ratio: 3}
@@ -65,14 +63,21 @@ def load(disabled: bool | None = None) -> ModuleType | None:
         return None  # an odd platform: the Python path is safe
     missing = [name for name in _ENTRY_POINTS if not hasattr(_scan, name)]
     if missing:
-        log.warning(_STALE, "no " + ", ".join(missing))
+        _warn_stale("no " + ", ".join(missing))
         return None
     try:
         configure(_scan)
     except (TypeError, ValueError) as exc:  # its configure takes other arguments
-        log.warning(_STALE, exc)
+        _warn_stale(exc)
         return None
     return _scan
 
 
 SCAN: ModuleType | None = load()
+
+
+def _warn_stale(why: object) -> None:
+    # logging is imported only here: a CLI run whose accelerator loads never pays for it.
+    import logging
+
+    logging.getLogger(__name__).warning(_STALE, why)
