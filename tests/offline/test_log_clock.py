@@ -156,3 +156,27 @@ def test_the_c_reader_hands_off_clock_stamps_as_the_python_one(monkeypatch: Any)
             outcomes.append((doc["signals"], doc["window"], d.fast > 0 if scan else None))
         assert outcomes[0] == "again" or outcomes[0][2], "the C reader read no line itself"
         assert outcomes[0] == outcomes[1] or outcomes[0][:2] == outcomes[1][:2]
+
+
+def test_diagnose_reports_the_outlier_stamps_in_every_format(tmp_path: Path) -> None:
+    """Before: the JSON `input` and the text/Markdown/HTML headers said nothing of the stamps the log
+    clock took at a neighbour's time."""
+    from sglang_tuning_exporter.offline import formats
+
+    log = tmp_path / "stray.log"
+    log.write_text(_stray_and_gap_log(), encoding="utf-8")
+    for jobs in (1, 2):
+        r = diagnose_source(str(log), load_table(), Config(), "docs-2025", "throughput", {}, jobs=jobs)
+        inp = r.document["input"]
+        # Two lines in 2099 (held, then settled), the two lines an hour back, the 3 lines 900 s ahead.
+        assert inp["implausible_times"] == 7, (jobs, inp)
+        assert inp["implausible_time_example"].startswith("2099-"), inp
+        for fmt in ("text", "markdown", "html"):
+            text = formats.render([r], fmt, table=load_table())
+            assert "7 timestamps far off the log&#x27;s clock (e.g. 2099-" in text if fmt == "html" else \
+                "7 timestamps far off the log's clock (e.g. 2099-" in text, fmt
+    clean = tmp_path / "clean.log"
+    clean.write_text(interleaved_log(ahead_s=0.0), encoding="utf-8")
+    r = diagnose_source(str(clean), load_table(), Config(), "docs-2025", "throughput", {})
+    assert r.document["input"]["implausible_times"] == 0
+    assert "far off the log's clock" not in formats.file_text(r, load_table())

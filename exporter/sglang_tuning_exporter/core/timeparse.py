@@ -106,6 +106,8 @@ class LogClock:
         self.arrival = arrival
         self.judge_dated = judge_dated
         self.implausible = 0  # stamps taken at a neighbour's time (outliers settled as such)
+        self.example: str | None = None  # the first such stamp, as written (what a warning names)
+        self._held: str | None = None  # the first stamp held in `_pending`, as written
         self.jumps = 0  # clocks set back (re-anchored)
         self.latest: float | None = None  # the latest log time given
         self._at: float | None = None  # wall time when `latest` was given (live)
@@ -120,11 +122,11 @@ class LogClock:
             return None
         raw = event_seconds(stamp)
         if raw is None:
-            self.implausible += 1  # unreadable
+            self._outlier(stamp)  # unreadable
             return None
         if has_date(stamp):
             if not EARLIEST_PLAUSIBLE <= raw < LATEST_PLAUSIBLE or self._in_future(raw):
-                self.implausible += 1
+                self._outlier(stamp)
                 return None
             if not self.judge_dated:
                 self.note(raw)
@@ -135,7 +137,13 @@ class LogClock:
                 self._day_offset += _DAY
             self._last_raw = raw
             raw += self._day_offset
-        return self._place(raw)
+        return self._place(raw, stamp)
+
+    def _outlier(self, stamp: str, n: int = 1) -> None:
+        self.implausible += n
+        if self.example is None:
+            # Digits and separators only, short: it is shown in warnings and reports, never a line's text.
+            self.example = "".join(c for c in stamp[:40] if c.isdigit() or c in "-:.TZ ") or "?"
 
     def _in_future(self, raw: float) -> bool:
         if self.arrival is None:
@@ -144,7 +152,7 @@ class LogClock:
         # A wall clock before 2015 is no real one (a host without one, a test's): nothing to judge by.
         return wall >= EARLIEST_PLAUSIBLE and raw > wall + FUTURE_TOLERANCE_S
 
-    def _place(self, raw: float) -> float | None:
+    def _place(self, raw: float, stamp: str) -> float | None:
         latest = self.latest
         t: float | None = None
         if latest is None:
@@ -161,6 +169,8 @@ class LogClock:
             assert latest is not None
             if pending and abs(raw - pending[-1]) > BACKWARD_TOLERANCE_S:
                 self.settle()  # they disagree: the earlier ones were outliers
+            if not pending:
+                self._held = stamp
             pending.append(raw)
             if len(pending) < REANCHOR_STAMPS:
                 return None
@@ -194,7 +204,8 @@ class LogClock:
     def settle(self) -> None:
         """Count the stamps held as a possible move of the clock as outliers (the clock did not move;
         at the end of a log, call it so a last stray stamp is counted)."""
-        self.implausible += len(self._pending)
+        if self._pending:
+            self._outlier(self._held or "", len(self._pending))
         self._pending.clear()
 
     def now(self, wall: float) -> float:

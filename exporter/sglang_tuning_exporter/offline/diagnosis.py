@@ -117,6 +117,8 @@ class Diagnosis:
         self.evaluations = 0
         self.lines = self.events = self.fast = self.unparsed = self.nul = 0
         self.oversized = 0  # lines longer than the reader's limit, skipped
+        self.implausible = 0  # stamps the scanners' log clocks took at a neighbour's time (fast path)
+        self.implausible_example: str | None = None
         self.series = {k: Series(k) for k, _ in CHARTS}  # the charts drawn, no more
 
     def _see(self, t: float) -> None:
@@ -218,6 +220,9 @@ class Diagnosis:
         self.unparsed += chunk.unparsed
         self.nul += chunk.nul_lines
         self.oversized += chunk.oversized
+        self.implausible += chunk.implausible_times
+        if self.implausible_example is None:
+            self.implausible_example = chunk.implausible_example
 
     def finish(self, source: str) -> FileDiagnosis:
         """Evaluate the last (partial) window and build the document."""
@@ -235,9 +240,13 @@ class Diagnosis:
         for fd, (_, ws, we, _) in zip(doc["findings"], entries, strict=True):
             fd["window"] = {"start": _iso(max(ws, self.first_t or ws)), "end": _iso(min(we, end))}
         doc["source"] = source
+        clock = self.conv.log_clock  # the full path's (every stamp), or the fast path's for time-only ones
+        clock.settle()
         doc["input"] = {"lines": self.lines, "events": self.events, "fast_path_lines": self.fast,
                         "unparsed": self.unparsed, "oversized_lines": self.oversized, "evaluations": self.evaluations,
                         "time_from_line_order": self.conv.synthetic_time,
+                        "implausible_times": self.implausible + clock.implausible,
+                        "implausible_time_example": self.implausible_example or clock.example,
                         "window_s": self.cfg.window_s}
         return FileDiagnosis(source=source, document=doc, findings=findings, lines=self.lines, events=self.events,
                              fast_lines=self.fast, unparsed=self.unparsed, synthetic_time=self.conv.synthetic_time,

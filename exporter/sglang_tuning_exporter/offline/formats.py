@@ -136,6 +136,11 @@ def _header_lines(r: FileDiagnosis) -> list[str]:
         out.append("note: the log has no timestamps; time is taken from line order (1 s per line)")
     if inp.get("unparsed"):
         out.append(f"note: {inp['unparsed']} lines looked like SGLang records but could not be read")
+    if inp.get("implausible_times"):
+        n = inp["implausible_times"]
+        out.append(f"note: {n} timestamp{'' if n == 1 else 's'} far off the log's clock (e.g. "
+                   f"{inp.get('implausible_time_example') or '?'}: another host's clock, a stray line) "
+                   "took a neighbour's time")
     return out
 
 

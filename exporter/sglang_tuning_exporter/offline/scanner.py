@@ -71,6 +71,8 @@ class ChunkResult:
     # or move, which only the full path decides as the sidecar does (the parent reads the file again).
     clock_irregular: int = 0
     oversized: int = 0  # lines longer than the scanner's max_line_bytes: skipped (an empty line instead)
+    implausible_times: int = 0  # stamps the scanner's log clock took at a neighbour's time in this chunk
+    implausible_example: str | None = None  # the first of them (LogClock.example)
 
 
 def _iso_of(t: float) -> str:
@@ -103,6 +105,7 @@ class Scanner:
         # holds or drops takes the latest time, as in the sidecar; a clock set back makes the chunk
         # irregular (the parent reads the file again, every line through its own log clock).
         self._clock = LogClock()
+        self._counted = 0  # its outliers already reported in a chunk
         # The sidecar's conversion; its server state only gathers the release floors line formats reveal.
         # Decode/Prefill lines reach it in line order, retractions (a converter of their own) in time
         # order, their stamps judged by `_clock` already: taken as written.
@@ -165,6 +168,11 @@ class Scanner:
         res.unparsed = reader.stats.unparsed - unparsed0
         res.last_oom = reader._last_oom
         res.blind_check = reader.first_blind_oom_check
+        clock = self._clock
+        if final:
+            clock.settle()  # a stamp still held at the end (a last stray line) is an outlier too
+        res.implausible_times, self._counted = clock.implausible - self._counted, clock.implausible
+        res.implausible_example = clock.example
         return res
 
     def _hand_over(self, res: ChunkResult, final: bool) -> None:

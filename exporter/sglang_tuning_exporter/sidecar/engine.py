@@ -38,6 +38,7 @@ from sglang_tuning_exporter.sources.scrape import (
 from sglang_tuning_exporter.sources.serverinfo import FetchResult, HttpError, HttpGet, ServerInfoClient
 
 log = logging.getLogger("sglang_tuning_exporter.sidecar.engine")
+OUTLIER_WARN_EVERY_S = 600.0  # at most one warning about outlier log stamps this often
 
 
 class LineSource(Protocol):
@@ -95,6 +96,7 @@ class Advisor:
     # and scrapes are timed by it, so replayed history is judged as `diagnose` judges it.
     log_now: Callable[[float], float] | None = None
     implausible_times: Callable[[], int] | None = None  # stamps the log clock took at a neighbour's time
+    implausible_example: Callable[[], str | None] | None = None  # the first of them, as written
 
 
 @dataclass(slots=True)
@@ -183,6 +185,7 @@ class Sidecar:
     _overdue: set[str] = field(default_factory=set)  # sources whose running job was already failed as late
     _fetched: set[str] = field(default_factory=set)  # running jobs past their request (parsing: not late)
     _info_tried: bool = False  # the first scrape waits for the first server-info answer (rank sizes)
+    _outliers_warned: tuple[int, float] | None = None  # (count, mono) at the last outlier-stamp warning
 
     def __post_init__(self) -> None:
         if self.metrics is not None:
@@ -291,6 +294,22 @@ class Sidecar:
             log.info("source %s recovered", source)
 
     # --- log ----------------------------------------------------------------------------------
+    def _warn_outliers(self) -> None:
+        """One warning when the log clock starts taking stamps as outliers, then at most one per
+        OUTLIER_WARN_EVERY_S while more come (the count is on /metrics all along)."""
+        count_of = self.advisor.implausible_times
+        n = count_of() if count_of is not None else 0
+        last = self._outliers_warned
+        if n == 0 or (last is not None and (n == last[0] or self._mono - last[1] < OUTLIER_WARN_EVERY_S)):
+            return
+        self._outliers_warned = (n, self._mono)
+        example_of = self.advisor.implausible_example
+        example = example_of() if example_of is not None else None
+        # The example is the stamp's digits and separators only (LogClock): no line text reaches the log.
+        log.warning("log: %d timestamp%s far off the log's clock (e.g. %s: another host's clock, a stray or "
+                    "future line) taken at a neighbour's time (sglang_tuning_log_implausible_times_total)",
+                    n, "" if n == 1 else "s", example or "?")
+
     def _read_log(self, now: float) -> None:
         assert self.log_input is not None
         src = self.log_input
@@ -324,6 +343,7 @@ class Sidecar:
         if events:
             self._observe(events, now)
             self._note_version_floor()
+            self._warn_outliers()  # the log clock judged these lines' stamps while converting them
         exists = src.exists()
         problem = getattr(src.follower, "problem", None)  # (reason, detail): e.g. permission denied
         if getattr(src.follower, "eof", False):

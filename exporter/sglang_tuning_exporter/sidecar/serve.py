@@ -111,7 +111,7 @@ def build_advisor(cfg: ServeConfig) -> Advisor:
     the flags. The table and the config come from build_config, which loaded and checked them.
     """
     table, config = cfg.table, cfg.guide_config
-    to_obs, to_samples, version_floor, log_now, implausible = _converters()
+    to_obs, to_samples, version_floor, log_now, implausible, example = _converters()
     defaults = Config()
     changes: dict[str, Any] = {}
     if config.window_s == defaults.window_s:
@@ -140,11 +140,11 @@ def build_advisor(cfg: ServeConfig) -> Advisor:
                          | {name for c in table.checks for name, _ in (*c.moot_when, *c.evidence_notes)})
     return Advisor(window=window, evaluate=evaluate, document=document, to_observations=to_obs,
                    window_s=window_s, exported_signals=exported, to_samples=to_samples, version_floor=version_floor,
-                   log_now=log_now, implausible_times=implausible)
+                   log_now=log_now, implausible_times=implausible, implausible_example=example)
 
 
 def _converters() -> tuple[ToObservations, ToSamples, Callable[[], str | None], Callable[[float], float],
-                         Callable[[], int]]:
+                         Callable[[], int], Callable[[], str | None]]:
     """Events -> observations, the same with a Sample per Decode/Prefill line (the sidecar's path; the
     other is the per-observation reference the intake tests compare it with), one converter, and the
     release floor its line formats revealed (`>=X.Y.Z`, or a version line's release, or None), and the
@@ -163,7 +163,8 @@ def _converters() -> tuple[ToObservations, ToSamples, Callable[[], str | None], 
         clock_now[0] = now
         return list(converter.convert_batch(events))
 
-    return to_obs, to_samples, lambda: seen.version, converter.log_now, lambda: converter.implausible_times
+    return (to_obs, to_samples, lambda: seen.version, converter.log_now, lambda: converter.implausible_times,
+            lambda: converter.log_clock.example)
 
 
 def build_log_input(cfg: ServeConfig) -> LogInput | None:
