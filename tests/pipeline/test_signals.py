@@ -3,8 +3,6 @@ observations they are built from."""
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -303,12 +301,12 @@ def test_frozen_hist_answers_as_the_dict_it_froze(hist: dict[int, int], q: float
     a floor, items and pickle round trip; with and without the C accelerator's freeze_hist."""
     import pickle
 
-    from sglang_tuning_exporter.offline import scanner  # noqa: F401  (wires the accelerator's freeze_hist)
+    from sglang_tuning_exporter.offline import scanner
     from sglang_tuning_exporter.pipeline import stats
     from sglang_tuning_exporter.sources.accel import SCAN
 
-    assert (stats._freezer is not None) == (SCAN is not None)
-    for frozen in (stats.FrozenHist.of(hist), _python_frozen(hist)):
+    assert (scanner.FREEZER is not None) == (SCAN is not None)
+    for frozen in (stats.FrozenHist.of(hist, scanner.FREEZER), stats.FrozenHist.of(hist)):
         assert dict(frozen) == hist and list(frozen.pairs()) == sorted(hist.items()) and len(frozen) == len(hist)
         assert "x" not in frozen and frozen.get(2**41 + 1) is None  # absent, as in a dict
         assert hist_quantile(frozen, q) == hist_quantile(hist, q)
@@ -317,17 +315,6 @@ def test_frozen_hist_answers_as_the_dict_it_froze(hist: dict[int, int], q: float
             assert stats.hist_max(frozen) == max(hist)
         back = pickle.loads(pickle.dumps(frozen))
         assert type(back) is stats.FrozenHist and dict(back) == hist
-
-
-def _python_frozen(hist: dict[int, int]) -> Any:
-    from sglang_tuning_exporter.pipeline import stats
-
-    saved = stats._freezer
-    stats.use_freezer(None)
-    try:
-        return stats.FrozenHist.of(hist)
-    finally:
-        stats.use_freezer(saved)
 
 
 def test_frozen_stats_thaw_on_write_and_merge_like_dicts() -> None:

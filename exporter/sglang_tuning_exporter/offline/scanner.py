@@ -30,7 +30,7 @@ from sglang_tuning_exporter.core.timeparse import (
 )
 from sglang_tuning_exporter.pipeline.observations import EventConverter, number
 from sglang_tuning_exporter.pipeline.signals import SignalParams
-from sglang_tuning_exporter.pipeline.stats import Bucket, FrozenHist, use_freezer
+from sglang_tuning_exporter.pipeline.stats import Bucket, Freezer, FrozenHist
 from sglang_tuning_exporter.pipeline.window import EventKey, Window
 from sglang_tuning_exporter.sources.accel import SCAN
 from sglang_tuning_exporter.sources.logfiles import may_hold_long_line
@@ -38,8 +38,8 @@ from sglang_tuning_exporter.sources.logreader import EventReader, line_at
 from sglang_tuning_exporter.sources.logrecords import MAX_BLOCK_LINES
 from sglang_tuning_exporter.sources.tail import MAX_LINE_BYTES
 
-if SCAN is not None:
-    use_freezer(SCAN.freeze_hist)  # the frozen histograms diagnose's workers send, built in C
+# The frozen histograms diagnose's workers send, built in C when the accelerator is loaded.
+FREEZER: Freezer | None = SCAN.freeze_hist if SCAN is not None else None
 _ACC = struct.Struct(f"{len(SCAN.ACC_FIELDS)}d") if SCAN is not None else None
 _BucketKey = tuple[int | None, int | None, float]
 _TEXT_BLOCK = 1 << 20  # bytes decoded at once without the accelerator (a range is never decoded whole)
@@ -451,5 +451,5 @@ def _scan_mapped(path: str, start: int, end: int, scanner: Scanner) -> ChunkResu
             with m:
                 res = scanner.scan_bytes(m, start=start - base)
     for b in res.buckets.values():
-        b.freeze()  # the parent unpickles two byte strings per histogram, not a dict built value by value
+        b.freeze(FREEZER)  # the parent unpickles two byte strings per histogram, not a dict built value by value
     return res

@@ -16,15 +16,10 @@ def _finite(v: float | None) -> float | None:
     return v if v is None or math.isfinite(v) else None
 
 
-# The C accelerator's freeze_hist when a product that loads it says so (the pipeline imports no source):
-# the same result as the Python path below, which tests hold it to.
-_freezer: Callable[[dict[int, int]], tuple[str, bytes, bytes]] | None = None
-
-
-def use_freezer(fn: Callable[[dict[int, int]], tuple[str, bytes, bytes]] | None) -> None:
-    """Freeze histograms with `fn` (e.g. the accelerator's freeze_hist); None: the Python path."""
-    global _freezer
-    _freezer = fn
+# Builds a FrozenHist's (typecode, sorted values, cumulative counts) in one call: the C accelerator's
+# freeze_hist, handed by the caller that loads it (the pipeline imports no source, and holds no global
+# switch): the same result as FrozenHist.of's Python path, which tests hold it to.
+Freezer = Callable[[dict[int, int]], tuple[str, bytes, bytes]]
 
 
 class FrozenHist(Mapping[int, int]):
@@ -39,11 +34,11 @@ class FrozenHist(Mapping[int, int]):
         self.cum = cum
 
     @classmethod
-    def of(cls, hist: dict[int, int]) -> FrozenHist:
-        """The frozen copy of a histogram of int counts (OverflowError past int64; TypeError or
-        ValueError when it is no such histogram)."""
-        if _freezer is not None:
-            return cls.of_arrays(*_freezer(hist))
+    def of(cls, hist: dict[int, int], freezer: Freezer | None = None) -> FrozenHist:
+        """The frozen copy of a histogram of int counts, built by `freezer` when given (OverflowError
+        past int64; TypeError or ValueError when it is no such histogram)."""
+        if freezer is not None:
+            return cls.of_arrays(*freezer(hist))
         if not all(type(k) is int and type(c) is int and c > 0 for k, c in hist.items()):
             raise TypeError("a histogram of positive int counts")
         ordered = sorted(hist)
@@ -140,13 +135,13 @@ class SampleStats:
         self.capped_cand: dict[int, int] = {}  # running values of those with queue > 0 and usage < good
         self.frozen = False  # the four histograms are FrozenHists (read-only): writers thaw them first
 
-    def freeze(self) -> None:
-        """Hold the histograms as FrozenHists (cheap to pickle); no-op past int64 or when all are empty
-        (four empty dicts pickle smaller than four empty FrozenHists)."""
+    def freeze(self, freezer: Freezer | None = None) -> None:
+        """Hold the histograms as FrozenHists (cheap to pickle; built by `freezer` when given); no-op past
+        int64 or when all are empty (four empty dicts pickle smaller than four empty FrozenHists)."""
         if self.frozen or not (self.queue or self.running or self.missed or self.capped_cand):
             return
         try:
-            hists = [FrozenHist.of(h) for h in (self.queue, self.running, self.missed, self.capped_cand)]
+            hists = [FrozenHist.of(h, freezer) for h in (self.queue, self.running, self.missed, self.capped_cand)]
         except (OverflowError, TypeError, ValueError):
             return  # not plain int counts: stays a dict
         self.queue, self.running, self.missed, self.capped_cand = hists  # type: ignore[assignment]
@@ -312,10 +307,10 @@ class Bucket:
             h = self.latency[latency] = {}
         h[le] = h.get(le, 0.0) + count
 
-    def freeze(self) -> None:
+    def freeze(self, freezer: Freezer | None = None) -> None:
         """Hold the sample histograms as FrozenHists (see SampleStats.freeze)."""
-        self.decode.freeze()
-        self.prefill.freeze()
+        self.decode.freeze(freezer)
+        self.prefill.freeze(freezer)
 
     def copy(self) -> Bucket:
         """An independent copy."""
