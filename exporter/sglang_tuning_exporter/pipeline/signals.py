@@ -15,10 +15,10 @@ from sglang_tuning_exporter.core.model import Rank
 from sglang_tuning_exporter.pipeline.stats import (
     Bucket,
     SampleStats,
-    _pairs,
     bucket_quantile,
     hist_at_least,
     hist_max,
+    hist_pairs,
     hist_quantile,
 )
 
@@ -41,9 +41,9 @@ FACT_NAMES = frozenset({"available_gpu_mem_gb", "avail_mem_after_pool_gb", "gpu_
                         "chunked_prefill_off", "mem_fraction_floor"})
 SERVER_START = "server_start"  # a `server_args` line: the observation that resets startup facts
 # Facts that differ between TP ranks of one replica: keep the worst when folding TP ranks.
-_FACT_MIN = frozenset({"available_gpu_mem_gb", "avail_mem_after_pool_gb", "gpu_mem_total_gb",
+FACTS_KEPT_MIN = frozenset({"available_gpu_mem_gb", "avail_mem_after_pool_gb", "gpu_mem_total_gb",
                        "avail_after_weights_gb", "oom_gpu_free_gb"})
-_FACT_MAX = frozenset({"weights_gb"})
+FACTS_KEPT_MAX = frozenset({"weights_gb"})
 
 # Latency quantiles from SGLang's histograms (scrape only): `<latency>_p<q>_seconds`, and the requests behind
 # them, `<latency>_requests` (the window's +Inf bucket delta).
@@ -104,7 +104,7 @@ def few_sample_signals(s: SampleStats, p: SignalParams) -> dict[str, float]:
         out[FEW + "queue_samples"] = float(s.queue_n)
         out[FEW + "queue_over_band_ratio"] = s.queue_over / s.queue_n
         out[FEW + "queue_empty_ratio"] = s.queue_zero / s.queue_n
-        out[FEW + "queue_min"] = float(min(k for k, _ in _pairs(s.queue)))
+        out[FEW + "queue_min"] = float(min(k for k, _ in hist_pairs(s.queue)))
         out[FEW + "queue_max"] = float(hist_max(s.queue))
     if s.kv_n:
         out[FEW + "kv_samples"] = float(s.kv_n)
@@ -112,7 +112,7 @@ def few_sample_signals(s: SampleStats, p: SignalParams) -> dict[str, float]:
         out[FEW + "token_usage_max"] = s.usage_max
     if s.running_n:
         out[FEW + "decode_samples"] = float(s.running_n)
-        out[FEW + "running_min"] = float(min(k for k, _ in _pairs(s.running)))
+        out[FEW + "running_min"] = float(min(k for k, _ in hist_pairs(s.running)))
         out[FEW + "running_max"] = float(hist_max(s.running))
     if s.graph_n:
         out[FEW + "graph_samples"] = float(s.graph_n)

@@ -11,11 +11,6 @@ import operator
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import TypeVar
 
-
-def _finite(v: float | None) -> float | None:
-    return v if v is None or math.isfinite(v) else None
-
-
 # Builds a FrozenHist's (typecode, sorted values, cumulative counts) in one call: the C accelerator's
 # freeze_hist, handed by the caller that loads it (the pipeline imports no source, and holds no global
 # switch): the same result as FrozenHist.of's Python path, which tests hold it to.
@@ -81,15 +76,16 @@ class FrozenHist(Mapping[int, int]):
         return self.cum[-1] if self.cum else 0
 
 
-def _pairs(h: Mapping[int, int]) -> Iterable[tuple[int, int]]:
+def hist_pairs(h: Mapping[int, int]) -> Iterable[tuple[int, int]]:
+    """(value, count) of a histogram, dict or FrozenHist, without building a dict."""
     return h.pairs() if type(h) is FrozenHist else h.items()
 
 
 def _merge_counts(into: dict[int, int], add: Mapping[int, int]) -> None:
     if not into:
-        into.update(_pairs(add))
+        into.update(hist_pairs(add))
         return
-    for k, v in _pairs(add):
+    for k, v in hist_pairs(add):
         into[k] = into.get(k, 0) + v
 
 
@@ -151,7 +147,7 @@ class SampleStats:
         """Make the histograms writable dicts again."""
         if self.frozen:
             self.queue, self.running, self.missed, self.capped_cand = (
-                dict(_pairs(h)) for h in (self.queue, self.running, self.missed, self.capped_cand))
+                dict(hist_pairs(h)) for h in (self.queue, self.running, self.missed, self.capped_cand))
             self.frozen = False
 
     def add(self, queue: float | None, running: float | None, usage: float | None, graph: float | None,
@@ -252,7 +248,7 @@ class SampleStats:
             self.thaw()
         for into, sub in ((self.queue, o.queue), (self.running, o.running), (self.missed, o.missed),
                           (self.capped_cand, o.capped_cand)):
-            for k, v in _pairs(sub):
+            for k, v in hist_pairs(sub):
                 left = into[k] - v
                 if left:
                     into[k] = left

@@ -9,12 +9,19 @@ from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from sglang_tuning_exporter.core.model import LATENCY_PREFIX, Observation, Rank, Sample, parse_latency_bucket
+from sglang_tuning_exporter.core.model import (
+    LATENCY_PREFIX,
+    Observation,
+    Rank,
+    Sample,
+    finite_number,
+    parse_latency_bucket,
+)
 from sglang_tuning_exporter.pipeline.signals import (
-    _FACT_MAX,
-    _FACT_MIN,
     EVENT_NAMES,
     FACT_NAMES,
+    FACTS_KEPT_MAX,
+    FACTS_KEPT_MIN,
     PREFILL_SAMPLE_NAMES,
     SAMPLE_NAMES,
     SERVER_START,
@@ -22,7 +29,7 @@ from sglang_tuning_exporter.pipeline.signals import (
     compute_signals,
     share_server_latency,
 )
-from sglang_tuning_exporter.pipeline.stats import Bucket, _finite
+from sglang_tuning_exporter.pipeline.stats import Bucket
 
 
 @dataclass(slots=True)
@@ -272,7 +279,7 @@ class Window:
                 and self._add_complete(s, t)):
             return
         # Non-finite values are dropped, as `add` drops such observations.
-        pairs = tuple((name, _finite(v)) for name, v in s.pairs())
+        pairs = tuple((name, finite_number(v)) for name, v in s.pairs())
         names = [name for name, v in pairs if v is not None]
         if not names:
             return
@@ -386,9 +393,9 @@ class Window:
         if st is None:
             st = self._state(rank, time if time is not None else 0.0)
         old = st.facts.get(name)
-        if old is not None and name in _FACT_MIN and tp is not None:
+        if old is not None and name in FACTS_KEPT_MIN and tp is not None:
             st.facts[name] = min(old, value)
-        elif old is not None and name in _FACT_MAX and tp is not None:
+        elif old is not None and name in FACTS_KEPT_MAX and tp is not None:
             st.facts[name] = max(old, value)
         else:
             st.facts[name] = value
