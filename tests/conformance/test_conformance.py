@@ -180,6 +180,7 @@ def test_dashboards_and_report_agree(name: str, histories: dict[str, tuple[Scena
 LEVELS = {-1.0: "unknown", 0.0: "ok", 1.0: "warning", 2.0: "critical"}
 
 
+@pytest.mark.integration
 def test_report_right_after_a_replayed_storm_agrees_with_the_alert(tmp_path: Path) -> None:
     """A sidecar replays a retraction storm, Prometheus scrapes it for 6 minutes and the retraction alert
     fires; `report --range 10m` three seconds later judges every check as the sidecar's windowed signals do
