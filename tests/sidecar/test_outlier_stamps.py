@@ -9,7 +9,7 @@ import logging
 import pytest
 
 from helpers.scenario_logs import LogWriter
-from sglang_tuning_exporter.sidecar import engine
+from sglang_tuning_exporter.sidecar import outlierwarn
 from sglang_tuning_exporter.sidecar.serve import build_sidecar, log_input_for
 from sglang_tuning_exporter.sidecar.serveconfig import add_serve_flags, build_config
 from sglang_tuning_exporter.sources.logreader import EventReader
@@ -46,7 +46,7 @@ def test_outlier_stamps_are_warned_once_then_rate_limited(caplog: pytest.LogCapt
     sc = build_sidecar(cfg, timer=lambda: 0.0, log_input=log_input_for(Batches(batches), EventReader()))
     wall = 0.0  # no real wall clock (before 2015): stamps are judged against each other only
     caplog.set_level(logging.WARNING, logger="sglang_tuning_exporter.sidecar.engine")
-    ticks = [0.0, 1.0, 2.0, 3.0, 3.0 + engine.OUTLIER_WARN_EVERY_S]  # the last batch after the quiet time
+    ticks = [0.0, 1.0, 2.0, 3.0, 3.0 + outlierwarn.OUTLIER_WARN_EVERY_S]  # the last batch after the quiet time
 
     def warnings() -> list[str]:
         return [r.getMessage() for r in caplog.records if "far off the log's clock" in r.getMessage()]

@@ -27,6 +27,7 @@ from sglang_tuning_exporter.core.versions import merge_version
 from sglang_tuning_exporter.pipeline.observations import SERVER_EVENT_KINDS, server_update
 from sglang_tuning_exporter.sidecar.change_tracker import ChangeTracker
 from sglang_tuning_exporter.sidecar.jobs import InlineJobs, Jobs, Outcome
+from sglang_tuning_exporter.sidecar.outlierwarn import OutlierWarning
 from sglang_tuning_exporter.sidecar.state import LiveState
 from sglang_tuning_exporter.sources.scrape import (
     COUNTED,
@@ -38,7 +39,6 @@ from sglang_tuning_exporter.sources.scrape import (
 from sglang_tuning_exporter.sources.serverinfo import FetchResult, HttpError, HttpGet, ServerInfoClient
 
 log = logging.getLogger("sglang_tuning_exporter.sidecar.engine")
-OUTLIER_WARN_EVERY_S = 600.0  # at most one warning about outlier log stamps this often
 
 
 class LineSource(Protocol):
@@ -185,7 +185,7 @@ class Sidecar:
     _overdue: set[str] = field(default_factory=set)  # sources whose running job was already failed as late
     _fetched: set[str] = field(default_factory=set)  # running jobs past their request (parsing: not late)
     _info_tried: bool = False  # the first scrape waits for the first server-info answer (rank sizes)
-    _outliers_warned: tuple[int, float] | None = None  # (count, mono) at the last outlier-stamp warning
+    _outliers: OutlierWarning = field(default_factory=OutlierWarning)  # says so when stamps are outliers
 
     def __post_init__(self) -> None:
         if self.metrics is not None:
@@ -295,20 +295,9 @@ class Sidecar:
 
     # --- log ----------------------------------------------------------------------------------
     def _warn_outliers(self) -> None:
-        """One warning when the log clock starts taking stamps as outliers, then at most one per
-        OUTLIER_WARN_EVERY_S while more come (the count is on /metrics all along)."""
-        count_of = self.advisor.implausible_times
-        n = count_of() if count_of is not None else 0
-        last = self._outliers_warned
-        if n == 0 or (last is not None and (n == last[0] or self._mono - last[1] < OUTLIER_WARN_EVERY_S)):
-            return
-        self._outliers_warned = (n, self._mono)
-        example_of = self.advisor.implausible_example
-        example = example_of() if example_of is not None else None
-        # The example is the stamp's digits and separators only (LogClock): no line text reaches the log.
-        log.warning("log: %d timestamp%s far off the log's clock (e.g. %s: another host's clock, a stray or "
-                    "future line) taken at a neighbour's time (sglang_tuning_log_implausible_times_total)",
-                    n, "" if n == 1 else "s", example or "?")
+        a = self.advisor
+        self._outliers.note(a.implausible_times() if a.implausible_times else 0,
+                            a.implausible_example() if a.implausible_example else None, self._mono)
 
     def _read_log(self, now: float) -> None:
         assert self.log_input is not None
