@@ -33,7 +33,12 @@ from sglang_tuning_exporter.guide.checks import CheckTable, is_number, load_tabl
 
 WORKLOADS = ("throughput", "latency", "long-context", "multi-turn")
 _TOP = {"guide_profile", "workload", "window_s", "max_ranks", "expire_s", "signals", "profiles", "checks",
-        "server_args"}
+        "server_args", "slo"}
+# SLO targets (`slo:`): a latency a request must beat, at one of SGLang's bucket bounds (the burn-rate rules
+# count the requests slower than that bucket), and the objective, the share of requests that must.
+SLO_BUCKETS = {"ttft_p95_seconds": (0.1, 0.2, 0.4, 0.6, 0.8, 1.0, 2.0, 4.0, 6.0, 8.0, 10.0, 20.0, 40.0, 60.0),
+               "itl_p95_seconds": (0.002, 0.004, 0.006, 0.008, 0.01, 0.015, 0.02, 0.025, 0.03, 0.035, 0.04, 0.06,
+                                   0.08, 0.1, 0.2, 0.4, 0.6, 0.8, 1.0, 2.0)}
 _SIGNAL_KEYS = {"usage_good", "capped_fraction", "min_samples"}
 _CHECK_KEYS = {"enabled", "thresholds", "min_samples", "window_s", "for_s"}
 
@@ -70,6 +75,7 @@ class Config:
     queue_bands: dict[str, tuple[float, float]] = field(default_factory=dict)
     checks: dict[str, CheckOverride] = field(default_factory=dict)
     server_args: dict[str, Any] = field(default_factory=dict)
+    slo: dict[str, float] = field(default_factory=dict)  # SLO_BUCKETS targets and `objective`
 
     def override(self, check_id: str) -> CheckOverride:
         """The overrides for one check (empty when none)."""
@@ -173,15 +179,44 @@ def parse_config(raw: Any, table: CheckTable, source: str = "config") -> Config:
         problem = server_arg_problem(str(key), value)
         if problem is not None:
             problems.append(f"server_args.{key}: {problem}")
+    slo = _slo(raw.get("slo"), problems)
     if problems:
         raise ConfigError(problems)
-    return Config(guide_profile=profile, workload=workload,
+    return Config(slo=slo, guide_profile=profile, workload=workload,
                   window_s=window_s if window_s is not None else 600.0,
                   max_ranks=int(max_ranks) if max_ranks is not None else 256, expire_s=expire_s,
                   usage_good=usage_good if usage_good is not None else 0.9,
                   capped_fraction=capped if capped is not None else 0.95,
                   min_samples=int(min_samples) if min_samples is not None else 3,
                   queue_bands=bands, checks=overrides, server_args=redact_args(server_args))
+
+
+def _slo(raw: Any, problems: list[str]) -> dict[str, float]:
+    if raw is None:
+        return {}
+    if not isinstance(raw, dict):
+        problems.append("slo: must be a mapping of targets (ttft_p95_seconds, itl_p95_seconds) and objective")
+        return {}
+    out: dict[str, float] = {}
+    for key in sorted(set(raw) - {*SLO_BUCKETS, "objective"}, key=str):
+        problems.append(f"slo: unknown key {key!r} (allowed: {', '.join([*SLO_BUCKETS, 'objective'])})")
+    for key, bounds in SLO_BUCKETS.items():
+        v = _positive(raw, key, "slo.", problems)
+        if v is None:
+            continue
+        if v not in bounds:
+            problems.append(f"slo.{key}: must be one of SGLang's bucket bounds "
+                            f"({', '.join(f'{b:g}' for b in bounds)}), got {v:g}")
+            continue
+        out[key] = v
+    objective = raw.get("objective", 0.99)
+    if not is_number(objective) or not 0 < objective < 1:
+        problems.append(f"slo.objective: must be a ratio between 0 and 1 (0.99 = 99 % of requests), got {objective!r}")
+    elif out:
+        out["objective"] = float(objective)
+    if not out and not any(k in raw for k in SLO_BUCKETS):
+        problems.append("slo: names no target (ttft_p95_seconds or itl_p95_seconds)")
+    return out
 
 
 def load_config(path: str | Path | None, table: CheckTable | None = None) -> Config:

@@ -117,6 +117,8 @@ def apply_config(table: CheckTable, path: str, opts: render_options.RenderOption
                                    for p in exc.problems)) from None
     if cfg.guide_profile and opts.profile is None:
         opts = replace(opts, profile=cfg.guide_profile)
+    if cfg.slo:
+        opts = replace(opts, slo=dict(cfg.slo))
     if cfg.workload and not workload_flag and opts.workload == render_options.RenderOptions().workload:
         opts = replace(opts, workload=cfg.workload)
     profile = profile_of(table, opts)

@@ -314,6 +314,19 @@ def server_dashboard(b: GuideBands) -> Json:
              target(per_rank(ours("cuda_graph_max_batch_size")),
                     "captured max · {{instance}} dp{{dp_rank}}", "C")], minimum=0), 8, 8),
     ]))
+    rows.append(("Latency", [
+        Cell(timeseries(
+            "Latency p95: TTFT, ITL, end-to-end, queue time",
+            "The 95th percentile of SGLang's latency histograms over the exporter's window, as the sidecar "
+            "computes them (histogram_quantile's rule on the bucket deltas; docs/signals.md): the numbers its "
+            "latency checks judge. Healthy: under your targets, queue time a small part of E2E. High ITL with large batches: lower --max-running-requests (check "
+            "latency_high_batch_large); queue time most of E2E: the client or capacity (latency_queue_dominates); "
+            "high TTFT with long prompts: raise --chunked-prefill-size (ttft_long_prompts).",
+            "s",
+            [target(per_rank(ours("signal_seconds", 'signal=~"ttft_p95|itl_p95|e2e_p95|queue_time_p95", '))
+                    .replace("by (", "by (signal, ", 1), "{{signal}} · {{instance}} dp{{dp_rank}}")],
+            minimum=0), 24, 8),
+    ]))
     rows.append(("Admission and throughput", [
         Cell(timeseries(
             "Running requests vs --max-running-requests",

@@ -52,6 +52,8 @@ class RenderOptions:
     selector: str = ""
     grafana_url: str = DEFAULT_GRAFANA_URL  # base URL of Grafana; each alert's dashboard_url starts with it
     extra: Mapping[str, Any] = field(default_factory=dict)  # keys for other renderers (kubernetes, ...)
+    # latency SLO from the exporter's config (`slo:`): `<latency>_p95_seconds` targets and `objective`; {} = none
+    slo: Mapping[str, float] = field(default_factory=dict)
 
 
 OPTION_KEYS = {"exporter_job", "sglang_job", "runbook_url", "profile", "workload", "override_for",

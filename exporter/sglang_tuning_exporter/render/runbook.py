@@ -21,6 +21,7 @@ from sglang_tuning_exporter.render.expressions import (
     window_of,
 )
 from sglang_tuning_exporter.render.options import RenderOptions
+from sglang_tuning_exporter.render.rules import BURN_PAIRS, SLO_HISTOGRAMS
 
 RUNBOOK_PATH = "alerts/runbook.md"
 
@@ -148,9 +149,34 @@ CHANGE_DOC = GuardDoc(
     "Restart SGLang with the flag back at `from_value` (the alert's `suggested_value`), then try a smaller step.")
 
 
-def _guard_section(g: GuardDoc, kind: str = "Health guard") -> list[str]:
+def slo_docs(table: CheckTable, opts: RenderOptions) -> list[tuple[GuardDoc, str]]:
+    """The burn-rate alerts of the config's `slo:` (none without one), each with its severity."""
+    out: list[tuple[GuardDoc, str]] = []
+    by_id = table.by_id()
+    for target, (_family, words, cid, other) in SLO_HISTOGRAMS.items():
+        if target not in opts.slo:
+            continue
+        le = f"{opts.slo[target]:g}"
+        flag = by_id[cid].flag if cid in by_id and by_id[cid].flag else "the client side"
+        for long_s, short_s, burn, _for_s, severity in BURN_PAIRS:
+            speed = "Fast" if severity == "critical" else "Slow"
+            out.append((GuardDoc(
+                f"SGLangSLO{words}Burn{speed}", f"slo_{target.split('_')[0]}",
+                f"More requests than the SLO allows were slower than {le} s ({words}) over both "
+                f"{promql_duration(long_s)} and {promql_duration(short_s)}: the error budget burns {burn:g}x too fast "
+                "(the SRE workbook's multi-window, multi-burn-rate alert).",
+                "Users feel it: at this rate the whole budget is gone in "
+                f"{30 * 24 / burn:.0f} h of a 30-day period.",
+                f"Dashboard row 'Latency': {words} p95; the recording rules "
+                f"`instance:sglang_slo_{target.split('_')[0]}_slow_ratio:rate*`.",
+                f"Most likely `{cid}` ({flag}): follow its finding; first rule out `{other}` (the queue, a "
+                "client-side matter)."), severity))
+    return out
+
+
+def _guard_section(g: GuardDoc, kind: str = "Health guard", severity: str = "warning") -> list[str]:
     return [f'<a id="{anchor(g.alert)}"></a>', f"## {g.alert}", "",
-            f"*{kind}* `{g.check}` (severity warning).", "",
+            f"*{kind}* `{g.check}` (severity {severity}).", "",
             f"- **Meaning.** {g.meaning}", f"- **Impact.** {g.impact}", f"- **How to confirm.** {g.confirm}",
             f"- **Change to make.** {g.mitigation}", ""]
 
@@ -170,6 +196,9 @@ def generate(table: CheckTable, options: RenderOptions | None = None) -> str:
     for g in GUARD_DOCS:
         out.append(f"- [{g.alert}](#{anchor(g.alert)}): health guard")
     out.append(f"- [{CHANGE_DOC.alert}](#{anchor(CHANGE_DOC.alert)}): flag change")
+    slo = slo_docs(table, opts)
+    for g, _ in slo:
+        out.append(f"- [{g.alert}](#{anchor(g.alert)}): latency SLO")
     out.append("")
     for c in table.checks:
         out += _check_section(c, table, opts)
@@ -178,6 +207,10 @@ def generate(table: CheckTable, options: RenderOptions | None = None) -> str:
         out += _guard_section(g)
     out += ["# Flag changes", ""]
     out += _guard_section(CHANGE_DOC, "Flag change")
+    if slo:
+        out += ["# Latency SLO", ""]
+        for g, severity in slo:
+            out += _guard_section(g, "Latency SLO", severity)
     return "\n".join(out).rstrip("\n") + "\n"
 
 

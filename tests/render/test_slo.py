@@ -1,0 +1,98 @@
+"""Latency SLOs (issue 25, part 3): the config's `slo:` rendered as multi-window, multi-burn-rate alerts over
+SGLang's histograms, checked by the real promtool: the fast burn pages with the check and flag to try."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+from helpers.tsdb import PROMTOOL
+from sglang_tuning_exporter.guide.checks import load_table
+from sglang_tuning_exporter.guide.config import ConfigError, parse_config
+from sglang_tuning_exporter.render.options import RenderOptions
+from sglang_tuning_exporter.render.rules import group_yaml, groups
+
+TABLE = load_table()
+SLO = {"ttft_p95_seconds": 2.0, "itl_p95_seconds": 0.1, "objective": 0.99}
+
+
+def slo_rules(tmp_path: Path) -> Path:
+    (group,) = [g for g in groups(TABLE, RenderOptions(slo=SLO)) if g.file == "slo.rules.yaml"]
+    out = tmp_path / "slo.rules.yaml"
+    out.write_text(group_yaml(group), encoding="utf-8")
+    return out
+
+
+def test_config_slo_is_validated() -> None:
+    assert parse_config({"slo": SLO}, TABLE).slo == SLO
+    with pytest.raises(ConfigError) as e:
+        parse_config({"slo": {"ttft_p95_seconds": 1.5, "objective": 1.2, "p99": 3}}, TABLE)
+    text = "\n".join(e.value.problems)
+    assert "bucket bounds" in text and "slo.objective" in text and "unknown key 'p99'" in text
+
+
+def test_no_slo_no_group() -> None:
+    assert not [g for g in groups(TABLE, RenderOptions()) if g.file == "slo.rules.yaml"]
+
+
+def test_burn_pairs_and_annotations(tmp_path: Path) -> None:
+    rules = yaml.safe_load(slo_rules(tmp_path).read_text())["groups"][0]["rules"]
+    alerts = {(r["alert"], r["labels"]["severity"]): r for r in rules if "alert" in r}
+    assert set(alerts) == {("SGLangSLOTTFTBurnFast", "critical"), ("SGLangSLOTTFTBurnSlow", "warning"),
+                           ("SGLangSLOITLBurnFast", "critical"), ("SGLangSLOITLBurnSlow", "warning")}
+    fast = alerts[("SGLangSLOTTFTBurnFast", "critical")]
+    assert "rate1h > 0.144" in fast["expr"] and "rate5m > 0.144" in fast["expr"]
+    assert (fast["annotations"]["check"], fast["annotations"]["flag"]) == ("ttft_long_prompts", "--chunked-prefill-size")
+    slow = alerts[("SGLangSLOITLBurnSlow", "warning")]
+    assert "rate6h > 0.06" in slow["expr"] and "rate30m > 0.06" in slow["expr"]
+    assert slow["annotations"]["flag"] == "--max-running-requests"
+    records = {r["record"] for r in rules if "record" in r}
+    assert "instance:sglang_slo_ttft_slow_ratio:rate5m" in records and len(records) == 8
+
+
+def _series(slow_per_min: int) -> list[dict[str, str]]:
+    # 100 requests a minute; `slow_per_min` of them slower than the 2 s bucket.
+    labels = 'job="sglang",instance="gpu-a:30000",model_name="qwen"'
+    return [
+        {"series": f'sglang:time_to_first_token_seconds_bucket{{{labels},le="2.0"}}',
+         "values": f"0+{100 - slow_per_min}x90"},
+        {"series": f'sglang:time_to_first_token_seconds_count{{{labels}}}', "values": "0+100x90"},
+    ]
+
+
+@pytest.mark.integration
+def test_fast_burn_pages_with_the_flag_under_promtool(tmp_path: Path) -> None:
+    rules = slo_rules(tmp_path)
+    fast = {"eval_time": "20m", "alertname": "SGLangSLOTTFTBurnFast"}
+    tests = {"rule_files": [rules.name], "evaluation_interval": "1m", "tests": [
+        {"name": "20 % of requests slower than 2 s: 20x the 1 % budget", "interval": "1m",
+         "input_series": _series(20),
+         "alert_rule_test": [{**fast, "eval_time": "1m", "exp_alerts": []}, {**fast, "exp_alerts": [{
+             "exp_labels": {"instance": "gpu-a:30000", "model_name": "qwen", "severity": "critical",
+                            "check": "slo_ttft", "source": "sglang"},
+             "exp_annotations": {
+                 "summary": "SGLang is burning its TTFT SLO error budget 14.4x too fast",
+                 "description": "20% of requests on gpu-a:30000 were slower than 2.0 s (TTFT) over 1h and 5m; the "
+                                "objective (99 % within 2.0 s) allows 1 %. Most likely: ttft_long_prompts "
+                                "(--chunked-prefill-size); rule out latency_queue_dominates (client side) first.",
+                 "runbook_url": RenderOptions().runbook_url + "#sglangslottftburnfast",
+                 "dashboard_url": "http://localhost:3000/d/sglang-tuning-server/sglang-tuning-server"
+                                  "?from=now-3h&to=now&var-instance=gpu-a%3A30000",
+                 "check": "ttft_long_prompts", "flag": "--chunked-prefill-size", "action": "increase",
+                 "suggested_value": "see the exporter's finding for ttft_long_prompts",
+                 "guide": "If long prompts dominate: Increase --chunked-prefill-size; Enable Piecewise CUDA Graph"},
+         }]}]},
+        {"name": "0.5 % slower: within the budget, silent", "interval": "1m",
+         "input_series": [{**s, "values": s["values"].replace("0+80x", "0+99.5x").replace("0+100x", "0+100x")}
+                          for s in _series(20)],
+         "alert_rule_test": [fast, {**fast, "alertname": "SGLangSLOTTFTBurnSlow"}]},
+    ]}
+    tests["tests"][1]["alert_rule_test"] = [{**t, "exp_alerts": []} for t in tests["tests"][1]["alert_rule_test"]]
+    test_file = tmp_path / "slo.test.yaml"
+    test_file.write_text(yaml.safe_dump(tests, sort_keys=False), encoding="utf-8")
+    run = subprocess.run([PROMTOOL, "test", "rules", str(test_file)], capture_output=True, text=True, timeout=120,
+                         cwd=tmp_path)
+    assert run.returncode == 0, run.stdout + run.stderr
