@@ -26,7 +26,6 @@ from sglang_tuning_exporter.guide.advisor import evaluate as evaluate_checks
 from sglang_tuning_exporter.guide.advisor import findings_document, window_for
 from sglang_tuning_exporter.guide.config import Config
 from sglang_tuning_exporter.pipeline.observations import EventConverter
-from sglang_tuning_exporter.pipeline.signals import LATENCY_DERIVED, LATENCY_SIGNALS, SAMPLE_COUNT_OF
 from sglang_tuning_exporter.sidecar.change_tracker import ChangeCollector, ChangeTracker
 from sglang_tuning_exporter.sidecar.collector import BuildInfo, TuningCollector, current_build, make_registry
 from sglang_tuning_exporter.sidecar.engine import (
@@ -54,14 +53,6 @@ from sglang_tuning_exporter.sources.startup_section import WithStartup, startup_
 from sglang_tuning_exporter.sources.tail import follow
 
 log = logging.getLogger("sglang_tuning_exporter.sidecar.serve")
-# Signals on /metrics besides the ones the checks use: the context a dashboard shows next to them.
-# (All signals stay in /api/findings; exporting every one per rank would double the series.)
-# The sample counts go out too: the fleet report applies each check's min_samples to the sidecar's own.
-EXTRA_SIGNALS = (*sorted(set(SAMPLE_COUNT_OF.values())), "queue_under_band_ratio", "queue_p50", "token_usage_mean",
-                 "token_usage_max", "retracted_requests_per_minute", "cuda_graph_miss_batch_p90",
-                 "gen_throughput_mean", *LATENCY_SIGNALS, *LATENCY_DERIVED)
-
-
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The serve flags (see docs/sidecar.md)."""
     add_serve_flags(parser)
@@ -134,12 +125,8 @@ def build_advisor(cfg: ServeConfig) -> Advisor:
                                                   workload=workload, window=(now - window_s, now), table=table,
                                       config=config))
 
-    # The checks' signals, and the ones that decide whether a check is judged (moot_when) or add to its
-    # evidence: the rules and the fleet report read them too.
-    exported = frozenset({c.signal for c in table.checks} | set(EXTRA_SIGNALS)
-                         | {name for c in table.checks for name, _ in (*c.moot_when, *c.evidence_notes)})
     return Advisor(window=window, evaluate=evaluate, document=document, to_observations=to_obs,
-                   window_s=window_s, exported_signals=exported, to_samples=to_samples, version_floor=version_floor,
+                   window_s=window_s, to_samples=to_samples, version_floor=version_floor,
                    log_now=log_now, implausible_times=implausible, implausible_example=example)
 
 
