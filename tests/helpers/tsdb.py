@@ -10,7 +10,7 @@ import contextlib
 import shutil
 import subprocess
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import pytest
@@ -66,12 +66,16 @@ def _on_loopback(name: str, argv: Callable[[int, Path], list[str]], ready_path: 
         shutil.rmtree(scratch, ignore_errors=True)
 
 
-def running_prometheus(data_dir: Path, *, lookback: str = "5m",
-                       ready_timeout_s: float = 60.0) -> contextlib.AbstractContextManager[str]:
-    """The real Prometheus on `data_dir` (no scrapes, nothing expires); yields its URL."""
+def running_prometheus(data_dir: Path, *, lookback: str = "5m", ready_timeout_s: float = 60.0,
+                       rule_files: Sequence[Path] = (), evaluation_interval: str = "1m"
+                       ) -> contextlib.AbstractContextManager[str]:
+    """The real Prometheus on `data_dir` (no scrapes, nothing expires), evaluating `rule_files` every
+    `evaluation_interval`; yields its URL."""
     def argv(port: int, scratch: Path) -> list[str]:
         cfg = scratch / "prometheus.yml"
-        cfg.write_text("global:\n  scrape_interval: 1m\n  evaluation_interval: 1m\n", encoding="utf-8")
+        rules = "".join(f"\n  - {f}" for f in rule_files)
+        cfg.write_text(f"global:\n  scrape_interval: 1m\n  evaluation_interval: {evaluation_interval}\n"
+                       + (f"rule_files:{rules}\n" if rules else ""), encoding="utf-8")
         return [PROMETHEUS, f"--config.file={cfg}", f"--storage.tsdb.path={data_dir}",
                 f"--web.listen-address=127.0.0.1:{port}", "--storage.tsdb.retention.time=36500d",
                 f"--query.lookback-delta={lookback}", "--log.level=warn"]

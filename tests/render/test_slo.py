@@ -4,12 +4,14 @@ SGLang's histograms, checked by the real promtool: the fast burn pages with the 
 from __future__ import annotations
 
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
+import requests
 import yaml
 
-from helpers.tsdb import PROMTOOL
+from helpers.tsdb import PROMTOOL, build_blocks, missing_prometheus, running_prometheus
 from sglang_tuning_exporter.guide.checks import load_table
 from sglang_tuning_exporter.guide.config import ConfigError, parse_config
 from sglang_tuning_exporter.render.options import RenderOptions
@@ -96,3 +98,50 @@ def test_fast_burn_pages_with_the_flag_under_promtool(tmp_path: Path) -> None:
     run = subprocess.run([PROMTOOL, "test", "rules", str(test_file)], capture_output=True, text=True, timeout=120,
                          cwd=tmp_path)
     assert run.returncode == 0, run.stdout + run.stderr
+
+
+def _recent_history(folder: Path, now: float) -> list[Path]:
+    """The last 70 minutes of one SGLang's TTFT histogram, scraped every 15 s: 100 requests a minute, 20 of
+    them slower than 2 s."""
+    folder.mkdir(parents=True, exist_ok=True)
+    labels = 'job="sglang",instance="gpu-a:30000",model_name="qwen"'
+    start = int(now) - 70 * 60
+    steps = range(0, 70 * 4 + 1)
+    out = folder / "ttft.om"
+    with out.open("w") as f:
+        for head, per_min in ((f'sglang:time_to_first_token_seconds_bucket{{{labels},le="2.0"}}', 80),
+                              (f'sglang:time_to_first_token_seconds_bucket{{{labels},le="+Inf"}}', 100),
+                              (f"sglang:time_to_first_token_seconds_count{{{labels}}}", 100)):
+            for k in steps:
+                f.write(f"{head} {k * per_min / 4} {start + k * 15}\n")
+        f.write("# EOF\n")
+    return [out]
+
+
+@pytest.mark.integration
+def test_fast_burn_fires_in_a_real_prometheus_with_the_flag(tmp_path: Path) -> None:
+    """End to end: the rendered rules loaded by a real Prometheus over a backfilled hour of 20 % slow TTFT."""
+    reason = missing_prometheus()
+    if reason:
+        pytest.skip(reason)
+    (group,) = [g for g in groups(TABLE, RenderOptions(slo=SLO, override_for_s=0.0)) if g.file == "slo.rules.yaml"]
+    rules = tmp_path / "slo.rules.yaml"
+    rules.write_text(group_yaml(group), encoding="utf-8")
+    build_blocks(_recent_history(tmp_path / "om", time.time()), tmp_path / "data")
+    with running_prometheus(tmp_path / "data", rule_files=[rules], evaluation_interval="1s") as url:
+        deadline = time.monotonic() + 60
+        firing: list[dict[str, object]] = []
+        while time.monotonic() < deadline and not firing:
+            alerts = requests.get(f"{url}/api/v1/alerts", timeout=10).json()["data"]["alerts"]
+            firing = [a for a in alerts if a["labels"]["alertname"] == "SGLangSLOTTFTBurnFast"
+                      and a["state"] == "firing"]
+            if not firing:
+                time.sleep(0.5)  # a real Prometheus evaluating its rules every second
+        assert firing, "the fast burn never fired"
+        notes = firing[0]["annotations"]
+        assert isinstance(notes, dict)
+        assert (notes["flag"], notes["check"]) == ("--chunked-prefill-size", "ttft_long_prompts")
+        assert notes["description"].startswith("20% of requests on gpu-a:30000 were slower than 2.0 s")
+        ratio = requests.get(f"{url}/api/v1/query", timeout=10,
+                             params={"query": "instance:sglang_slo_ttft_slow_ratio:rate1h"}).json()
+        assert float(ratio["data"]["result"][0]["value"][1]) == pytest.approx(0.2, abs=0.01)
