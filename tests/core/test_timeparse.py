@@ -139,3 +139,20 @@ def test_log_clock_live_refuses_stamps_in_the_wall_clocks_future() -> None:
     for _ in range(5):
         assert c.take("2099-01-01T10:00:00") is None
     assert c.implausible == 5 and c.latest == 1767294000.0
+
+
+def test_seed_lets_the_majority_of_the_first_stamps_win() -> None:
+    """A first stamp the next REANCHOR_STAMPS contradict (agreeing with each other) is no anchor; a normal
+    start, or a stray second stamp, leaves the clock to anchor on the first as before."""
+    from sglang_tuning_exporter.core.timeparse import LogClock, event_seconds
+
+    good = [f"2025-03-01T10:00:0{i}" for i in range(5)]
+    clock = LogClock()
+    clock.seed(["2099-03-01T10:00:00", None, *good])
+    assert clock.take("2099-03-01T10:00:00") is None
+    assert clock.take(good[0]) == event_seconds(good[0])
+    assert clock.implausible == 1 and clock.example == "2099-03-01T10:00:00" and clock.jumps == 0
+    for stamps in (good, [good[0], "2099-03-01T10:00:00", *good[1:]]):
+        c = LogClock()
+        c.seed(stamps)
+        assert c.latest is None and c.take(good[0]) == event_seconds(good[0])

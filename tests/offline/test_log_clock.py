@@ -180,3 +180,38 @@ def test_diagnose_reports_the_outlier_stamps_in_every_format(tmp_path: Path) -> 
     r = diagnose_source(str(clean), load_table(), Config(), "docs-2025", "throughput", {})
     assert r.document["input"]["implausible_times"] == 0
     assert "far off the log's clock" not in formats.file_text(r, load_table())
+
+
+def _stray_first_log() -> str:
+    """The first line stamped 2099, then 10 minutes of lines on the log's own clock (a retraction a minute)."""
+    w = LogWriter("0.5.23")
+    for i in range(300):
+        w.decode(300, 0.9, 150)
+        if i % 30 == 0:
+            w.retract(1)
+        w.tick(2)
+    first = w.lines[0]
+    w.lines.insert(0, first.replace(first[1:5], "2099", 1))
+    return "\n".join(w.lines) + "\n"
+
+
+def test_a_first_stamp_the_next_ones_contradict_is_no_anchor(tmp_path: Path) -> None:
+    """Before: a first line stamped 2099 anchored the clock, and the lines after it (three agreeing: the
+    clock 'set back') were shifted onto 2099. The majority wins: the log is timed by its own clock."""
+    from sglang_tuning_exporter.core.timeparse import event_seconds
+
+    text = _stray_first_log()
+    log = tmp_path / "stray-first.log"
+    log.write_text(text, encoding="utf-8")
+    for jobs in (1, 2):
+        doc = _diagnosed(log, jobs)
+        assert doc["window"]["end"].startswith("2025-"), (jobs, doc["window"])
+        assert _span_s(doc) < 700, (jobs, doc["window"])
+        assert 0.8 <= _retractions_per_minute(doc) <= 1.2, jobs
+    conv = EventConverter()
+    reader = EventReader()
+    # The sidecar's way: a batch of lines read, converted at once (the first stamps are read ahead).
+    times = [o.time for o in conv.convert_batch([*reader.feed_lines(text.split("\n")[:-1]), *reader.flush()])]
+    year_2030 = event_seconds("2030-01-01T00:00:00")
+    assert year_2030 is not None and max(times[1:]) < year_2030
+    assert conv.implausible_times >= 1

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import calendar
 import functools
+import itertools
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 # The parser writes "YYYY-MM-DDTHH:MM:SS[.fff]" (a date in the log) or "HH:MM:SS[.fff]" (time only).
 _ISO = re.compile(r"(\d{4})-(\d\d)-(\d\d)T(\d\d):(\d\d):(\d\d)(?:\.(\d+))?$")
@@ -79,6 +80,7 @@ REANCHOR_STAMPS = 3  # this many stamps in a row agreeing on another time: the c
 # Live: a stamp this far ahead of the wall clock is no log time yet (log time is read as UTC, so a log
 # written at UTC+14 runs 14 h ahead of a UTC wall clock; the hour on top is a margin).
 FUTURE_TOLERANCE_S = 15 * 3600.0
+SEED_STAMPS = 64  # stamps (lines) of a log's start read ahead for its first time (LogClock.seed)
 MAX_FRAMES = 4  # clock offsets remembered: two interleaved hosts each keep theirs (no runaway)
 _DAY = 86400.0
 
@@ -191,6 +193,26 @@ class LogClock:
             if self.arrival is not None:
                 self._at = self.arrival()
         return t
+
+    def seed(self, stamps: Iterable[str | None]) -> None:
+        """Before any time, the first stamps of a log read ahead (a batch, a chunk): when the first dated
+        one is off the REANCHOR_STAMPS after it and they agree, the clock starts at the second, so the first
+        is an outlier (a stray first line), not the anchor the others would be shifted onto."""
+        if self.latest is not None or self._pending or not self.judge_dated:
+            return
+        raws: list[float] = []
+        for stamp in itertools.islice(stamps, SEED_STAMPS):
+            t = plausible_seconds(stamp) if has_date(stamp) else None
+            if t is not None and not self._in_future(t):
+                raws.append(t)
+            if len(raws) > REANCHOR_STAMPS:
+                break
+        if len(raws) <= REANCHOR_STAMPS or abs(raws[1] - raws[0]) <= BACKWARD_TOLERANCE_S:
+            return
+        if all(abs(b - a) <= BACKWARD_TOLERANCE_S for a, b in itertools.pairwise(raws[1:])):
+            self.latest = raws[1]
+            if self.arrival is not None:
+                self._at = self.arrival()
 
     def note(self, t: float) -> None:
         """A stamp that fits the clock, read elsewhere (diagnose's C reader): the latest time."""

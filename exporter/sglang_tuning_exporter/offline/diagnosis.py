@@ -176,6 +176,7 @@ class Diagnosis:
             self.conv.note_version_floor(chunk.version_floor)
         items: list[tuple[float, int, Any]] = []
         self.conv.hint_time(chunk.first_t)  # lines before any stamp take the first one read
+        self.conv.log_clock.seed(e.time for e in chunk.events)  # full path: a stray first stamp is no anchor
         for e in chunk.events:
             if off:
                 e = Event(e.line + off, e.kind, e.time, e.rank, e.fields)  # cheaper than e._replace(line=...)

@@ -24,6 +24,7 @@ from sglang_tuning_exporter.core.timeparse import (
     BACKWARD_TOLERANCE_S,
     EARLIEST_PLAUSIBLE,
     LATEST_PLAUSIBLE,
+    SEED_STAMPS,
     LogClock,
     has_date,
     plausible_seconds,
@@ -317,6 +318,8 @@ class Scanner:
         skipped, each Decode/Prefill line's time and columns summed into its bucket group (`self._cols`),
         retractions returned as the reader would make them; the lines it hands back go through the event
         reader.  `data` may be a read-only mmap of the file (the workers' way: no copy of the range)."""
+        if self.use_fast and self._clock.latest is None:
+            self._seed(data, start)
         scan = SCAN
         if scan is None or not self.use_fast:
             return self._scan_blocks(data, start, final)
@@ -356,6 +359,14 @@ class Scanner:
             pos = nxt
             self._feed([line], res)
         return self._end(res, unparsed0, final)
+
+    def _seed(self, data: bytes | mmap.mmap, start: int) -> None:
+        """The log clock seeded with the first stamps ahead (LogClock.seed: a stray first stamp is no
+        anchor); the C reader then judges against that time."""
+        head = bytes(data[start:start + 64 * 1024]).decode("utf-8", "replace").split("\n")[:SEED_STAMPS]
+        reader = EventReader(1)
+        self._clock.seed(e.time for e in [*reader.feed_lines(head[:-1]), *reader.flush()])
+        self._last_t = self._clock.latest
 
     def _judged(self, e: Event, res: ChunkResult) -> Event:
         """A dated event timed by the log clock: as written, or (an outlier, held, implausible) stamped

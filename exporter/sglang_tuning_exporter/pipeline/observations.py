@@ -352,6 +352,7 @@ class EventConverter:
         out: list[Observation | Sample] = []
         append = out.append
         server, ranks = self.server, self._ranks
+        events = self._seeded(events)
         for e in events:
             kind = e.kind
             if kind == "retract":
@@ -423,8 +424,16 @@ class EventConverter:
 
     def convert_all(self, events: Iterable[Event]) -> Iterator[Observation]:
         """Observations for many events, in order."""
-        for e in events:
+        for e in self._seeded(events):
             yield from self.convert(e)
+
+    def _seeded(self, events: Iterable[Event]) -> Iterable[Event]:
+        """`events`, the log clock seeded with their first stamps before any time (LogClock.seed)."""
+        if self.log_clock.latest is not None:
+            return events
+        events = events if isinstance(events, list) else list(events)
+        self.log_clock.seed(e.time for e in events)
+        return events
 
 
 def events_to_observations(events: Iterable[Event], clock: Callable[[], float] | None = None,
