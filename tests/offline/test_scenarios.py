@@ -467,3 +467,30 @@ def test_sglangs_own_minimum_fraction_is_the_floor(tmp_path: Path, weights_lines
                  "startup_mem_fraction_too_small")
     assert f.status == "critical" and f.action == "increase" and f.current == 0.7
     assert f.suggested == suggested and "0.772" in f.evidence
+
+
+def _frameless_oom_at_init(batches_first: bool) -> str:
+    """0.5.23 on a 140 GB GPU at 0.9: a CUDA OOM stating its figures (1.9 of 139.8 GiB free), no frames, after
+    the start-up lines and before any batch (or, `batches_first`, after traffic)."""
+    w = LogWriter("0.5.23").server_args(mem_fraction_static=0.9, max_running_requests=512)
+    w.add("Load weight begin. avail mem=139.80 GB")
+    w.add("Load weight end. elapsed=21.40 s, type=Qwen2ForCausalLM, avail mem=120.00 GB, mem usage=19.80 GB.")
+    if batches_first:
+        steady(w, 3, running=400, usage=0.97, queue=100)
+    w.add("Scheduler hit an exception: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 3.50 GiB. "
+          "GPU 0 has a total capacity of 139.80 GiB of which 1.90 GiB is free.")
+    return w.sigquit().text()
+
+
+def test_a_frameless_oom_before_the_first_batch_uses_its_figures(tmp_path: Path) -> None:
+    """Issue 22: `CUDA out of memory ... 139.80 GiB of which 1.90 GiB is free` before any batch was read as a
+    runtime OOM of unknown phase and given the generic order. Before the first batch it is a start-up headroom
+    failure: --mem-fraction-static down, computed from the figures (0.9 - (6.5 - 1.9) / 139.8 = 0.867 -> 0.86).
+    After traffic the phase stays unknown (the ordered advice, the figures in its evidence)."""
+    fired = _fired(run_log(tmp_path, _frameless_oom_at_init(False), profile="upstream-2026"))
+    assert "oom_unknown_phase" not in fired
+    f = fired["startup_headroom_oom"]
+    assert (f.flag, f.action, f.current, f.suggested) == ("--mem-fraction-static", "decrease", 0.9, 0.86)
+    assert "1.9 GB" in f.evidence
+    fired = _fired(run_log(tmp_path, _frameless_oom_at_init(True), profile="upstream-2026"))
+    assert "startup_headroom_oom" not in fired and "oom_unknown_phase" in fired

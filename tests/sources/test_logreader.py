@@ -328,3 +328,22 @@ def test_tp_ranks_interleaving_their_default_ooms_each_get_their_tracebacks_phas
     for events in _read_every_way(text):
         ooms = {e.rank["tp"]: e.fields["phase"] for e in events if e.kind == "oom"}
         assert ooms == {0: "prefill", 1: "decode"}
+
+
+def test_a_frameless_oom_after_a_start_and_before_any_batch_is_a_startup_failure() -> None:
+    """No frames, no phase word: after `Load weight begin` and before any Decode/Prefill line it failed at
+    start-up (reason init_headroom, torch's figures kept); after a batch line it stays unknown. Every entry of
+    the reader agrees (line by line, text, bytes with and without the C drop-in)."""
+    oom = ("Scheduler hit an exception: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 3.50 GiB. "
+           "GPU 0 has a total capacity of 139.80 GiB of which 1.90 GiB is free.")
+    start = LogWriter("0.5.23").add("Load weight begin. avail mem=139.80 GB")
+    for batch, want in ((False, ("startup", "init_headroom")), (True, ("unknown", None))):
+        w = LogWriter("0.5.23")
+        w.lines = list(start.lines)
+        if batch:
+            w.decode(12, 0.4, 3)
+        w.add(oom).sigquit()
+        for events in _read_every_way(w.text()):
+            (e,) = [x for x in events if x.kind == "oom"]
+            assert (e.fields["phase"], e.fields.get("reason")) == want
+            assert e.fields["gpu_free_gb"] == 1.9

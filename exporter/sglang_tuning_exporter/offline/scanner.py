@@ -338,6 +338,8 @@ class Scanner:
                                                                 self._held())
                 reader._next = n
                 res.fast += nd + np_
+                if nd or np_:
+                    reader.batches_read()
                 for e in out:  # retractions, read in C as the reader would (and within the tolerance)
                     self._retracts.append(self._timed(e, res, checked=True))
                 if last_t is not None:  # stamps that fit the clock (C hands back the others)

@@ -55,6 +55,10 @@ class EventReader:
         # SGLang's phase-less `Out of memory.` message, held until the record after it: the scheduler's
         # traceback re-raising it names the phase by its frames (alloc_for_extend / alloc_for_decode).
         self._pending: dict[tuple[tuple[str, int], ...], Event] = {}  # by rank (TP ranks interleave)
+        # Between a start (`server_args`, `Load weight begin`) and the first Decode/Prefill line: an OOM of no
+        # phase there failed before any batch (the headroom the static fraction leaves). Unknown (False) in a
+        # reader that has not seen the start, e.g. a parallel range starting later in the file.
+        self._before_batches = False
         self._last_oom: tuple[int, str] | None = None
         # Line of the first re-raised-OOM check made while no OOM was known yet: a reader that starts
         # mid-file (parallel chunks) cannot know the lines before it, so its caller re-checks this.
@@ -109,6 +113,8 @@ class EventReader:
                 st.lines += n - self._next
                 self._next = n
                 count_scanned(by_kind, nd, np_, nr)
+                if nd or np_:
+                    self._before_batches = False
                 pos = stop
                 if pos >= size:
                     break
@@ -148,6 +154,7 @@ class EventReader:
                     if e is not None:
                         by_kind[e.kind] += 1
                         append(e)
+                        self._before_batches = False
                         continue
             take(line, n, out)
             open_block = self._block is not None or bool(self._pending)
@@ -201,13 +208,17 @@ class EventReader:
         if kind == ev.DECODE or kind == ev.PREFILL:
             st.by_kind[kind] += 1
             out.append(e)
+            self._before_batches = False
             return
+        if kind == ev.SERVER_ARGS or (kind == ev.STARTUP_MEMORY and e.fields.get("stage") == "load_weight_begin"):
+            self._before_batches = True  # a start: no batch yet
         if kind == ev.ERROR or (kind == ev.OOM and "exception" not in e.fields):
             # May continue on the next lines: hold it until the record ends.
             self._block = Block(e, traceback=kind == ev.ERROR)
             return
         st.by_kind[kind] += 1
         if kind == ev.OOM:
+            e = self._at_init(e)
             startup_oom(e.fields)
             self._remember_oom(e)
         out.append(e)
@@ -240,6 +251,18 @@ class EventReader:
             self._release(out)
         return out
 
+    def batches_read(self) -> None:
+        """Decode/Prefill lines were read elsewhere (diagnose's C bucket reader): the server is past its start."""
+        self._before_batches = False
+
+    def _at_init(self, e: Event) -> Event:
+        """An OOM of no phase after a start and before any batch: a start-up failure in the headroom."""
+        if e.kind != ev.OOM or e.fields.get("phase") != "unknown" or not self._before_batches:
+            return e
+        fields = {**e.fields, "phase": "startup", "before_first_batch": True}
+        startup_oom(fields)
+        return Event(e.line, e.kind, e.time, dict(e.rank), fields)
+
     def _release(self, out: list[Event], key: tuple[tuple[str, int], ...] | None = None) -> None:
         """Emit the held OOM message of rank `key` (every held one when None), in line order."""
         keys = [key] if key is not None else list(self._pending)
@@ -254,6 +277,8 @@ class EventReader:
         assert block is not None
         self._block = None
         e, blind = resolve(block, self._last_oom)
+        if not any(func.startswith("event_loop") for _, func in block.frames):  # the loop runs: past start
+            e = self._at_init(e)
         if blind and self.first_blind_oom_check is None:
             self.first_blind_oom_check = block.head.line
         self.classifier.count(e)
