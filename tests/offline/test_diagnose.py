@@ -582,3 +582,28 @@ def test_findings_of_different_windows_carry_the_plans_one_value(tmp_path: Path)
     assert step["to"] == 1.3
     assert fired["retractions_frequent"]["suggested"] == fired["kv_underused"]["suggested"] == 1.3
     assert "judge it again" in fired["kv_underused"]["evidence"]
+
+
+def test_a_start_in_an_earlier_chunk_reaches_a_frameless_oom_in_a_later_one(tmp_path: Path,
+                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """The start (`server_args=`, `Load weight`) in one parallel range, a frameless CUDA OOM before any batch in
+    a later one: that range is scanned again knowing the start, so parallel equals sequential (a start-up
+    headroom failure sized from torch's figures, not an OOM of unknown phase)."""
+    lines = ["[2026-01-01 10:00:00] server_args={'model_path': 'm', 'mem_fraction_static': 0.9}",
+             "[2026-01-01 10:00:00] Load weight begin. avail mem=139.80 GB"]
+    lines += [f'[2026-01-01 10:00:01] INFO:     10.0.0.1:4000 - "GET /health HTTP/1.1" 200 OK {i}' for i in range(40)]
+    lines.append("[2026-01-01 10:00:02 TP0] Scheduler hit an exception: torch.OutOfMemoryError: CUDA out of memory. "
+                 "Tried to allocate 3.50 GiB. GPU 0 has a total capacity of 139.80 GiB of which 1.90 GiB is free.")
+    p = tmp_path / "init.log"
+    p.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    table = load_table()
+    seq = diagnose_source(str(p), table, Config(), "upstream-2026", "throughput", {}, jobs=1)
+    monkeypatch.setattr(diagnose, "PARALLEL_MIN_BYTES", 1)
+    monkeypatch.setattr(diagnose, "MIN_CHUNK_BYTES", 1)
+    monkeypatch.setattr(diagnose, "CHUNK_BYTES", 300)
+    assert len(split_ranges(str(p), p.stat().st_size, 300)) > 5
+    par = diagnose_source(str(p), table, Config(), "upstream-2026", "throughput", {}, jobs=2)
+    assert seq.error is None and par.error is None
+    assert par.document["findings"] == seq.document["findings"]
+    fired = {f["check"] for f in seq.document["findings"] if f["status"] in ("warning", "critical")}
+    assert "startup_headroom_oom" in fired and "oom_unknown_phase" not in fired

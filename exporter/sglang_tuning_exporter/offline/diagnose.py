@@ -177,7 +177,7 @@ def _run_parallel(source: str, size: int, d: Diagnosis, workers: int, progress: 
 
     chunk = max(MIN_CHUNK_BYTES, min(CHUNK_BYTES, size // (workers * 4) or CHUNK_BYTES))
     low, high = d.window.params.queue_band
-    jobs = [(source, a, b, d.res, d.cfg.usage_good, low, high, None, d.origin)
+    jobs = [(source, a, b, d.res, d.cfg.usage_good, low, high, None, d.origin, None)
             for a, b in split_ranges(source, size, chunk)]
     parallel.run_ranges(source, jobs, d, workers, progress.update)
 

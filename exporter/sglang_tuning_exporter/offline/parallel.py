@@ -23,16 +23,22 @@ def run_ranges(source: str, jobs: Sequence[ScanJob], d: Diagnosis, workers: int,
     methods = multiprocessing.get_all_start_methods()
     ctx = multiprocessing.get_context("fork" if "fork" in methods else "spawn")
     last_oom: tuple[int, str] | None = None  # absolute line and message of the last OOM merged so far
+    before: bool | None = None  # a start seen and no batch yet, as a sequential read knows it here
     # An executor, not a Pool: a worker that dies (SIGBUS on a mapped file truncated meanwhile) is an
     # error here, where a Pool would wait for its lost task for ever.
     with ProcessPoolExecutor(workers, mp_context=ctx) as pool:
         for job, res in zip(jobs, _results(pool, jobs, source, 2 * workers), strict=True):
             off = d.line_offset
             blind = res.blind_check
-            if last_oom is not None and blind is not None and blind + off - last_oom[0] < DEDUP_DISTANCE:
-                # A traceback re-raising an OOM of an earlier range: scan this range again knowing that
-                # OOM (numbered relative to the range), so it is linked to it as a sequential read does.
-                res = scan_range((*job[:7], (last_oom[0] - off, last_oom[1]), job[8]))
+            if (last_oom is not None and blind is not None and blind + off - last_oom[0] < DEDUP_DISTANCE) \
+                    or (before and res.blind_init is not None):
+                # A traceback re-raising an OOM of an earlier range, or a phase-less OOM after a start an
+                # earlier range saw: scan this range again knowing both (the OOM numbered relative to the
+                # range), as a sequential read does.
+                known = (last_oom[0] - off, last_oom[1]) if last_oom is not None else None
+                res = scan_range((*job[:7], known, job[8], before))
+            if res.before_batches is not None:
+                before = res.before_batches
             if res.last_oom is not None:
                 last_oom = (res.last_oom[0] + off, res.last_oom[1])
             d.add_chunk(res)

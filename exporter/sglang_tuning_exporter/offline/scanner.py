@@ -66,6 +66,8 @@ class ChunkResult:
     first_line: int = 1  # the scanner's number for the chunk's first line (its events are numbered alike)
     last_oom: tuple[int, str] | None = None  # the reader's last OOM (line, message) after this chunk
     blind_check: int | None = None  # line of a re-raised-OOM check made before any OOM was known
+    blind_init: int | None = None  # line of a phase-less OOM judged before the start state was known
+    before_batches: bool | None = None  # the reader's state after this chunk (EventReader.before_batches)
     summed_events: int = 0  # events summed into `buckets` here instead of sent (still events)
     retract_keys: dict[tuple[int | None, int | None], EventKey] = field(default_factory=dict)  # dedup state after
     # Stamps more than the tolerance off the latest (either way): the log clock may take them as outliers
@@ -88,11 +90,13 @@ class Scanner:
     lines and retractions) and events (everything else) for the parent."""
 
     def __init__(self, resolution_s: float, usage_good: float, band: tuple[float, float] = (100.0, 2000.0), *,
-                 fast: bool = True, known_oom: tuple[int, str] | None = None, origin_s: float = 0.0) -> None:
+                 fast: bool = True, known_oom: tuple[int, str] | None = None, origin_s: float = 0.0,
+                 before_batches: bool | None = None) -> None:
         # One reader for the scanner's whole stream: a traceback or OOM message that continues past the
         # end of one scan call is completed by the next (its lines are numbered from 1 across calls).
         self.reader = EventReader(1)
         self.reader._last_oom = known_oom  # an OOM logged just before this stream (parallel ranges)
+        self.reader.before_batches = before_batches  # a start seen before this stream and no batch yet
         # False: every event goes to the parent, whose log clock times each line (a clock set back),
         # and the accelerator is not used.
         self.use_fast = fast
@@ -174,6 +178,8 @@ class Scanner:
             clock.settle()  # a stamp still held at the end (a last stray line) is an outlier too
         res.implausible_times, self._counted = clock.implausible - self._counted, clock.implausible
         res.implausible_example = clock.example
+        res.blind_init = reader.first_blind_init
+        res.before_batches = reader.before_batches
         return res
 
     def _hand_over(self, res: ChunkResult, final: bool) -> None:
@@ -432,18 +438,19 @@ def _set_back(times: list[float | None]) -> bool:
     return False
 
 
-# A range for a worker: path, start, end, resolution, usage_good, queue band low/high, known OOM, origin.
-ScanJob = tuple[str, int, int, float, float, float, float, tuple[int, str] | None, float]
+# A range for a worker: path, start, end, resolution, usage_good, queue band low/high, known OOM, origin, and
+# whether a start was seen before it with no batch yet (EventReader.before_batches).
+ScanJob = tuple[str, int, int, float, float, float, float, tuple[int, str] | None, float, bool | None]
 
 
 def scan_range(job: ScanJob) -> ChunkResult:
     """Worker: scan bytes [start, end) of a plain file (lines numbered from 1 within the range)."""
-    path, start, end, res_s, usage_good, low, high, known_oom, origin = job
+    path, start, end, res_s, usage_good, low, high, known_oom, origin, before = job
     collecting = gc.isenabled()
     gc.disable()  # a range makes few cycles: cycle collections were ~3 % of a worker's time
     try:
         return _scan_mapped(path, start, end, Scanner(res_s, usage_good, (low, high), known_oom=known_oom,
-                                                         origin_s=origin))
+                                                         origin_s=origin, before_batches=before))
     finally:
         if collecting:
             gc.enable()

@@ -55,10 +55,12 @@ class EventReader:
         # SGLang's phase-less `Out of memory.` message, held until the record after it: the scheduler's
         # traceback re-raising it names the phase by its frames (alloc_for_extend / alloc_for_decode).
         self._pending: dict[tuple[tuple[str, int], ...], Event] = {}  # by rank (TP ranks interleave)
-        # Between a start (`server_args`, `Load weight begin`) and the first Decode/Prefill line: an OOM of no
-        # phase there failed before any batch (the headroom the static fraction leaves). Unknown (False) in a
-        # reader that has not seen the start, e.g. a parallel range starting later in the file.
-        self._before_batches = False
+        # Between a start (`server_args`, `Load weight begin`) and the first Decode/Prefill line (True): an OOM
+        # of no phase there failed before any batch (the headroom the static fraction leaves). None: not known
+        # yet (a parallel range starting later in the file is told the state before it: `before_batches`).
+        self.before_batches: bool | None = None
+        # Line of the first phase-less OOM judged while that state was not known (its caller re-reads).
+        self.first_blind_init: int | None = None
         self._last_oom: tuple[int, str] | None = None
         # Line of the first re-raised-OOM check made while no OOM was known yet: a reader that starts
         # mid-file (parallel chunks) cannot know the lines before it, so its caller re-checks this.
@@ -114,7 +116,7 @@ class EventReader:
                 self._next = n
                 count_scanned(by_kind, nd, np_, nr)
                 if nd or np_:
-                    self._before_batches = False
+                    self.before_batches = False
                 pos = stop
                 if pos >= size:
                     break
@@ -154,7 +156,7 @@ class EventReader:
                     if e is not None:
                         by_kind[e.kind] += 1
                         append(e)
-                        self._before_batches = False
+                        self.before_batches = False
                         continue
             take(line, n, out)
             open_block = self._block is not None or bool(self._pending)
@@ -208,10 +210,10 @@ class EventReader:
         if kind == ev.DECODE or kind == ev.PREFILL:
             st.by_kind[kind] += 1
             out.append(e)
-            self._before_batches = False
+            self.before_batches = False
             return
         if kind == ev.SERVER_ARGS or (kind == ev.STARTUP_MEMORY and e.fields.get("stage") == "load_weight_begin"):
-            self._before_batches = True  # a start: no batch yet
+            self.before_batches = True  # a start: no batch yet
         if kind == ev.ERROR or (kind == ev.OOM and "exception" not in e.fields):
             # May continue on the next lines: hold it until the record ends.
             self._block = Block(e, traceback=kind == ev.ERROR)
@@ -253,11 +255,14 @@ class EventReader:
 
     def batches_read(self) -> None:
         """Decode/Prefill lines were read elsewhere (diagnose's C bucket reader): the server is past its start."""
-        self._before_batches = False
+        self.before_batches = False
 
     def _at_init(self, e: Event) -> Event:
         """An OOM of no phase after a start and before any batch: a start-up failure in the headroom."""
-        if e.kind != ev.OOM or e.fields.get("phase") != "unknown" or not self._before_batches:
+        if e.kind != ev.OOM or e.fields.get("phase") != "unknown" or not self.before_batches:
+            if self.before_batches is None and e.kind == ev.OOM and e.fields.get("phase") == "unknown" \
+                    and self.first_blind_init is None:
+                self.first_blind_init = e.line
             return e
         fields = {**e.fields, "phase": "startup", "before_first_batch": True}
         startup_oom(fields)
