@@ -157,6 +157,7 @@ def test_default_dashboards_are_the_committed_ones() -> None:
     assert all(m["metadata"]["labels"]["grafana_dashboard"] == "1" for m in maps)
 
 
+@pytest.mark.integration
 @pytest.mark.skipif(shutil.which("promtool") is None, reason="promtool not installed")
 def test_chart_rules_with_a_selector_pass_promtool(tmp_path: Path) -> None:
     path = tmp_path / "rules.yaml"

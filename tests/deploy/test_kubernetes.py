@@ -253,6 +253,7 @@ def _write_tree(tmp_path: Path) -> Path:
     return out
 
 
+@pytest.mark.integration
 def test_pod_monitor_component_replaces_the_service_monitor(tmp_path: Path) -> None:
     """An overlay with `components: [podmonitor]` gets the PodMonitor instead of the ServiceMonitor: the same
     endpoints and jobs, selecting the Deployment's pods."""

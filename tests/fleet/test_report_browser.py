@@ -14,7 +14,7 @@ from sglang_tuning_exporter.fleet import formats as report_formats
 from sglang_tuning_exporter.fleet import queries as fleet
 from sglang_tuning_exporter.fleet.report import FleetReport, InstanceReport
 
-pytestmark = pytest.mark.browser
+pytestmark = [pytest.mark.browser, pytest.mark.integration]
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 END = 1_793_491_200.0

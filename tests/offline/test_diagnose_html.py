@@ -42,6 +42,7 @@ def test_one_input_has_no_summary() -> None:
     assert '<section id="summary">' not in diagnose_html(INPUTS[0])
 
 
+@pytest.mark.integration
 @pytest.mark.browser
 def test_diagnose_html_fits_a_phone(tmp_path: Path) -> None:
     """At 390 px wide the page never scrolls sideways (tables in their own scrolling box, charts shrink)."""

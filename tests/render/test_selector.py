@@ -120,6 +120,7 @@ def test_annotation_lookups_carry_the_selector() -> None:
     assert args and all(a.startswith("$labels.cluster $labels.namespace ") for a in args)
 
 
+@pytest.mark.integration
 @pytest.mark.skipif(shutil.which("promtool") is None, reason="promtool not installed")
 def test_rules_rendered_with_a_selector_pass_promtool(tmp_path: Path) -> None:
     assert main(["render", "--rules-only", "--out", str(tmp_path), "--selector", SELECTOR]) == 0
@@ -183,6 +184,7 @@ def test_dashboard_url_follows_the_grafana_url_option_and_opens_the_server_dashb
             assert f"{{{{ with $labels.{var} }}}}&var-{var}={{{{ . | urlquery }}}}{{{{ end }}}}" in url
 
 
+@pytest.mark.integration
 @pytest.mark.skipif(shutil.which("promtool") is None, reason="promtool not installed")
 def test_dashboard_queries_with_a_selector_parse(tmp_path: Path) -> None:
     """Every panel query of the selector-scoped dashboards is valid PromQL (promtool, as recording rules)."""
@@ -202,6 +204,7 @@ def test_dashboard_queries_with_a_selector_parse(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
+@pytest.mark.integration
 @pytest.mark.skipif(shutil.which("promtool") is None, reason="promtool not installed")
 def test_annotation_values_come_from_the_alerts_own_cluster(tmp_path: Path) -> None:
     """Two clusters under one regex selector, the same instance in both: the alert of cluster b names b's

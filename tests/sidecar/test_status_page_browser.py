@@ -21,6 +21,7 @@ HOSTILE = "<script>alert(1)</script>"
 
 pytestmark = [
     pytest.mark.browser,
+    pytest.mark.integration,
     pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="chromium not installed (apt-get install chromium)"),
 ]
 
