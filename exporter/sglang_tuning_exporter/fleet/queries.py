@@ -19,7 +19,13 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from sglang_tuning_exporter.core.catalog import GIB, OOM_PHASES, SIGNAL_FAMILIES, SIGNAL_FAMILY_UNITS
+from sglang_tuning_exporter.core.catalog import (
+    GIB,
+    LATENCIES,
+    OOM_PHASES,
+    SIGNAL_FAMILIES,
+    SIGNAL_FAMILY_UNITS,
+)
 from sglang_tuning_exporter.core.model import Rank, ServerState, value_text
 from sglang_tuning_exporter.core.recording import recorded
 from sglang_tuning_exporter.core.redact import redact_text, redact_value
@@ -333,6 +339,10 @@ PROMETHEUS_WORDS: dict[str, str] = {
                               "(sglang_tuning_retractions_total, sglang:num_retracted_requests_total)",
     "oom": "no OOM series in Prometheus (sglang_tuning_oom_events_total: OOMs are counted only by a sidecar "
            "that reads the log)",
+    "latency": "no latency quantile series in Prometheus (sglang_tuning_signal_seconds: exported by a sidecar "
+               "that reads SGLang's /metrics histograms)",
+    **{f"{lat}_requests": f"requests in Prometheus' {lat} latency series (sglang_tuning_signal_amount)"
+       for lat in LATENCIES},
 }
 
 

@@ -300,7 +300,7 @@ def _evaluate_one(c: Check, sig: Mapping[str, float | None], rank: Rank, args: M
     count_name = SAMPLE_COUNT_OF.get(c.signal)
     count = sig.get(count_name) if count_name else None
     if count is None and count_name in LATENCY_COUNTS:
-        return unknown(f"{LATENCY_UNSEEN} ({c.signal} unknown on {rank_text(rank)})")
+        return unknown(f"{(words or {}).get('latency', LATENCY_UNSEEN)} ({c.signal} unknown on {rank_text(rank)})")
     if count_name is not None and (count or 0) < min_samples:
         said = (words or {}).get(count_name) or COUNT_WORDS.get(count_name, count_name.replace('_', ' '))
         return unknown(f"{measure_text(count or 0.0)} {said} in {seen}; {min_samples} needed")
