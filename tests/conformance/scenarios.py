@@ -8,6 +8,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from helpers.check_logs import KV_REDUCED, MAMBA_CAP, SWA_POOL
 from helpers.scenario_logs import LogWriter
 
 START = 1_767_261_600.0  # 2026-01-01 10:00:00 UTC
@@ -37,7 +38,7 @@ HEALTHY_TOO = {c: "ok" for c in ("queue_overloaded", "gpu_mem_headroom_low", "st
                                  "startup_headroom_oom", "prefill_oom", "decode_oom", "oom_unknown_phase",
                                  "decode_graph_capture_oom", "prefill_graph_capture_oom",
                                  "cuda_graph_uncovered", "cuda_graph_ceiling_low", "running_capped",
-                                 "metrics_disabled")}
+                                 "metrics_disabled", "context_exceeds_kv_pool")}
 
 
 def _startup(w: LogWriter, **kw: object) -> None:
@@ -48,7 +49,7 @@ def _startup(w: LogWriter, **kw: object) -> None:
 
 def steady(w: LogWriter, minutes: float, *, retract_every_s: float | None, tp_ranks: int = 1,
            dp: int | None = None, hot_dp: int | None = None, step_s: float = 2.0,
-           queue: int = 300, usage: float = 0.95) -> None:
+           queue: int = 300, usage: float = 0.95, running: int = 200) -> None:
     """Decode lines every `step_s`; retractions every `retract_every_s` printed by every TP rank."""
     next_retract = retract_every_s
     elapsed = 0.0
@@ -56,7 +57,7 @@ def steady(w: LogWriter, minutes: float, *, retract_every_s: float | None, tp_ra
     while elapsed < minutes * 60:
         for d in dps:
             rank = {} if d is None else {"dp": d}
-            w.decode(200, usage, queue, True, **rank)
+            w.decode(running, usage, queue, True, **rank)
         if next_retract is not None and elapsed >= next_retract:
             for d in dps:
                 if hot_dp is not None and d != hot_dp:
@@ -248,10 +249,62 @@ def graphs_off_by_deepep() -> Scenario:
                     {"cuda_graph_off": 2.0, "cuda_graph_miss_ratio": 1.0})
 
 
+def _hybrid_decode(w: LogWriter, minutes: float, running: int, queue: int, full: float, mamba: float) -> None:
+    for _ in range(int(minutes * 30)):
+        w.add(f"Decode batch, #running-req: {running}, #full token: {int(full * 500000)}, full token usage: {full:.2f}, "
+              f"mamba num: {int(mamba * 30)}, mamba usage: {mamba:.2f}, cuda graph: True, "
+              f"gen throughput (token/s): 310.00, #queue-req: {queue}")
+        w.tick(2.0)
+
+
+def mamba_capped() -> Scenario:
+    """SGLang's mamba state pool caps the batch at 6 while 40 wait: the state pool's check, never the cap's."""
+    w = _writer()
+    w.server_args(mem_fraction_static=0.88, max_running_requests=128, cuda_graph_max_bs=8, enable_metrics=True)
+    w.add(MAMBA_CAP.format(cap=6, size=30, ratio=5))
+    w.startup(available=6.5, max_running=6, capture_bs=[1, 2, 4, 8])
+    _hybrid_decode(w, 20, running=6, queue=40, full=0.12, mamba=0.40)
+    return Scenario("mamba_state_caps_running", w.lines,
+                    {"running_capped_by_mamba": "warning", "running_capped": "ok", "kv_underused": "ok",
+                     "running_capped_by_kv": "ok", "mamba_pool_full": "ok"},
+                    {"running_capped_ratio": 1.0, "mamba_bound_ratio": 0.0})
+
+
+def kv_cut_cap() -> Scenario:
+    """SGLang cut the requested 128 to 50 for lack of KV: the KV pool's check, never the cap's."""
+    w = _writer()
+    w.server_args(mem_fraction_static=0.8, max_running_requests=128, cuda_graph_max_bs=64, enable_metrics=True)
+    w.add(KV_REDUCED.format(asked=128, got=50))
+    w.startup(available=6.5, max_running=50, capture_bs=[1, 2, 4, 8, 16, 32, 64])
+    steady(w, 20, retract_every_s=None, queue=40, usage=0.6, running=50)
+    return Scenario("kv_pool_cuts_the_cap", w.lines,
+                    {"running_capped_by_kv": "warning", "running_capped": "ok", "kv_underused": "ok",
+                     "running_capped_by_mamba": "ok"},
+                    {"running_capped_ratio": 1.0})
+
+
+def swa_pool_binds() -> Scenario:
+    """A sliding-window model whose SWA pool is full while the full pool has room, on a pool smaller than one
+    context-length request: the SWA pool's check and the context check, not the scheduler's."""
+    w = _writer()
+    w.server_args(mem_fraction_static=0.88, max_running_requests=256, cuda_graph_max_bs=256, enable_metrics=True,
+                  swa_full_tokens_ratio=0.5)
+    w.add(SWA_POOL.format(full=30000, swa=15000))
+    w.startup(available=6.5, max_running=256, max_total=30000, capture_bs=[1, 2, 4, 8, 16, 32, 64, 128, 256])
+    for _ in range(20 * 30):
+        w.add("Decode batch, #running-req: 120, #full token: 12000, full token usage: 0.40, #swa token: 14550, "
+              "swa token usage: 0.97, cuda graph: True, gen throughput (token/s): 310.00, #queue-req: 50")
+        w.tick(2.0)
+    return Scenario("swa_pool_binds", w.lines,
+                    {"swa_pool_full": "warning", "context_exceeds_kv_pool": "warning", "kv_underused": "ok",
+                     "running_capped": "ok", "mamba_pool_full": "ok"},
+                    {"swa_bound_ratio": 1.0, "kv_pool_context_ratio": 0.9155})
+
+
 ALL: list[Callable[[], Scenario]] = [healthy, storm, tp4, dp_hot_rank, restart_new_args, sidecar_restart,
                                      clock_jump, replayed_history, log_only, metrics_only, default_oom_prefill,
                                      request_slots_oom, decode_graph_capture_failed, prefill_graph_capture_failed,
-                                     graphs_off_by_deepep]
+                                     graphs_off_by_deepep, mamba_capped, kv_cut_cap, swa_pool_binds]
 
 
 def stamp_of(line: str, last: float) -> float:

@@ -130,7 +130,9 @@ def test_version_names_the_flag_when_not_firing() -> None:
 def test_server_signals() -> None:
     """Policy and metrics flags read from the server args."""
     assert server_signals(ServerState(args={"schedule_policy": "lpm", "enable_metrics": False})) == \
-        {"schedule_policy_lpm": 1.0, "schedule_policy_cache_aware": 1.0, "metrics_enabled": 0.0}
+        {"schedule_policy_lpm": 1.0, "schedule_policy_cache_aware": 1.0, "metrics_enabled": 0.0,
+         "max_running_requests_arg": None}
+    assert server_signals(ServerState(args={"max_running_requests": 128}))["max_running_requests_arg"] == 128.0
 
 
 def test_new_cache_aware_policies_are_not_told_to_use_lpm() -> None:

@@ -282,9 +282,110 @@ def pd_decode_busy() -> str:
     return w.text()
 
 
+# SGLang 0.5.23's own capacity messages (mem_cache/kv_cache_configurator.py, managers/tp_worker.py,
+# mem_cache/memory_pool.py, model_executor/pool_configurator.py, arg_groups/speculative_hook.py), filled in.
+MAMBA_CAP = ("max_running_requests is capped to {cap} by the mamba state cache (max_mamba_cache_size={size}, {ratio} "
+             "state slots per request). To raise it: increase --mamba-full-memory-ratio or --max-mamba-cache-size, or "
+             "halve the state size with --mamba-ssm-dtype bfloat16.")
+KV_REDUCED = ("max_running_requests was reduced from the requested {asked} to {got} (per dp worker) due to the "
+              "available KV cache capacity.")
+KV_BELOW_CONTEXT = ("KV pool holds {tokens} tokens, fewer than --context-length {context}. One full-length request "
+                    "cannot fit, so long requests will be refused or truncated at serving time. Lower "
+                    "--context-length, raise --mem-fraction-static, or free memory taken before the pool is sized.")
+MAMBA_ALLOCATED = ("Mamba Cache is allocated. max_mamba_cache_size: {size}, conv_state size: 0.01GB, "
+                   "ssm_state size: 0.50GB ")
+SWA_POOL = "Use sliding window memory pool. full_layer_tokens={full}, swa_layer_tokens={swa}"
+SPEC_DEFAULT = ("Max running requests is reset to 48 for speculative decoding. You can override this by explicitly "
+                "setting --max-running-requests.")
+
+
+def _hybrid(w: LogWriter, minutes: float, *, running: int, queue: int, full: float, mamba: float | None = None,
+            swa: float | None = None) -> LogWriter:
+    """Decode lines of a hybrid model (0.5.23's pool_stats_observer layout: full, then SWA, then mamba)."""
+    for _ in range(int(minutes * 30)):
+        pools = f"#full token: {int(full * 500000)}, full token usage: {full:.2f}, "
+        if swa is not None:
+            pools += f"#swa token: {int(swa * 400000)}, swa token usage: {swa:.2f}, "
+        if mamba is not None:
+            pools += f"mamba num: {int(mamba * 64)}, mamba usage: {mamba:.2f}, "
+        w.add(f"Decode batch, #running-req: {running}, {pools}cuda graph: True, gen throughput (token/s): 310.00, "
+              f"#queue-req: {queue}")
+        w.tick(2)
+    return w
+
+
+def mamba_capped() -> str:
+    """0.5.23 hybrid (Qwen3-Next): the mamba state pool caps running requests at 6 while 40 wait."""
+    w = LogWriter("0.5.23").server_args(model_path="Qwen/Qwen3-Next-80B-A3B-Instruct", max_running_requests=128)
+    w.add(MAMBA_ALLOCATED.format(size=30))
+    w.add(MAMBA_CAP.format(cap=6, size=30, ratio=5))
+    w.startup(max_running=6)
+    return _hybrid(w, 12, running=6, queue=40, full=0.12, mamba=0.40).text()
+
+
+def mamba_full_decode_only() -> str:
+    """0.5.23 hybrid, log joined after start-up: only Decode lines show the state pool full."""
+    return _hybrid(LogWriter("0.5.23"), 12, running=64, queue=30, full=0.35, mamba=0.98).text()
+
+
+def kv_reduced() -> str:
+    """0.5.23: --max-running-requests 128 cut to 50 for lack of KV; the batch sits at 50 with a queue."""
+    w = LogWriter("0.5.23").server_args(max_running_requests=128, mem_fraction_static=0.8)
+    w.add(KV_REDUCED.format(asked=128, got=50))
+    w.startup(max_running=50, available=14.0, kv=4.0, weights=60.0, total=80.0, max_total=100)
+    return steady(w, 12, running=50, usage=0.6, queue=40).text()
+
+
+def context_below_pool() -> str:
+    """0.5.23: the KV pool holds 30000 tokens, fewer than --context-length 131072."""
+    w = LogWriter("0.5.23").server_args(context_length=131072)
+    w.startup(max_total=30000)
+    w.add(KV_BELOW_CONTEXT.format(tokens=30000, context=131072))
+    return w.text()
+
+
+def swa_full() -> str:
+    """0.5.23 SWA model (gpt-oss): the sliding-window pool is full while the full pool has room."""
+    w = LogWriter("0.5.23").server_args(model_path="openai/gpt-oss-120b", swa_full_tokens_ratio=0.5)
+    w.add(SWA_POOL.format(full=500000, swa=250000))
+    w.startup(max_running=256)
+    return _hybrid(w, 12, running=120, queue=50, full=0.40, swa=0.97).text()
+
+
+def speculative_default_cap() -> str:
+    """0.5.23 with EAGLE: SGLang resets the cap to 48 itself (before the server_args line); the batch sits there."""
+    w = LogWriter("0.5.23")
+    w.add(SPEC_DEFAULT)
+    w.server_args(speculative_algorithm="EAGLE", max_running_requests=48)
+    w.startup(max_running=48)
+    return steady(w, 12, running=48, usage=0.5, queue=200).text()
+
+
+def weights_leave_no_memory() -> str:
+    """0.5.23: the weights leave no memory under --mem-fraction-static=0.7; SGLang's own minimum is 0.812."""
+    w = LogWriter("0.5.23").server_args(mem_fraction_static=0.7)
+    w.add("Load weight begin. avail mem=79.10 GB")
+    w.add("ValueError: Loaded weights leave no GPU memory for the KV cache under --mem-fraction-static=0.7. Raise "
+          "--mem-fraction-static above 0.812 (minimum viable = 1 - available/pre = 0.8113). If using speculative "
+          "decoding, draft weights are now counted.")
+    return w.text()
+
+
+def mamba_state_too_small() -> str:
+    """0.5.23 hybrid: the state pool cannot serve one request at start-up."""
+    w = LogWriter("0.5.23").server_args(mem_fraction_static=0.8)
+    w.add("Load weight begin. avail mem=79.10 GB")
+    w.add("Load weight end. elapsed=21.40 s, type=Qwen3NextForCausalLM, avail mem=30.00 GB, mem usage=49.10 GB.")
+    w.add("RuntimeError: Hybrid (mamba/linear-attention) state cache is too small to serve any requests. "
+          "max_mamba_cache_size=2, mamba_ratio=3, resulting max_num_reqs=0. Try: (1) reduce --max-running-requests, "
+          "(2) increase --mem-fraction-static, or (3) use GPUs with more memory.")
+    return w.text()
+
+
 ALL_LOGS = [pd_decode_busy, healthy, queue_empty, queue_overloaded, kv_underused, retractions_old_wording, retractions_new_wording,
             headroom_high, headroom_low, headroom_zero_without_summary, startup_too_small, prefill_oom,
             prefill_oom_v02, decode_oom, oom_unknown, cuda_graph_uncovered, cuda_graph_uncovered_v04, ceiling_low,
             running_capped, latency_large_batch, lpm_no_reuse, fcfs_with_reuse, metrics_disabled, dp_one_bad_rank,
             startup_workspace_oom, decode_graph_capture_oom, prefill_graph_capture_oom, default_oom,
-            request_slots_oom]
+            request_slots_oom, mamba_capped, mamba_full_decode_only, kv_reduced,
+            context_below_pool, swa_full, speculative_default_cap]

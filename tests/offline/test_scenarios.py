@@ -14,6 +14,7 @@ import pytest
 from helpers.check_logs import (
     ALL_LOGS,
     ceiling_low,
+    context_below_pool,
     cuda_graph_uncovered,
     cuda_graph_uncovered_v04,
     decode_graph_capture_oom,
@@ -26,9 +27,13 @@ from helpers.check_logs import (
     headroom_zero_without_summary,
     healthy,
     init_oom_without_frames,
+    kv_reduced,
     kv_underused,
     latency_large_batch,
     lpm_no_reuse,
+    mamba_capped,
+    mamba_full_decode_only,
+    mamba_state_too_small,
     metrics_disabled,
     oom_unknown,
     pd_decode_busy,
@@ -42,9 +47,12 @@ from helpers.check_logs import (
     retractions_new_wording,
     retractions_old_wording,
     running_capped,
+    speculative_default_cap,
     startup_capture_oom,
     startup_too_small,
     startup_workspace_oom,
+    swa_full,
+    weights_leave_no_memory,
 )
 from helpers.scenario_logs import LogWriter, steady
 from sglang_tuning_exporter.core.model import Finding
@@ -154,6 +162,24 @@ SCENARIOS: dict[str, tuple[Callable[[], str], Expect]] = {
                                                 "set", value="lpm")),
     "metrics_disabled": (metrics_disabled, Expect("metrics_disabled", ("warning",), "--enable-metrics", "set",
                                                   value=True)),
+    # What binds running requests (SGLang 0.5.2x's own capacity messages): the flag that moves it.
+    "mamba_capped": (mamba_capped, Expect("running_capped_by_mamba", ("warning",), "--max-mamba-cache-size",
+                                          "increase", 120, 120)),
+    "mamba_full_decode_only": (mamba_full_decode_only, Expect("mamba_pool_full", ("warning",),
+                                                              "--max-mamba-cache-size", "increase", 96, 96)),
+    # 0.87 alone; the plan's one value for the flag is gpu_mem_headroom_high's 0.89 (both raise it).
+    "kv_reduced": (kv_reduced, Expect("running_capped_by_kv", ("warning",), "--mem-fraction-static", "increase",
+                                      0.87, 0.89)),
+    "context_below_pool": (context_below_pool, Expect("context_exceeds_kv_pool", ("warning",), "--context-length",
+                                                      "decrease", 29696, 29696)),
+    "swa_full": (swa_full, Expect("swa_pool_full", ("warning",), "--swa-full-tokens-ratio", "increase", 1.0, 1.0)),
+    "speculative_default_cap": (speculative_default_cap, Expect("running_capped", ("warning",),
+                                                                "--max-running-requests", "increase", 88, 88)),
+    # SGLang's own minimum 0.812 + the check's 0.1 margin (guide/suggest.s_mem_fraction_for_weights).
+    "weights_leave_no_memory": (weights_leave_no_memory, Expect("startup_mem_fraction_too_small", ("critical",),
+                                                                "--mem-fraction-static", "increase", 0.92, 0.92)),
+    "mamba_state_too_small": (mamba_state_too_small, Expect("startup_mem_fraction_too_small", ("critical",),
+                                                            "--mem-fraction-static", "increase", 0.85, 0.85)),
     "dp_one_bad_rank": (dp_one_bad_rank, Expect("retractions_frequent", ("critical",), "--schedule-conservativeness",
                                                 "increase", 1.3, 1.3, rank={"dp": 2})),
 }
@@ -174,6 +200,52 @@ def test_scenario_fires_with_flag_direction_and_value(name: str, tmp_path: Path)
     if e.value is not None:
         assert f.suggested == e.value
     assert f.evidence and f.guide and f.tradeoff
+
+
+@pytest.mark.parametrize("make", [mamba_capped, kv_reduced], ids=lambda f: f.__name__)
+def test_a_cap_sglang_set_from_a_pool_is_never_raised(make: Callable[[], str], tmp_path: Path) -> None:
+    """At the mamba state cap or SGLang's KV cut of the requested cap, no firing finding advises raising
+    --max-running-requests or lowering --schedule-conservativeness (neither can help), and the suppressed
+    running_capped finding carries no remedy."""
+    findings = run_log(tmp_path, make())
+    fired = [f for f in findings if f.status in FIRING]
+    assert fired
+    assert not [f for f in fired if f.flag in ("--max-running-requests", "--schedule-conservativeness")], fired
+    capped = by_check(findings, "running_capped")
+    assert capped.status == "ok" and capped.suggested is None
+    assert "Increase --max-running-requests" not in capped.evidence
+    assert "Suppressed: running_capped_by_" in capped.evidence
+
+
+def test_mamba_cap_finding_names_sglangs_remedies(tmp_path: Path) -> None:
+    """The state-pool finding gives the size (wanted requests x slots per request) and SGLang's other two levers."""
+    f = by_check(run_log(tmp_path, mamba_capped()), "running_capped_by_mamba")
+    assert f.current == 30
+    assert "5 state slots per request" in f.evidence
+    assert "--mamba-full-memory-ratio" in f.evidence and "--mamba-ssm-dtype bfloat16" in f.evidence
+
+
+def test_kv_cut_finding_names_the_kv_levers(tmp_path: Path) -> None:
+    """SGLang's KV cut: the KV pool is the lever (fraction, fp8 KV cache, context length)."""
+    f = by_check(run_log(tmp_path, kv_reduced()), "running_capped_by_kv")
+    assert "--kv-cache-dtype fp8_e4m3" in f.evidence and "--context-length" in f.evidence
+    assert "128 requested / 50 granted" in f.evidence
+
+
+def test_a_cap_sglang_chose_is_said_to_be_its_default(tmp_path: Path) -> None:
+    """Speculative decoding's 48 (printed before the server_args line that resets the facts): the finding says
+    the cap is SGLang's default, not the user's."""
+    f = by_check(run_log(tmp_path, speculative_default_cap()), "running_capped")
+    assert "SGLang's own default" in f.evidence
+    plain = by_check(run_log(tmp_path, running_capped()), "running_capped")
+    assert "SGLang's own default" not in plain.evidence
+
+
+def test_weights_leave_no_memory_keeps_sglangs_floor(tmp_path: Path) -> None:
+    """`Raise --mem-fraction-static above 0.812`: the suggestion never goes under SGLang's own minimum."""
+    f = by_check(run_log(tmp_path, weights_leave_no_memory()), "startup_mem_fraction_too_small")
+    assert f.current == 0.7 and f.suggested is not None and f.suggested >= 0.812
+    assert "0.812" in f.evidence
 
 
 # Checks that read SGLang's latency histograms, which no log carries: tests/guide/test_latency_checks.py fires them.

@@ -646,3 +646,63 @@ def test_a_request_truncated_to_fit_the_pool_or_context_is_read() -> None:
                    "length. Truncated. len(req.origin_input_ids)=40000, max_req_input_len=32760.", 6)
     assert e is not None and e.kind == "request_truncated"
     assert e.fields == {"input_len": 40000, "max_req_input_len": 32760} and e.rank == {"tp": 0}
+
+
+# SGLang 0.5.23's capacity messages (the format strings of its source, filled in): each an event with its numbers.
+CAPACITY_LINES: list[tuple[str, str, dict[str, Any]]] = [
+    ("max_running_requests is capped to 6 by the mamba state cache (max_mamba_cache_size=30, 5 state slots per "
+     "request). To raise it: increase --mamba-full-memory-ratio or --max-mamba-cache-size, or halve the state size "
+     "with --mamba-ssm-dtype bfloat16.", "max_running_reduced",
+     {"reduced_to": 6, "by": "mamba_state", "max_mamba_cache_size": 30, "mamba_slots_per_request": 5}),
+    ("max_running_requests was reduced from the requested 128 to 50 (per dp worker) due to the available KV cache "
+     "capacity.", "max_running_reduced", {"requested": 128, "reduced_to": 50, "by": "kv_pool"}),
+    ("max_running_requests was reduced from requested 128 to 50 (per dp worker) due to the available KV cache "
+     "capacity.", "max_running_reduced", {"requested": 128, "reduced_to": 50, "by": "kv_pool"}),
+    ("Post-capture KV sizing: max_running_requests 48 -> 32", "max_running_reduced",
+     {"requested": 48, "reduced_to": 32, "by": "kv_pool_post_capture"}),
+    ("Post-capture KV sizing: decode CUDA graph max_bs=8 < max_running_requests=48; reserving activation headroom",
+     "startup_memory", {"stage": "post_capture_graph_gap", "decode_graph_max_bs": 8, "max_running_requests": 48}),
+    ("KV pool holds 30000 tokens, fewer than --context-length 131072. One full-length request cannot fit, so long "
+     "requests will be refused or truncated at serving time. Lower --context-length, raise --mem-fraction-static, or "
+     "free memory taken before the pool is sized.", "startup_memory",
+     {"stage": "kv_pool_below_context", "kv_pool_tokens": 30000, "context_len": 131072}),
+    ("Mamba Cache is allocated. max_mamba_cache_size: 30, conv_state size: 0.01GB, ssm_state size: 0.50GB "
+     "intermediate_ssm_state_cache size: 0.25GB intermediate_conv_window_cache size: 0.00GB ", "startup_memory",
+     {"stage": "mamba_cache_allocated", "max_mamba_cache_size": 30, "conv_state_gb": 0.01, "ssm_state_gb": 0.5,
+      "intermediate_ssm_state_cache_gb": 0.25, "intermediate_conv_window_cache_gb": 0.0}),
+    ("Use sliding window memory pool. full_layer_tokens=500000, swa_layer_tokens=400000", "startup_memory",
+     {"stage": "swa_pool", "full_layer_tokens": 500000, "swa_layer_tokens": 400000}),
+    ("Use sliding window memory pool (all SWA). swa_layer_tokens=400000", "startup_memory",
+     {"stage": "swa_pool", "swa_layer_tokens": 400000}),
+    ("DSV4 pool sizes: full=100000, swa=20000, c4=25000, c128=800, c4_state=64, c128_state=64", "startup_memory",
+     {"stage": "dsv4_pool_sizes", "full": 100000, "swa": 20000, "c4": 25000, "c128": 800, "c4_state": 64,
+      "c128_state": 64}),
+    ("Max running requests is reset to 48 for speculative decoding. You can override this by explicitly setting "
+     "--max-running-requests.", "max_running_default", {"value": 48, "reason": "speculative decoding"}),
+    ("Setting max_running_requests to 256 for DeepseekV4ForCausalLM.", "max_running_default",
+     {"value": 256, "reason": "DeepseekV4ForCausalLM"}),
+    ("RuntimeError: Hybrid (mamba/linear-attention) state cache is too small to serve any requests. "
+     "max_mamba_cache_size=2, mamba_ratio=3, resulting max_num_reqs=0. Try: (1) reduce --max-running-requests, "
+     "(2) increase --mem-fraction-static, or (3) use GPUs with more memory.", "oom",
+     {"phase": "startup", "reason": "mem_fraction_static_too_small", "max_mamba_cache_size": 2, "mamba_ratio": 3,
+      "max_num_reqs": 0}),
+    ("RuntimeError: Not enough GPU memory for hybrid (mamba/linear-attention) state cache. Computed "
+     "max_mamba_cache_size=-3 (total_rest_memory=-0.50 GB, mamba_cache_per_req=120.00 MB). Try: (1) reduce "
+     "--max-running-requests, (2) increase --mem-fraction-static, (3) reduce --speculative-num-draft-tokens, or (4) "
+     "use GPUs with more memory.", "oom",
+     {"phase": "startup", "reason": "mem_fraction_static_too_small", "max_mamba_cache_size": -3,
+      "total_rest_memory_gb": -0.5, "mamba_cache_per_req_mb": 120.0}),
+    ("ValueError: Loaded weights leave no GPU memory for the KV cache under --mem-fraction-static=0.7. Raise "
+     "--mem-fraction-static above 0.812 (minimum viable = 1 - available/pre = 0.8113). If using speculative "
+     "decoding, draft weights are now counted.", "oom",
+     {"phase": "startup", "reason": "mem_fraction_static_too_small", "mem_fraction_static": 0.7,
+      "mem_fraction_floor": 0.812, "mem_fraction_static_viable": 0.8113}),
+]
+
+
+@pytest.mark.parametrize(("text", "kind", "want"), CAPACITY_LINES, ids=[c[0][:40] for c in CAPACITY_LINES])
+def test_capacity_messages_keep_their_numbers(text: str, kind: str, want: dict[str, Any]) -> None:
+    """Every capacity message of SGLang 0.5.2x is an event with its numbers (none of them was read before)."""
+    e = parse_line("[2026-11-28 10:00:00 TP0] " + text, 1)
+    assert e is not None and e.kind == kind, e
+    assert {k: e.fields.get(k) for k in want} == want

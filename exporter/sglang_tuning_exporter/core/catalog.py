@@ -60,7 +60,7 @@ CATALOG: tuple[MetricSpec, ...] = (
     _m("signal_tokens_per_second", "gauge", "A guide signal that is a token throughput over the exporter's window (gen_throughput_mean); absent when unknown.", (*RANK_LABELS, "signal")),
     _m("signal_seconds", "gauge", "A guide signal that is a latency in seconds: a quantile of SGLang's TTFT, inter-token, end-to-end or queue-time histogram over the exporter's window (signal label without the `_seconds` of docs/signals.md, e.g. ttft_p95); absent when unknown.", (*RANK_LABELS, "signal")),
     _m("signal_amount", "gauge", "A guide signal that is a plain number: requests, batch size, tokens, samples or events in the window (the signal name says which); absent when unknown.", (*RANK_LABELS, "signal")),
-    _m("signal_flag", "gauge", "A yes/no guide fact: 1 yes, 0 no (metrics_enabled, available_gpu_mem_from_summary); absent when unknown.", (*RANK_LABELS, "signal")),
+    _m("signal_flag", "gauge", "A yes/no guide fact: 1 yes, 0 no (metrics_enabled, available_gpu_mem_from_summary, running_cap_by_mamba, running_cap_by_kv, running_cap_default); absent when unknown.", (*RANK_LABELS, "signal")),
     _m("check_level", "gauge", "Current level of a guide check: -1 unknown, 0 ok, 1 warning, 2 critical (max over series = the worst).", (*RANK_LABELS, "check")),
     # --- deprecated: kept for one release (0.x -> removed in the next); docs/sidecar.md, "Deprecated metrics"
     _m("signal", "gauge", "DEPRECATED, removed in the next release: use sglang_tuning_signal_ratio, _bytes, _per_second, _tokens_per_second, _amount or _flag. A guide signal in its docs/signals.md unit (GB, per minute, ratio, count mixed).", (*RANK_LABELS, "signal")),
@@ -160,14 +160,17 @@ SIGNAL_FAMILIES = tuple(SIGNAL_FAMILY_UNITS)
 _RATIO = ("queue_empty_ratio", "queue_over_band_ratio", "queue_under_band_ratio", "kv_underused_ratio",
           "token_usage_max", "token_usage_mean", "cuda_graph_miss_ratio", "running_capped_ratio",
           "prefix_cache_hit_ratio", "cuda_graph_ceiling_ratio", "mem_fraction_static_estimate",
-          "mem_fraction_floor", "queue_time_share")
+          "mem_fraction_floor", "queue_time_share",
+          "mamba_bound_ratio", "swa_bound_ratio", "full_usage_mean", "swa_usage_mean", "kv_pool_context_ratio")
 _GB = ("available_gpu_mem_gb", "gpu_mem_total_gb", "weights_gb", "kv_cache_gb", "cuda_graph_gb", "oom_gpu_free_gb")
 _PER_MINUTE = ("retractions_per_minute", "retracted_requests_per_minute")
 _COUNT = ("queue_p50", "decode_batch_p90", "running_max", "cuda_graph_miss_batch_p90",
           *(f"oom_{p}_count" for p in OOM_PHASES),
           "max_total_num_tokens", "max_running_requests", "cuda_graph_max_bs_captured", "chunked_prefill_size",
           "context_len", "cuda_graph_disabled_steps", "window_span_s", "cuda_graph_off", "chunked_prefill_off",
-          "decode_samples", "queue_samples", "kv_samples", "graph_samples", "prefill_samples",
+          "mamba_running_cap", "mamba_cache_size", "mamba_slots_per_request", "max_running_requested",
+          "kv_pool_tokens", "swa_pool_tokens", "full_pool_tokens", "mamba_cache_size_seen",
+          "decode_samples", "queue_samples", "kv_samples", "graph_samples", "prefill_samples", "pool_samples",
           *(f"{lat}_requests" for lat in LATENCIES), "prefill_tokens", "prefill_tokens_per_request",
           "servers_for_queue")
 _SECONDS = tuple(f"{lat}_p{pct}_seconds" for lat in LATENCIES for pct in (50, 95, 99))
@@ -179,7 +182,8 @@ _SIGNALS_BY_FAMILY: dict[str, tuple[str, ...]] = {
     "signal_tokens_per_second": ("gen_throughput_mean",),
     "signal_seconds": _SECONDS,
     "signal_amount": _COUNT,
-    "signal_flag": ("metrics_enabled", "available_gpu_mem_from_summary"),
+    "signal_flag": ("metrics_enabled", "available_gpu_mem_from_summary", "running_cap_by_mamba", "running_cap_by_kv",
+                    "running_cap_default"),
 }
 # Signal name (docs/signals.md) -> (catalog short name of its unit family, exported `signal` label, scale).
 SIGNAL_UNITS: dict[str, tuple[str, str, float]] = {

@@ -13,7 +13,11 @@ SERVER_ARGS = "server_args"
 OOM = "oom"
 ERROR = "error"
 CUDA_GRAPH_CAPTURE = "cuda_graph_capture"  # `Capture cuda graph begin ... bs=[...]`: fields.batch_sizes
-MAX_RUNNING_REDUCED = "max_running_reduced"  # `max_running_requests was reduced from requested X to Y`
+# SGLang cut --max-running-requests: fields reduced_to, `by` (kv_pool | kv_pool_post_capture | mamba_state),
+# requested (the KV cuts), max_mamba_cache_size and mamba_slots_per_request (the mamba cap)
+MAX_RUNNING_REDUCED = "max_running_reduced"
+# SGLang chose the cap itself (speculative decoding's 48, a model family's value): fields value, reason
+MAX_RUNNING_DEFAULT = "max_running_default"
 VERSION = "version"  # a line that reveals the SGLang version: fields.version
 STARTUP_TIMINGS = "startup_timings"  # `Engine startup timings (s): ...` (0.5.18+): fields `<phase>_s`
 SERVER_READY = "server_ready"  # `The server is fired up and ready to roll!`: no fields
@@ -35,7 +39,7 @@ REQUEST_TRUNCATED = "request_truncated"
 # Every kind the parser emits (parse --kind is checked against it).
 KINDS = (DECODE, PREFILL, RETRACT, STARTUP_MEMORY, SERVER_ARGS, OOM, ERROR, CUDA_GRAPH_CAPTURE,
          MAX_RUNNING_REDUCED, VERSION, STARTUP_TIMINGS, SERVER_READY, CUDA_GRAPH_DISABLED, SERVER_ARGS_UPDATE,
-         SERVER_ARGS_REJECTED, SETTING_FORCED, REQUEST_TRUNCATED)
+         SERVER_ARGS_REJECTED, SETTING_FORCED, REQUEST_TRUNCATED, MAX_RUNNING_DEFAULT)
 
 
 class _EventRecord(NamedTuple):

@@ -327,6 +327,10 @@ PROMETHEUS_WORDS: dict[str, str] = {
                      "sglang:cuda_graph_passes_total)",
     "prefill_samples": "Prometheus samples of prefill tokens (sglang_tuning_prefill_tokens_total, "
                        "sglang:prompt_tokens_total)",
+    "pool_samples": "hybrid-pool samples in Prometheus (the sidecar's sglang_tuning_signal_amount "
+                    "{signal=\"pool_samples\"}, from hybrid models only)",
+    "kv_pool_context_ratio": "no KV-pool or context-length fact in Prometheus (the sidecar's "
+                             "sglang_tuning_signal_ratio{signal=\"kv_pool_context_ratio\"})",
     "available_gpu_mem_gb": "no available-GPU-memory series in Prometheus (sglang_tuning_available_gpu_memory_bytes, "
                             "sglang:startup_available_gpu_memory_gb)",
     "cuda_graph_ceiling_ratio": "no captured CUDA-graph batch size or max_running_requests series in Prometheus "

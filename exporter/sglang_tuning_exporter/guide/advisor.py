@@ -35,19 +35,20 @@ from sglang_tuning_exporter.pipeline.window import Window
 RankSignals = Mapping[Rank, Mapping[str, float | None]]
 FIRING = ("warning", "critical")
 # Signals stated once at startup (not windowed): the evidence says "at startup".
-STARTUP_SIGNALS = FACT_NAMES | {"cuda_graph_ceiling_ratio"}
+STARTUP_SIGNALS = FACT_NAMES | {"cuda_graph_ceiling_ratio", "kv_pool_context_ratio"}
 
 
 # Why a check has no verdict, in words a person reads (coverage.unknown_why).
 _LATENCY_WORDS = {"ttft": "TTFT", "itl": "ITL", "e2e": "E2E", "queue_time": "queue-time"}
 COUNT_WORDS = {"queue_samples": "batch lines with #queue-req", "kv_samples": "batch lines with token usage",
                "decode_samples": "batch lines with #running-req", "graph_samples": "Decode lines with `cuda graph`",
-               "prefill_samples": "Prefill lines",
+               "prefill_samples": "Prefill lines", "pool_samples": "hybrid Decode lines with #queue-req",
                **{f"{lat}_requests": f"requests in SGLang's {_LATENCY_WORDS[lat]} histogram" for lat in LATENCIES}}
 # A latency count never seen: the histograms were not read (docs/signals.md, latency rows).
 LATENCY_UNSEEN = ("SGLang's latency histograms were not read: a log has none, the sidecar reads them from /metrics "
                   "(TTFT and E2E 0.3.6+, ITL 0.4.4+, queue time 0.5.2+)")
 MISSING_WHY = {
+    "kv_pool_context_ratio": "neither the KV pool's tokens nor the context length is in the input",
     "available_gpu_mem_gb": "no startup memory line (`available_gpu_mem=`, or `avail mem=` after the KV pool) "
                             "in the input",
     "cuda_graph_ceiling_ratio": "the captured CUDA-graph batch sizes or max_running_requests are not in the input",
@@ -101,6 +102,9 @@ def server_signals(server: ServerState) -> dict[str, float | None]:
         # "fcfs with reuse -> lpm" advice does not apply to them (hrrn and shortest-prefill-first, 2026).
         "schedule_policy_cache_aware": None if policy is None else (
             1.0 if str(policy) in CACHE_AWARE_POLICIES else 0.0)}
+    asked = args.get("max_running_requests")
+    # The cap asked for on the command line: what a larger state pool need not exceed (suggest.py).
+    out["max_running_requests_arg"] = float(asked) if isinstance(asked, (int, float)) and asked else None
     em = args.get("enable_metrics")
     out["metrics_enabled"] = None if em is None else (1.0 if em in (True, "true", "True", 1) else 0.0)
     return out
@@ -174,8 +178,11 @@ def evaluate(table: CheckTable, signals: RankSignals, server: ServerState, *, pr
                 by_id[c.id] = Finding(
                     check=c.id, status="ok", rank=f.rank, flag=f.flag, action=f.action, current=f.current,
                     suggested=None, summary=f"suppressed while {', '.join(fired)} fires",
-                    evidence=f"{f.evidence} Suppressed: {', '.join(fired)} explains it (decode batches miss "
-                             "the CUDA graph, so an empty queue does not mean a slow client).",
+                    # The measurement only: the remedy of a suppressed check is not advice.
+                    evidence=f"{f.evidence.partition('. ')[0]}. Suppressed: {', '.join(fired)} explains it"
+                             + (" (decode batches miss the CUDA graph, so an empty queue does not mean a slow "
+                                "client)." if any(x.startswith("cuda_graph") for x in fired)
+                                else ", and names the flag that moves the limit that binds."),
                     severity=f.severity, guide=f.guide, tradeoff=f.tradeoff)
         findings.extend(by_id[c.id] for c in checks)
         rank_sig.extend((rank, sig) for _ in checks)

@@ -28,7 +28,8 @@ ACTIONS = ("increase", "decrease", "set", "client")
 SEVERITIES = ("warning", "critical")
 SUGGEST_METHODS = ("none", "constant", "toward_target", "mem_fraction_headroom", "mem_fraction_for_weights",
                    "chunked_prefill_halve", "scale_down_running", "cuda_graph_cover", "cuda_graph_ceiling",
-                   "running_to_kv_target", "cuda_graph_ceiling_down", "chunked_prefill_double")
+                   "running_to_kv_target", "cuda_graph_ceiling_down", "chunked_prefill_double",
+                   "mamba_cache_for_wanted", "kv_pool_for_cap", "swa_ratio_balance", "context_to_pool")
 RUNBOOK_PARTS = ("meaning", "impact", "confirm", "mitigation")
 _ID = re.compile(r"^[a-z][a-z0-9_]*$")
 _ALERT = re.compile(r"^SGLang[A-Z][A-Za-z0-9]*$")

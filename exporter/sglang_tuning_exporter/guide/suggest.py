@@ -29,6 +29,9 @@ ARG_KEYS: dict[str, tuple[str, ...]] = {
     "--cuda-graph-max-bs-prefill": ("cuda_graph_max_bs_prefill",),
     "--schedule-policy": ("schedule_policy",),
     "--enable-metrics": ("enable_metrics",),
+    "--max-mamba-cache-size": ("max_mamba_cache_size",),
+    "--swa-full-tokens-ratio": ("swa_full_tokens_ratio",),
+    "--context-length": ("context_length",),
 }
 # Signals that state a flag's effective value when the args do not (startup summary, capture).
 FACT_OF: dict[str, str] = {
@@ -36,6 +39,8 @@ FACT_OF: dict[str, str] = {
     "--max-running-requests": "max_running_requests",
     "--cuda-graph-max-bs": "cuda_graph_max_bs_captured",
     "--cuda-graph-max-bs-decode": "cuda_graph_max_bs_captured",
+    "--max-mamba-cache-size": "mamba_cache_size",
+    "--context-length": "context_len",
 }
 
 
@@ -210,7 +215,8 @@ def s_chunked_prefill_halve(check: Check, p: Mapping[str, Any], cur: Any, sig: S
                           "--chunked-prefill-size says, so lowering it cannot help; lower --mem-fraction-static "
                           "(0.8 or 0.7) or the longest prompts instead")
     if off or (isinstance(cur, (int, float)) and not isinstance(cur, bool) and cur <= 0):
-        return Suggestion(cur, steps[0], f"chunked prefill is off (--chunked-prefill-size {_f(cur) if cur else -1}):"
+        return Suggestion(cur, steps[0], f"chunked prefill is off (--chunked-prefill-size "
+                          f"{_f(cur) if isinstance(cur, (int, float)) and cur else cur or -1}):"
                           f" {steps[0]} turns it on, so a long prompt is prefilled in chunks")
     if not isinstance(cur, (int, float)) or cur <= 0:
         return Suggestion(cur, steps[0], f"current size unknown: the guide's first step {steps[0]}")
@@ -316,6 +322,99 @@ def s_running_to_kv_target(check: Check, p: Mapping[str, Any], cur: Any, sig: Si
                       f" at most x{mf}, rounded to a multiple of {mult}")
 
 
+def _number(cur: Any) -> float | None:
+    return float(cur) if isinstance(cur, (int, float)) and not isinstance(cur, bool) and cur > 0 else None
+
+
+def s_mamba_cache_for_wanted(check: Check, p: Mapping[str, Any], cur: Any, sig: Signals) -> Suggestion:
+    """State slots for the requests wanted: (running cap + median queue) x slots per request, bounded."""
+    mf, mult = float(p.get("max_factor", 4.0)), int(p.get("multiple", 8))
+    size = _number(cur) or sig.get("mamba_cache_size_seen")  # else `mamba num / mamba usage` of Decode lines
+    base = sig.get("mamba_running_cap") or sig.get("running_max")
+    if not base:
+        return Suggestion(cur, None, "neither the running cap nor the batch size is known")
+    queue = sig.get("queue_p50") or 0.0
+    wanted, why = base + queue, f"wanted = the running cap {_f(base)} + the median queue {_f(queue)}"
+    asked = sig.get("max_running_requests_arg")
+    bound, bound_why = base * mf, f"{mf:g}x the cap"
+    if asked and asked > base and asked < bound:
+        bound, bound_why = asked, f"the --max-running-requests asked for ({_f(asked)})"
+    if wanted > bound:
+        wanted, why = bound, why + f", bounded by {bound_why}"
+    wanted = math.ceil(wanted)
+    slots = sig.get("mamba_slots_per_request")
+    if slots:
+        raw, how = wanted * slots, f"{wanted} requests x {_f(slots)} state slots per request"
+    elif size:
+        raw, how = size * wanted / base, f"the pool {_f(size)} x {wanted} / {_f(base)} running"
+    else:
+        return Suggestion(cur, None, f"{why}; the state pool's size is unknown (no `Mamba Cache is allocated` line): "
+                                     f"scale it by {wanted / base:.2f}")
+    out = int(_round_step(raw, mult, up=True))
+    if size is not None and out <= size:
+        out = int(_round_step(size + mult, mult, up=True))
+    return Suggestion(cur, out, f"{why}; {how} = {raw:.0f}, rounded up to a multiple of {mult}")
+
+
+def s_kv_pool_for_cap(check: Check, p: Mapping[str, Any], cur: Any, sig: Signals) -> Suggestion:
+    """Grow the KV pool by requested / granted requests, within the headroom SGLang leaves above the floor."""
+    step, hi = float(p.get("step", 0.01)), float(p.get("max", 0.95))
+    floor_gb = float(p.get("min_headroom_gb", 5.0))
+    asked, cap = sig.get("max_running_requested"), sig.get("max_running_requests")
+    kv, total, avail = sig.get("kv_cache_gb"), sig.get("gpu_mem_total_gb"), sig.get("available_gpu_mem_gb")
+    alternatives = "; or --kv-cache-dtype fp8_e4m3 (half the bytes per token), or a lower --context-length"
+    c = _number(cur)
+    if not (asked and cap and total and avail is not None):
+        return Suggestion(cur, None, "the requested cap, GPU memory or headroom is unknown" + alternatives)
+    need = (kv * (asked / cap - 1.0)) if kv else None
+    room = avail - floor_gb
+    if room <= 0:
+        return Suggestion(cur, None, f"headroom {_f(avail)} GB leaves nothing above {_f(floor_gb)} GB for a larger "
+                                     f"static fraction" + alternatives)
+    add = room if need is None else min(need, room)
+    why = (f"KV pool {_f(kv)} GB x ({_f(asked)} requested / {_f(cap)} granted - 1) = {_f(need)} GB" if need is not None
+           else "KV pool size unknown")
+    why += f", within the headroom above {_f(floor_gb)} GB ({_f(room)} GB): +{add / total:.3f} of ~{_f(total)} GB"
+    if c is None:
+        return Suggestion(cur, None, why + "; current --mem-fraction-static unknown: apply the change to it" + alternatives)
+    s = round(min(hi, _round_step(c + add / total, step, up=False)), 2)
+    if s <= c:
+        return Suggestion(cur, None, why + ": less than one 0.01 step" + alternatives)
+    return Suggestion(cur, s, why + f" = {s:.2f}" + alternatives)
+
+
+def s_swa_ratio_balance(check: Check, p: Mapping[str, Any], cur: Any, sig: Signals) -> Suggestion:
+    """current x mean SWA usage / mean full usage, at most max_factor x, rounded up to the step."""
+    mf, step = float(p.get("max_factor", 2.0)), float(p.get("step", 0.05))
+    c = _number(cur)
+    swa_t, full_t = sig.get("swa_pool_tokens"), sig.get("full_pool_tokens")
+    if c is None and swa_t and full_t:
+        c = swa_t / full_t  # the start-up `Use sliding window memory pool` line
+    if c is None:
+        c = float(p.get("default", 0.8))  # SGLang's default --swa-full-tokens-ratio
+    swa, full = sig.get("swa_usage_mean"), sig.get("full_usage_mean")
+    factor = min(mf, swa / full) if swa and full else mf
+    why = (f"mean swa token usage {swa:.2f} / mean full token usage {full:.2f}" if swa and full
+           else "pool usages unknown") + f" -> x{factor:.2f} (at most x{mf:g})"
+    s = round(_round_step(c * factor, step, up=True), 2)
+    if s <= c:
+        s = round(_round_step(c + step, step, up=True), 2)
+    return Suggestion(cur, s, f"{_f(c)} {why} = {s:.2f}")
+
+
+def s_context_to_pool(check: Check, p: Mapping[str, Any], cur: Any, sig: Signals) -> Suggestion:
+    """The tokens the KV pool holds, rounded down to a multiple."""
+    mult = int(p.get("multiple", 1024))
+    tokens = sig.get("kv_pool_tokens") or sig.get("max_total_num_tokens")
+    if not tokens:
+        return Suggestion(cur, None, "the KV pool's size is unknown")
+    if tokens < mult:  # a pool this small wants more memory rather than a shorter context
+        return Suggestion(cur, None, f"the KV pool holds only {_f(tokens)} tokens: no useful context length fits; "
+                                     "raise --mem-fraction-static instead")
+    s = int(_round_step(tokens, mult, up=False))
+    return Suggestion(cur, s, f"the KV pool holds {_f(tokens)} tokens, rounded down to a multiple of {mult}")
+
+
 METHODS: dict[str, Callable[[Check, Mapping[str, Any], Any, Signals], Suggestion]] = {
     "none": s_none, "constant": s_constant, "toward_target": s_toward_target,
     "mem_fraction_headroom": s_mem_fraction_headroom, "mem_fraction_for_weights": s_mem_fraction_for_weights,
@@ -323,6 +422,8 @@ METHODS: dict[str, Callable[[Check, Mapping[str, Any], Any, Signals], Suggestion
     "chunked_prefill_double": s_chunked_prefill_double,
     "cuda_graph_cover": s_cuda_graph_cover, "cuda_graph_ceiling": s_cuda_graph_ceiling,
     "running_to_kv_target": s_running_to_kv_target, "cuda_graph_ceiling_down": s_cuda_graph_ceiling_down,
+    "mamba_cache_for_wanted": s_mamba_cache_for_wanted, "kv_pool_for_cap": s_kv_pool_for_cap,
+    "swa_ratio_balance": s_swa_ratio_balance, "context_to_pool": s_context_to_pool,
 }
 
 

@@ -43,6 +43,36 @@ def batch_usage(f: Mapping[str, Any]) -> float | None:
     return max(usages) if usages else None
 
 
+# A hybrid pool counts as full at the guide's `token usage > 0.9` (docs/signals.md, "Hybrid pools").
+POOL_FULL = 0.9
+
+
+def pool_pairs(f: Mapping[str, Any]) -> list[tuple[str, float]]:
+    """The hybrid-pool observations of one Decode line holding a SWA or mamba pool and #queue-req
+    (docs/signals.md, "Hybrid pools"): a sample, the full and SWA usages (their means), and whether requests
+    wait while the mamba or SWA pool is full and the full-attention pool is not (the pool that binds)."""
+    mamba, swa = number(f.get("mamba_usage")), number(f.get("swa_token_usage"))
+    queue = number(f.get("num_queue_reqs"))
+    if (mamba is None and swa is None) or queue is None:
+        return []
+    full = number(f.get("full_token_usage"))
+    out = [("pool_samples", 1.0)]
+    if full is not None:
+        out.append(("full_usage_sum", full))
+    if swa is not None:
+        out += [("swa_samples", 1.0), ("swa_usage_sum", swa)]
+    used = number(f.get("mamba_num"))
+    if used is not None and mamba is not None and mamba >= 0.05:
+        out += [("mamba_num_sum", used), ("mamba_usage_sum", mamba)]  # their quotient: the state pool's size
+    room = full is None or full < POOL_FULL
+    if queue > 0 and room:
+        if mamba is not None and mamba >= POOL_FULL:
+            out.append(("mamba_bound", 1.0))
+        if swa is not None and swa >= POOL_FULL:
+            out.append(("swa_bound", 1.0))
+    return out
+
+
 def number(v: Any) -> float | None:
     """An event field's value as a float (bools 0/1, numeric strings, `12%`), or None."""
     c = v.__class__
@@ -136,7 +166,8 @@ class EventConverter:
         self.first_time: float | None = None
         self.last_time: float | None = None
         self._ranks: dict[tuple[tuple[str, int], ...], Rank] = {}  # event rank dict -> Rank (bounded)
-        # Features SGLang switched off while resolving the arguments, warned just before it logs them:
+        # Facts SGLang states while resolving the arguments, just before it logs them (features it
+        # switched off, a cap it chose):
         # (time, rank, fact, code), stated again after that `server_args` line resets the startup facts.
         self._off_warned: list[tuple[float, Rank, str, float]] = []
 
@@ -221,6 +252,8 @@ class EventConverter:
             add("num_used_tokens", f.get("num_used_tokens", f.get("num_full_tokens")))
             if "cuda_graph" in f:
                 add("cuda_graph", f["cuda_graph"])
+            for name, v in pool_pairs(f):
+                add(name, v)
         elif kind == "prefill":
             add("prefill_new_tokens", f.get("num_new_tokens"))
             add("prefill_cached_tokens", f.get("num_cached_tokens"))
@@ -261,6 +294,16 @@ class EventConverter:
             add("chunked_prefill_off", reason_code(str(f.get("reason") or "")))
         elif kind == "max_running_reduced":
             add("max_running_requests", f.get("reduced_to"))
+            if f.get("by") == "mamba_state":
+                add("mamba_running_cap", f.get("reduced_to"))
+                add("mamba_cache_size", f.get("max_mamba_cache_size"))
+                add("mamba_slots_per_request", f.get("mamba_slots_per_request"))
+            else:  # the KV pool cut the cap the user asked for
+                add("max_running_requested", f.get("requested"))
+        elif kind == "max_running_default":
+            # Printed while the arguments are resolved, before their `server_args` line resets the facts:
+            # stated again after that line (and now, for a log that lacks it), as a feature switched off is.
+            add("max_running_default", f.get("value"))
         elif kind == "server_args":
             out.append(Observation(t, SERVER_START, 1.0, rank, "log"))  # before this start's facts
             warned = set()
@@ -285,7 +328,7 @@ class EventConverter:
             if "enable_metrics" in f:
                 add("metrics_enabled", bool(f["enable_metrics"]))
         for o in out:
-            if o.name in ("cuda_graph_off", "chunked_prefill_off") and kind != "server_args":
+            if o.name in ("cuda_graph_off", "chunked_prefill_off", "max_running_default") and kind != "server_args":
                 self._off_warned = [*self._off_warned[-7:], (t, o.rank, o.name, o.value)]
         return out
 
@@ -329,10 +372,21 @@ class EventConverter:
         elif stage == "cuda_graph_disabled":
             # CUDA graphs SGLang switched off because of another argument: the fact's value is the reason's code.
             add("cuda_graph_off", reason_code(str(f.get("reason") or "")))
+        elif stage == "kv_pool_below_context":
+            add("kv_pool_tokens", f.get("kv_pool_tokens"))
+            add("context_len", f.get("context_len"))
+        elif stage == "mamba_cache_allocated":
+            add("mamba_cache_size", f.get("max_mamba_cache_size"))
+        elif stage == "dsv4_pool_sizes":
+            add("full_pool_tokens", f.get("full"))
+            add("swa_pool_tokens", f.get("swa"))
         elif stage == "summary":
             add("available_gpu_mem_gb", f.get("available_gpu_mem_gb"))
             for key in ("max_total_num_tokens", "max_running_requests", "chunked_prefill_size", "context_len"):
                 add(key, f.get(key))
+        if "swa_layer_tokens" in f:  # `Use sliding window memory pool` and its post-capture re-sizing
+            add("full_pool_tokens", f.get("full_layer_tokens"))
+            add("swa_pool_tokens", f.get("swa_layer_tokens"))
         sizes = f.get("batch_sizes")
         if decode_graph and isinstance(sizes, list) and sizes:
             add("cuda_graph_max_bs_captured", max(s for s in sizes if isinstance(s, (int, float))))
@@ -409,6 +463,9 @@ class EventConverter:
                 if (q is not None or r is not None or usage is not None or tp is not None or used is not None
                         or graph is not None):
                     append(_new_sample((t, rank, False, q, r, usage, tp, used, graph, "log", None, None)))
+                if "mamba_usage" in f or "swa_token_usage" in f:
+                    for name, v in pool_pairs(f):
+                        append(Observation(t, name, v, rank, "log"))
                 continue
             new, cached = get("num_new_tokens"), get("num_cached_tokens")
             c = new.__class__

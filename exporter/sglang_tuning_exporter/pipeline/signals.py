@@ -29,16 +29,22 @@ SAMPLE_NAMES = frozenset({"num_queue_reqs", "num_running_reqs", "token_usage", "
 PREFILL_SAMPLE_NAMES = {"prefill_num_queue_reqs": "num_queue_reqs",
                         "prefill_num_running_reqs": "num_running_reqs",
                         "prefill_token_usage": "token_usage"}
+# Sums of a hybrid model's Decode lines (observations.pool_pairs): Bucket.pools by name.
+POOL_EVENT_NAMES = frozenset({"pool_samples", "full_usage_sum", "swa_samples", "swa_usage_sum", "mamba_bound",
+                              "swa_bound", "mamba_num_sum", "mamba_usage_sum"})
 # One observation = one thing that happened (value = its size).
 EVENT_NAMES = frozenset({"retraction", *(f"oom_{p}" for p in OOM_PHASES), "prefill_new_tokens",
                          "prefill_cached_tokens", "decode_cuda_graph_passes", "decode_eager_passes",
-                         "cuda_graph_disabled_steps"})
+                         "cuda_graph_disabled_steps", *POOL_EVENT_NAMES})
 # Facts stated once (startup lines, server info): kept until the next startup, not windowed.
 FACT_NAMES = frozenset({"available_gpu_mem_gb", "avail_mem_after_pool_gb", "gpu_mem_total_gb", "weights_gb",
                         "max_total_num_tokens", "max_running_requests", "cuda_graph_max_bs_captured",
                         "chunked_prefill_size", "context_len", "metrics_enabled", "avail_after_weights_gb",
                         "kv_cache_gb", "cuda_graph_gb", "oom_gpu_free_gb", "cuda_graph_off",
-                        "chunked_prefill_off", "mem_fraction_floor"})
+                        "chunked_prefill_off", "mem_fraction_floor",
+                        # what limits running requests besides --max-running-requests (SGLang 0.5.2x)
+                        "mamba_running_cap", "mamba_cache_size", "mamba_slots_per_request", "max_running_requested",
+                        "max_running_default", "kv_pool_tokens", "full_pool_tokens", "swa_pool_tokens"})
 SERVER_START = "server_start"  # a `server_args` line: the observation that resets startup facts
 # Facts that differ between TP ranks of one replica: keep the worst when folding TP ranks.
 FACTS_KEPT_MIN = frozenset({"available_gpu_mem_gb", "avail_mem_after_pool_gb", "gpu_mem_total_gb",
@@ -63,6 +69,8 @@ SAMPLE_COUNT_OF: dict[str, str] = {
     "running_capped_ratio": "decode_samples", "prefix_cache_hit_ratio": "prefill_samples",
     **{f"{lat}_p{pct}_seconds": f"{lat}_requests" for lat in LATENCIES for pct, _ in LATENCY_QUANTILES},
     "queue_time_share": "queue_time_requests",
+    "mamba_bound_ratio": "pool_samples", "swa_bound_ratio": "pool_samples", "full_usage_mean": "pool_samples",
+    "swa_usage_mean": "pool_samples",
 }
 
 # Signals the Window computes (plus the *_samples counts); docs/signals.md describes each.
@@ -77,7 +85,11 @@ SIGNAL_NAMES = (
     "chunked_prefill_size", "context_len", "metrics_enabled", "gen_throughput_mean", "kv_cache_gb",
     "cuda_graph_gb", "oom_gpu_free_gb", "cuda_graph_off", "chunked_prefill_off", "mem_fraction_floor",
     "mem_fraction_static_estimate", "cuda_graph_disabled_steps", "window_span_s",
-    "decode_samples", "queue_samples", "kv_samples", "graph_samples", "prefill_samples",
+    "mamba_bound_ratio", "swa_bound_ratio", "full_usage_mean", "swa_usage_mean", "running_cap_by_mamba",
+    "running_cap_by_kv", "running_cap_default", "mamba_running_cap", "mamba_cache_size", "mamba_slots_per_request",
+    "max_running_requested", "kv_pool_tokens", "kv_pool_context_ratio", "swa_pool_tokens", "full_pool_tokens",
+    "mamba_cache_size_seen",
+    "decode_samples", "queue_samples", "kv_samples", "graph_samples", "prefill_samples", "pool_samples",
     *LATENCY_SIGNALS, *LATENCY_COUNTS, "prefill_tokens", *LATENCY_DERIVED,
 )
 
@@ -228,5 +240,40 @@ def compute_signals(total: Bucket, facts: dict[str, float], p: SignalParams, *, 
     captured = facts.get("cuda_graph_max_bs_captured")
     if captured is not None and cap:
         out["cuda_graph_ceiling_ratio"] = captured / cap
+    _pool_signals(total, facts, cap, out, enough)
     return out
+
+
+def _pool_signals(total: Bucket, facts: dict[str, float], cap: float | None, out: dict[str, float | None],
+                  enough: int) -> None:
+    """Which limit binds running requests: the hybrid pools' share of samples and SGLang's own caps."""
+    pools = total.pools
+    n = pools.get("pool_samples", 0.0)
+    out["pool_samples"] = n
+    if n >= enough:
+        out["mamba_bound_ratio"] = pools.get("mamba_bound", 0.0) / n
+        out["full_usage_mean"] = round(pools.get("full_usage_sum", 0.0) / n, 4)
+        swa_n = pools.get("swa_samples", 0.0)
+        if swa_n:
+            out["swa_bound_ratio"] = pools.get("swa_bound", 0.0) / swa_n
+            out["swa_usage_mean"] = round(pools.get("swa_usage_sum", 0.0) / swa_n, 4)
+    if pools.get("mamba_usage_sum"):
+        # Rounded in two steps: sums merged in another order (diagnose's ranges) must give the same value.
+        out["mamba_cache_size_seen"] = round(round(pools.get("mamba_num_sum", 0.0) / pools["mamba_usage_sum"], 6), 1)
+    for name in ("mamba_running_cap", "mamba_cache_size", "mamba_slots_per_request", "max_running_requested",
+                 "kv_pool_tokens", "swa_pool_tokens", "full_pool_tokens"):
+        out[name] = facts.get(name)
+    if cap:
+        # Who set the cap in force: the mamba state pool, the KV pool's cut of the requested value, or SGLang's
+        # own default (speculative decoding's 48, a model family's value); 0 = the cap the user set.
+        mamba = facts.get("mamba_running_cap")
+        out["running_cap_by_mamba"] = 1.0 if mamba is not None and cap >= mamba else 0.0
+        requested = facts.get("max_running_requested")
+        out["running_cap_by_kv"] = 1.0 if requested is not None and requested > cap and not (
+            mamba is not None and cap >= mamba) else 0.0
+        default = facts.get("max_running_default")
+        out["running_cap_default"] = 1.0 if default is not None and default == cap else 0.0
+    tokens, context = facts.get("kv_pool_tokens", facts.get("max_total_num_tokens")), facts.get("context_len")
+    if tokens and context:
+        out["kv_pool_context_ratio"] = round(tokens / context, 4)
 

@@ -277,7 +277,7 @@ class SampleStats:
 class Bucket:
     """Everything that happened on one rank in one time bucket (mergeable)."""
 
-    __slots__ = ("decode", "disabled_steps", "eager_passes", "graph_passes", "latency", "oom", "prefill",
+    __slots__ = ("decode", "disabled_steps", "eager_passes", "graph_passes", "latency", "oom", "pools", "prefill",
                  "prefill_cached", "prefill_n", "prefill_new", "retracted", "retractions")
 
     def __init__(self) -> None:
@@ -295,6 +295,8 @@ class Bucket:
         self.disabled_steps = 0.0
         # Latency histograms (scrape only): latency -> bucket upper bound -> requests in the cumulative bucket.
         self.latency: dict[str, dict[float, float]] = {}
+        # Hybrid-pool sums of Decode lines (observations.pool_pairs): name -> sum.
+        self.pools: dict[str, float] = {}
 
     def add_latency(self, latency: str, le: float, count: float) -> None:
         """Add requests to one cumulative bucket of a latency histogram."""
@@ -344,12 +346,14 @@ class Bucket:
             else:
                 for le, c in h.items():
                     mine[le] = mine.get(le, 0.0) + c
+        for name, total in o.pools.items():
+            self.pools[name] = self.pools.get(name, 0.0) + total
 
     def is_active(self) -> bool:
         """True when the bucket holds any sample or event."""
         return bool(self.decode.queue_n or self.decode.running_n or self.prefill.queue_n or self.retractions
                     or self.oom or self.prefill_n or self.graph_passes or self.eager_passes
-                    or self.disabled_steps)
+                    or self.disabled_steps or self.pools)
 
 
 _Value = TypeVar("_Value", int, float)  # histogram keys: queue lengths (int) or batch sizes (float)

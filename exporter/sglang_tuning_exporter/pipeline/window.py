@@ -226,6 +226,8 @@ class Window:
                 b.eager_passes += obs.value
             elif name == "cuda_graph_disabled_steps":
                 b.disabled_steps += obs.value
+            else:  # a hybrid-pool sum (POOL_EVENT_NAMES)
+                b.pools[name] = b.pools.get(name, 0.0) + obs.value
         elif name.startswith(LATENCY_PREFIX):
             bucket = parse_latency_bucket(name)
             if bucket is not None:

@@ -34,6 +34,17 @@ def guide_fallback(check: Check, opts: RenderOptions) -> str:
     if method == "cuda_graph_ceiling_down":
         return (f"{value_text(params.get('factor', 0.5))} x the current ceiling, a multiple of "
                 f"{value_text(params.get('step', 8))} (SGLang's example: {value_text(params.get('example'))})")
+    if method == "mamba_cache_for_wanted":
+        return (f"(running cap + median queue, at most {value_text(params.get('max_factor', 4.0))} x the cap) x "
+                f"state slots per request, a multiple of {value_text(params.get('multiple', 8))}")
+    if method == "kv_pool_for_cap":
+        return ("current + KV size x (requested / granted - 1) / GPU memory, within the headroom above "
+                f"{value_text(params.get('min_headroom_gb', 5.0))} GB, rounded down to {value_text(params.get('step', 0.01))}")
+    if method == "swa_ratio_balance":
+        return (f"current x mean swa usage / mean full usage, at most {value_text(params.get('max_factor', 2.0))} x, "
+                f"rounded up to {value_text(params.get('step', 0.05))}")
+    if method == "context_to_pool":
+        return f"the KV pool's tokens, rounded down to a multiple of {value_text(params.get('multiple', 1024))}"
     return f"see the runbook ({method})"
 
 

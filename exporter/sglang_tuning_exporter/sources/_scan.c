@@ -816,6 +816,9 @@ static int line_accumulate(const char *s, const Line *L, const Params *P, PyObje
         if (col_of[ki][k] >= 0) vals[(int)col_of[ki][k]] = &L->val[i];
         if (pool_of[k] >= 0) pools[(int)pool_of[k]] = &L->val[i];
     }
+    /* A Decode line of a hybrid model (a SWA or mamba pool, pools 1 and 2 in POOL_USAGES' order) also feeds
+     * the hybrid-pool sums (observations.pool_pairs): Python reads it. */
+    if (ki == 0 && (pools[1] != NULL || pools[2] != NULL)) return STOP;
     int uc = ki == 0 ? D_USAGE : P_USAGE;
     if (vals[uc] == NULL) { /* token_usage derived from the fullest pool, as the parser does */
         for (int p = 0; p < N_POOLS; p++)

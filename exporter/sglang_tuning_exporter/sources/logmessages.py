@@ -24,7 +24,11 @@ from sglang_tuning_exporter.sources.serverargs import parse_server_args
 
 # SGLang's own retraction line after its prefix (0.4-0.5.x); _RETRACT_HEAD reads it and older spellings.
 # SGLang's own start-up sizing failure: the pool does not fit after the weights (raise the fraction).
-POOL_TOO_SMALL = re.compile(r"Not enough memory\. Please try to increase|leave no GPU memory for the KV cache")
+# The hybrid (mamba / linear-attention) state pool failing at start-up is the same advice (SGLang 0.5.2x,
+# mem_cache/kv_cache_configurator.py): more static memory.
+POOL_TOO_SMALL = re.compile(r"Not enough memory\. Please try to increase|leave no GPU memory for the KV cache"
+                            r"|state cache is too small to serve any requests"
+                            r"|Not enough GPU memory for hybrid \(mamba/linear-attention\) state cache")
 RETRACT_HEAD_STD = "KV cache pool is full. Retract requests. "
 _RETRACT_HEAD = re.compile(
     r"(?i)(decode out of memory happened[.,]?|kv cache pool is full\. retract requests\.|testing retraction\.) ?")
@@ -74,6 +78,10 @@ _MFS_VALUE = re.compile(r"Current value: mem_fraction_static=(\d+(?:\.\d+)?)"
                         r"|KV cache under --mem-fraction-static=(\d+(?:\.\d+)?)")
 # 0.5.2x `... Raise --mem-fraction-static above 0.772 (minimum viable = ...)`: SGLang's own floor.
 _MFS_FLOOR = re.compile(r"Raise --mem-fraction-static above (\d+(?:\.\d+)?)")
+_MFS_VIABLE = re.compile(r"minimum viable = [^=]{0,40}= (-?\d+(?:\.\d+)?)")
+# The hybrid state pool's figures in its start-up failures (0.5.2x).
+_MAMBA_FIGURES = re.compile(r"\b(max_mamba_cache_size|mamba_ratio|max_num_reqs|total_rest_memory|mamba_cache_per_req)="
+                            r"(-?\d+(?:\.\d+)?)( ?[GM]B)?")
 # torch's allocator message ("capacty" in torch 2.0-2.1): the GPU's size and what was free at the failure,
 # the headroom fact of an OOM before the first batch.
 _CAPACITY = re.compile(r"GPU (\d+) has a total capac(?:i)?ty of ([0-9.]+) ([KMGT]i?B) of which ([0-9.]+) ([KMGT]i?B)"
@@ -133,6 +141,11 @@ def oom_detail_fields(text: str, fields: dict[str, Any]) -> None:
     m = _MFS_FLOOR.search(text)
     if m:
         fields["mem_fraction_floor"] = float(m.group(1))
+    m = _MFS_VIABLE.search(text)
+    if m:
+        fields["mem_fraction_static_viable"] = float(m.group(1))  # 1 - available / pre-load memory, unrounded
+    for key, value, unit in _MAMBA_FIGURES.findall(text):
+        fields[key + ("_" + unit.strip().lower() if unit else "")] = auto_value(value)
     m = _CAPACITY.search(text)
     if m:
         fields["gpu"] = int(m.group(1))
@@ -234,10 +247,20 @@ _LOAD = re.compile(r"Load weight (begin|end)\. ?")
 _COMMIT = re.compile(r"in ([0-9.]+) s \(capture overlap window ([0-9.]+) s, startup overlap total ([0-9.]+) s\)")
 _KV = re.compile(r"(?:(?<![\w-])(?P<label>[\w-]{1,40}) )?KV Cache (?P<stage>is allocated|VA upper bound)\. ?")
 _POST_KV = re.compile(r"Post-capture KV sizing: (?:(?P<alloc>KV cache allocated)\. ?)?")
-_DSV4 = re.compile(r"DSv4 (memory calculation|pool sizes): ")
+_DSV4 = re.compile(r"DS[vV]4 (memory calculation|pool sizes): ")  # official releases print `DSV4`
 _INIT_DIST = re.compile(r"Init torch distributed (begin|ends?)\.? ?")
 _SUMMARY = re.compile(r"max_total_num_tokens?=")
-_REDUCED = re.compile(r"max_running_requests was reduced from (?:requested )?(\d+) to (\d+)")
+# SGLang's own cuts of --max-running-requests (0.5.2x, mem_cache/kv_cache_configurator.py and
+# model_runner_components/kv_pool_runtime.py): by the KV pool (`from the requested`; older `from requested`,
+# and the post-capture re-sizing) or by the hybrid state pool (`capped to N by the mamba state cache`).
+_REDUCED = re.compile(r"max_running_requests was reduced from (?:the )?(?:requested )?(\d+) to (\d+)"
+                      r"|Post-capture KV sizing: max_running_requests (\d+) -> (\d+)")
+_MAMBA_CAP = re.compile(r"max_running_requests is capped to (\d+) by the mamba state cache "
+                        r"\(max_mamba_cache_size=(\d+), (\d+) state slots per request\)")
+# A cap SGLang chose itself: speculative decoding's 48 (arg_groups/speculative_hook.py) or a model
+# family's own value (`Setting max_running_requests to N for <arch>.`, arg_groups/deepseek_v4_hook.py).
+_CAP_DEFAULT = re.compile(r"Max running requests is reset to (\d+) for (speculative decoding)"
+                          r"|Setting max_running_requests to (\d+) for ([\w.-]{1,80})")
 _TIMINGS = re.compile(r"Engine startup timings \(s\): ")
 
 
@@ -385,8 +408,20 @@ def _config_off(s: str, n: int) -> _Result:
 def _summary(s: str, n: int) -> _Result:
     m = _REDUCED.search(s)
     if m is not None:
+        post = m.group(3) is not None
         return _event(n, ev.MAX_RUNNING_REDUCED, s[:m.start()],
-                      {"requested": int(m.group(1)), "reduced_to": int(m.group(2))})
+                      {"requested": int(m.group(3 if post else 1)), "reduced_to": int(m.group(4 if post else 2)),
+                       "by": "kv_pool_post_capture" if post else "kv_pool"})
+    m = _MAMBA_CAP.search(s)
+    if m is not None:
+        return _event(n, ev.MAX_RUNNING_REDUCED, s[:m.start()],
+                      {"reduced_to": int(m.group(1)), "by": "mamba_state", "max_mamba_cache_size": int(m.group(2)),
+                       "mamba_slots_per_request": int(m.group(3))})
+    m = _CAP_DEFAULT.search(s)
+    if m is not None:
+        spec = m.group(1) is not None
+        return _event(n, ev.MAX_RUNNING_DEFAULT, s[:m.start()],
+                      {"value": int(m.group(1 if spec else 3)), "reason": m.group(2 if spec else 4).rstrip(".")})
     m = _SUMMARY.search(s)
     if m is None:
         return None
@@ -397,6 +432,46 @@ def _summary(s: str, n: int) -> _Result:
     if not isinstance(fields.get("max_total_num_tokens"), int):
         return UNPARSED
     return _event(n, ev.STARTUP_MEMORY, prefix, fields)
+
+
+# `KV pool holds N tokens, fewer than --context-length C.` (managers/tp_worker.py, 0.5.2x)
+_KV_BELOW_CONTEXT = re.compile(r"KV pool holds (\d+) tokens, fewer than --context-length (\d+)")
+# `Mamba Cache is allocated. max_mamba_cache_size: N, conv_state size: X GB, ssm_state size: Y GB ...`
+_MAMBA_ALLOC = re.compile(r"Mamba Cache is allocated\. max_mamba_cache_size: (\d+)")
+_STATE_GB = re.compile(r"\b(\w+) size: (\d+(?:\.\d+)?)GB")
+# `Use sliding window memory pool. full_layer_tokens=F, swa_layer_tokens=S` (and `(all SWA). swa_layer_tokens=S`)
+_SWA_POOL = re.compile(r"Use sliding window memory pool(?: \(all SWA\))?\. ")
+# `Post-capture KV sizing: decode CUDA graph max_bs=B < max_running_requests=R; reserving activation headroom`
+_GRAPH_GAP = re.compile(r"Post-capture KV sizing: decode CUDA graph max_bs=(\d+) < max_running_requests=(\d+)")
+
+
+def capacity_line(s: str, n: int) -> _Result:
+    """SGLang's capacity start-up lines: the KV pool below --context-length, the mamba state pool's and the
+    sliding-window pool's sizes, the decode graph's ceiling below the running cap (post-capture sizing)."""
+    m = _KV_BELOW_CONTEXT.search(s)
+    if m is not None:
+        return _event(n, ev.STARTUP_MEMORY, s[:m.start()], {"stage": "kv_pool_below_context",
+                                                             "kv_pool_tokens": int(m.group(1)),
+                                                             "context_len": int(m.group(2))})
+    m = _MAMBA_ALLOC.search(s)
+    if m is not None:
+        fields: dict[str, Any] = {"stage": "mamba_cache_allocated", "max_mamba_cache_size": int(m.group(1))}
+        for key, gb in _STATE_GB.findall(s, m.end()):
+            fields[f"{key}_gb"] = float(gb)
+        return _event(n, ev.STARTUP_MEMORY, s[:m.start()], fields)
+    m = _SWA_POOL.search(s)
+    if m is not None:
+        fields = {"stage": "swa_pool"}
+        _startup_pairs(s[m.end():], fields)
+        if not isinstance(fields.get("swa_layer_tokens"), int):
+            return UNPARSED
+        return _event(n, ev.STARTUP_MEMORY, s[:m.start()], fields)
+    m = _GRAPH_GAP.search(s)
+    if m is not None:
+        return _event(n, ev.STARTUP_MEMORY, s[:m.start()], {"stage": "post_capture_graph_gap",
+                                                             "decode_graph_max_bs": int(m.group(1)),
+                                                             "max_running_requests": int(m.group(2))})
+    return None
 
 
 def _dsv4(s: str, n: int) -> _Result:

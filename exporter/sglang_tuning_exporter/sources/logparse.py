@@ -49,6 +49,7 @@ from sglang_tuning_exporter.sources.logmessages import (
     _summary,
     _timings,
     _version,
+    capacity_line,
 )
 from sglang_tuning_exporter.sources.logsettings import _forced, _runtime_update, _truncated
 
@@ -144,6 +145,9 @@ _DISPATCH: tuple[tuple[str, Callable[[str, int], _Result]], ...] = (
     ("OOM", _oom),
     ("Memory pool end", _memory_pool_end),
     ("Load weight", _load_weight),
+    # Post-capture cuts and graph gaps before the generic `Post-capture KV sizing:` startup line.
+    ("Post-capture KV sizing: max_running_requests", _summary),
+    ("Post-capture KV sizing: decode CUDA graph", capacity_line),
     ("KV ", _kv_cache),
     ("Capture ", _capture),
     ("consecutive decode steps", _graph_warner),
@@ -154,6 +158,10 @@ _DISPATCH: tuple[tuple[str, Callable[[str, int], _Result]], ...] = (
     ("Config updated via", _runtime_update),
     ("server args updated", _runtime_update),
     ("Updating ", _runtime_update),
+    ("Max running requests", _summary),
+    ("KV pool holds", capacity_line),
+    ("Mamba Cache", capacity_line),
+    ("sliding window memory pool", capacity_line),
     ("isabled", _forced),
     ("adjusted", _forced),
     ("Rounding --chunked", _forced),
@@ -170,6 +178,7 @@ _DISPATCH: tuple[tuple[str, Callable[[str, int], _Result]], ...] = (
     ("Traceback", _error),
     ("sigquit", _error),
     ("DSv4", _dsv4),
+    ("DSV4", _dsv4),
     ("torch distributed", _init_dist),
     ("startup timings", _timings),
     ("fired up", _ready),
