@@ -65,6 +65,35 @@ _HEALTHY_COUNTERS = {
     'sglang:generation_tokens_total': CounterRate(5300.0),
     'sglang:num_requests_total': CounterRate(10.0),
 }
+
+
+def _observed_at(histogram: str, seconds: float, per_second: float = 10.0) -> dict[str, CounterRate]:
+    """A latency histogram of the recorded exposition taking `per_second` requests that each took
+    `seconds`: every bucket from the first bound at or above it grows, with _count and _sum."""
+    bounds = [b for b in _BUCKETS if b >= seconds]
+    grown = {f'{histogram}_bucket{{le="{b!r}"}}': CounterRate(per_second) for b in bounds}
+    grown[f'{histogram}_bucket{{le="+Inf"}}'] = CounterRate(per_second)
+    grown[f"{histogram}_count"] = CounterRate(per_second)
+    grown[f"{histogram}_sum"] = CounterRate(per_second * seconds, step=per_second * seconds)
+    return grown
+
+
+# Every finite bucket bound of 0.5.23's latency histograms (a selector naming one that a histogram lacks
+# matches nothing).
+_BUCKETS = (0.001, 0.002, 0.004, 0.005, 0.006, 0.008, 0.01, 0.015, 0.02, 0.025, 0.03, 0.035, 0.04, 0.05,
+            0.06, 0.08, 0.1, 0.2, 0.4, 0.5, 0.6, 0.8, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 8.0, 10.0, 15.0, 20.0,
+            30.0, 40.0, 50.0, 60.0, 70.0, 80.0, 90.0, 100.0, 200.0, 300.0, 400.0, 500.0, 600.0, 700.0, 800.0,
+            900.0, 1000.0, 1200.0, 1400.0, 1600.0, 1800.0, 2000.0, 2400.0, 2500.0, 3000.0)
+# What users feel on the healthy server: requests answered (TTFT, ITL, end to end, queue time), so the
+# latency signals and panels have data (0.5.23 exports these histograms).
+_HEALTHY_LATENCY = {
+    **_observed_at("sglang:time_to_first_token_seconds", 0.3),
+    **_observed_at("sglang:inter_token_latency_seconds", 0.03),
+    **_observed_at("sglang:e2e_request_latency_seconds", 6.0),
+    **_observed_at("sglang:queue_time_seconds", 0.05),
+}
+_HEALTHY_COUNTERS.update(_HEALTHY_LATENCY)
+
 _BASE_ARGS: dict[str, Any] = {
     "model_path": MODEL, "served_model_name": MODEL, "mem_fraction_static": 0.85,
     "schedule_conservativeness": 1.0, "chunked_prefill_size": 8192, "max_running_requests": 4096,
