@@ -306,3 +306,60 @@ def test_no_table_row_is_spliced() -> None:
     assert not bad, "\n".join(bad)
     planted = "| a | b |\n|---|---|\n| log | `--x` | `X` | - | y |\n| `--z` | w |\n"
     assert [n for n, _ in spliced_rows(planted)] == [3]
+
+
+# ----------------------------------------------------------------------------- every command line shown
+
+# A command line in the docs: inline code or a line of a fenced block (continued with `\`), after an optional
+# `$ `; placeholders (FILE, FILE..., a.log) are kept: the parser only has to accept the flags and choices.
+_COMMAND = re.compile(r"(?:^|`|\$ )sglang-tuning-exporter (serve|parse|diagnose|report|render)\b([^`\n]*)")
+
+
+def command_lines(text: str) -> list[tuple[int, str, str]]:
+    """(line, command, the rest) of every command line the text shows, continuation lines joined."""
+    joined = re.sub(r"\\\n\s*", " ", text)
+    out = []
+    for m in _COMMAND.finditer(joined):
+        line = joined.count("\n", 0, m.start()) + 1
+        out.append((line, m.group(1), m.group(2).split(" | ")[0].split(" && ")[0].split(" # ")[0].strip()))
+    return out
+
+
+def refused(command: str, rest: str) -> str | None:
+    """Why `sglang-tuning-exporter COMMAND REST` would be refused by its parser (None: accepted)."""
+    import contextlib
+    import io
+
+    from sglang_tuning_exporter.cli import command_parser
+
+    parser, _ = command_parser(command)
+    err = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(err):
+            parser.parse_args(shlex.split(rest.replace("...", "")))
+    except SystemExit as exc:
+        return None if exc.code == 0 else (err.getvalue().strip().splitlines() or ["refused"])[-1]
+    return None
+
+
+def test_every_command_line_shown_is_accepted() -> None:
+    """Each `sglang-tuning-exporter ...` line in README and docs/ uses flags and values its command accepts
+    (those whose output is shown also run, above): a renamed or removed flag fails here."""
+    shown, problems = 0, []
+    for doc in DOCS:
+        for line, command, rest in command_lines(doc.read_text(encoding="utf-8")):
+            shown += 1
+            why = refused(command, rest)
+            if why is not None:
+                problems.append(f"{rel(doc)}:{line}: sglang-tuning-exporter {command} {rest}: {why}")
+    assert shown >= 10, shown  # the docs show 15 today
+    assert not problems, "\n".join(problems)
+
+
+def test_a_planted_stale_command_line_is_refused() -> None:
+    """The check can fail: a flag the command does not have, and a value outside its choices."""
+    assert command_lines("run `sglang-tuning-exporter diagnose a.log --colour never` now") == [
+        (1, "diagnose", "a.log --colour never")]
+    assert refused("diagnose", "a.log --colour never") is not None
+    assert refused("report", "--format text") is not None
+    assert refused("diagnose", "a.log --format json") is None
