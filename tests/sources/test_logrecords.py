@@ -28,3 +28,18 @@ def test_a_re_raised_oom_is_linked_only_when_the_last_oom_is_known() -> None:
     assert e.kind == ev.OOM and e.fields["phase"] == "decode" and blind
     e, blind = resolve(block(), (40, "CUDA out of memory. Tried to allocate 2.00 GiB"))
     assert e.kind == ev.ERROR and e.fields["same_as_line"] == 40 and not blind
+
+
+def test_a_raised_hybrid_state_pool_failure_is_a_startup_oom_with_its_numbers() -> None:
+    """SGLang 0.5.2x raises its hybrid (mamba) state pool failures: the traceback's last line is the start-up
+    OOM of the pool-too-small rule (raise the fraction), with the pool's figures, not a bare error."""
+    from sglang_tuning_exporter.sources.logreader import scan_text
+    events, _ = scan_text(
+        "[2026-11-28 10:00:00 TP0] Scheduler hit an exception: Traceback (most recent call last):\n"
+        '  File "/sglang/srt/managers/scheduler.py", line 300, in __init__\n    self.init_memory_pool()\n'
+        "RuntimeError: Hybrid (mamba/linear-attention) state cache is too small to serve any requests. "
+        "max_mamba_cache_size=5110, mamba_ratio=0.64, resulting max_num_reqs=5684. Try: (1) reduce "
+        "--max-running-requests, (2) increase --mem-fraction-static, or (3) use GPUs with more memory.\n")
+    (e,) = events
+    assert e.kind == "oom" and e.fields["phase"] == "startup"
+    assert (e.fields["max_mamba_cache_size"], e.fields["mamba_ratio"]) == (5110, 0.64)

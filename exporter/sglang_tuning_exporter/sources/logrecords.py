@@ -36,8 +36,10 @@ _OOM_CONT = re.compile(
     r"|\s+\d+ \[[\d, ]*\] r=\d+$|#tokens: \d+$)")
 _CHAIN = ("During handling of the above exception", "The above exception was the direct cause",
           "Traceback (most recent call last)")
+# ... and every pool-too-small wording (the hybrid state pool's failures are raised, so reach the log as a
+# traceback's last line).
 _OOM_TEXT = re.compile(r"(?i)out of memory|OutOfMemoryError|Not enough memory|leave no GPU memory"
-                       r"|Capture (?:prefill )?(?:cuda |CUDA )?graph failed")
+                       r"|Capture (?:prefill )?(?:cuda |CUDA )?graph failed|" + POOL_TOO_SMALL.pattern)
 
 # Frames that tell the phase of a failure; the innermost frame that matches decides.
 _PREFILL_FRAMES = ("forward_extend", "_execute_extend", "prepare_for_extend", "alloc_for_extend",
