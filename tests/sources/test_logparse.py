@@ -162,6 +162,11 @@ CASES: list[tuple[str, str, str | None, dict[str, int], dict[str, Any]]] = [
      {"phase": "unknown", "exception": "torch.OutOfMemoryError", "tried_to_allocate_gb": 0.5}),
     ("[2026-01-01 00:00:00 TP0] retract_decode: aborted last request abc due to OOM", "oom",
      "2026-01-01T00:00:00", {"tp": 0}, {"phase": "decode"}),
+    # managers/schedule_batch.py (0.5.22+) `retract_decode: aborted request %s: %s`, both of SGLang's messages
+    ("[2026-01-01 00:00:00 TP0] retract_decode: aborted request abc: Retraction host KV pool exhausted. Aborting "
+     "the request.", "oom", "2026-01-01T00:00:00", {"tp": 0}, {"phase": "decode"}),
+    ("[2026-01-01 00:00:00 TP0] retract_decode: aborted request abc: Retracted under decode memory pressure "
+     "without a KV backup. Retry later.", "oom", "2026-01-01T00:00:00", {"tp": 0}, {"phase": "decode"}),
     ("alloc_req_slots runs out of memory. Please set a smaller number for `--max-running-requests`. ",
      "oom", None, {}, {"pool": "req_to_token"}),
     ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.25 GiB. GPU 3 has a total capacity of "

@@ -26,9 +26,16 @@ from sglang_tuning_exporter.sources.serverargs import parse_server_args
 # SGLang's own start-up sizing failure: the pool does not fit after the weights (raise the fraction).
 # The hybrid (mamba / linear-attention) state pool failing at start-up is the same advice (SGLang 0.5.2x,
 # mem_cache/kv_cache_configurator.py): more static memory.
+# The sliding-window pool too small for one request, or its cap (DSV4's too) leaving none for the full pool
+# (0.5.1x-0.5.2x, model_executor/pool_configurator.py, raised): more KV budget, the same advice.
 POOL_TOO_SMALL = re.compile(r"Not enough memory\. Please try to increase|leave no GPU memory for the KV cache"
                             r"|state cache is too small to serve any requests"
-                            r"|Not enough GPU memory for hybrid \(mamba/linear-attention\) state cache")
+                            r"|Not enough GPU memory for hybrid \(mamba/linear-attention\) state cache"
+                            r"|SWA pool \(\d+ tokens\) cannot hold even one request"
+                            r"|SWA pool cap \(\d+ tokens, [^)]{1,40}\) leaves no room for the full KV pool")
+# A start-up pool taken from the headroom the fraction leaves (the int8 mamba checkpoint pool, raised): the
+# remedy is the fraction down, startup_oom's init_headroom.
+HEADROOM_TOO_SMALL = re.compile(r"int8 mamba checkpoint pool needs")
 RETRACT_HEAD_STD = "KV cache pool is full. Retract requests. "
 _RETRACT_HEAD = re.compile(
     r"(?i)(decode out of memory happened[.,]?|kv cache pool is full\. retract requests\.|testing retraction\.) ?")
@@ -67,7 +74,9 @@ _OOM = re.compile(
     r"|(?P<cuda>CUDA out of memory|OutOfMemoryError|CUDA error: out of memory)"
     r"|(?P<capture>Capture (?:prefill )?(?:cuda |CUDA )?graph failed)"
     r"|(?P<startup>" + POOL_TOO_SMALL.pattern + ")"  # the one rule the window's startup OOM follows too
-    r"|(?P<abort>due to OOM|Out of memory even after retracting)")
+    r"|(?P<headroom>" + HEADROOM_TOO_SMALL.pattern + ")"
+    # a request aborted by a retraction that could not keep its KV (0.5.22+: no backup, or the host pool full)
+    r"|(?P<abort>due to OOM|Out of memory even after retracting|retract_decode: aborted request )")
 # Bounded and anchored to a token start: an unbounded `\w*...Error` search is quadratic on long words.
 _EXC_HEAD = re.compile(r"(?<![\w.])((?:[A-Za-z_]\w{0,60}\.){0,8}[A-Z]\w{0,60}?(?:Error|Exception)): ")
 _TRY_ALLOC = re.compile(r"Try to allocate (\d+) tokens")
@@ -82,6 +91,12 @@ _MFS_VIABLE = re.compile(r"minimum viable = [^=]{0,40}= (-?\d+(?:\.\d+)?)")
 # The hybrid state pool's figures in its start-up failures (0.5.2x).
 _MAMBA_FIGURES = re.compile(r"\b(max_mamba_cache_size|mamba_ratio|max_num_reqs|total_rest_memory|mamba_cache_per_req)="
                             r"(-?\d+(?:\.\d+)?)( ?[GM]B)?")
+# The SWA pool's figures (its tokens, its cap's bytes, the floor of one request, the budget it left).
+_SWA_FIGURES = re.compile(r"SWA pool (?:cap )?\((\d+) tokens(?:, ([0-9.]+) Gi?B)?\)"
+                          r"|\b(sliding_window_size|page_size) \((\d+)\)|within the available ([0-9.]+) Gi?B")
+# The int8 mamba checkpoint pool's need, the free memory and its size flag.
+_CKPT_FIGURES = re.compile(r"checkpoint pool needs ~([0-9.]+)GB but only ([0-9.]+)GB HBM is free"
+                           r"(?:.{0,60}\(currently (\d+)\))?")
 # torch's allocator message ("capacty" in torch 2.0-2.1): the GPU's size and what was free at the failure,
 # the headroom fact of an OOM before the first batch.
 _CAPACITY = re.compile(r"GPU (\d+) has a total capac(?:i)?ty of ([0-9.]+) ([KMGT]i?B) of which ([0-9.]+) ([KMGT]i?B)"
@@ -97,7 +112,7 @@ def oom_phase_from_text(text: str) -> str:
         return "unknown"
     if m.group("pd"):
         return m.group("pd").lower()
-    if m.group("capture") or m.group("startup"):
+    if m.group("capture") or m.group("startup") or m.group("headroom"):
         return "startup"
     if m.group("abort") or m.group("reqslots"):
         # Request-slot exhaustion (`alloc_req_slots runs out of memory`, raised while a prefill batch is
@@ -146,6 +161,21 @@ def oom_detail_fields(text: str, fields: dict[str, Any]) -> None:
         fields["mem_fraction_static_viable"] = float(m.group(1))  # 1 - available / pre-load memory, unrounded
     for key, value, unit in _MAMBA_FIGURES.findall(text):
         fields[key + ("_" + unit.strip().lower() if unit else "")] = auto_value(value)
+    for tokens, cap_gb, key, value, available_gb in _SWA_FIGURES.findall(text):
+        if tokens:
+            fields["swa_tokens"] = int(tokens)
+        if cap_gb:
+            fields["swa_cap_gb"] = float(cap_gb)
+        if key:
+            fields[key] = int(value)
+        if available_gb:
+            fields["available_gb"] = float(available_gb)
+    m = _CKPT_FIGURES.search(text)
+    if m:
+        fields["mamba_checkpoint_pool_gb"] = float(m.group(1))
+        fields["gpu_free_gb"] = float(m.group(2))
+        if m.group(3):
+            fields["int8_mamba_ckpt_size"] = int(m.group(3))
     m = _CAPACITY.search(text)
     if m:
         fields["gpu"] = int(m.group(1))
@@ -169,6 +199,8 @@ def _oom(s: str, n: int) -> _Result:
         fields["exception"] = exception
     if m.group("startup"):
         fields["reason"] = "mem_fraction_static_too_small"
+    elif m.group("headroom"):
+        fields["reason"] = "init_headroom"
     elif m.group("capture"):
         fields["reason"] = "cuda_graph_capture"
         fields["graph"] = graph_from_text(message) or "decode"

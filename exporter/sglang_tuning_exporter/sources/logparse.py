@@ -143,6 +143,7 @@ _DISPATCH: tuple[tuple[str, Callable[[str, int], _Result]], ...] = (
     ("#running-req", _status_v01),
     ("emory", _oom),
     ("OOM", _oom),
+    ("aborted request ", _oom),
     ("Memory pool end", _memory_pool_end),
     ("Load weight", _load_weight),
     # Post-capture cuts and graph gaps before the generic `Post-capture KV sizing:` startup line.

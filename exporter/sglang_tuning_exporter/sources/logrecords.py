@@ -15,6 +15,7 @@ from typing import Any
 from sglang_tuning_exporter.core import events as ev
 from sglang_tuning_exporter.core.events import Event
 from sglang_tuning_exporter.sources.logmessages import (
+    HEADROOM_TOO_SMALL,
     POOL_TOO_SMALL,
     graph_from_text,
     oom_detail_fields,
@@ -36,10 +37,11 @@ _OOM_CONT = re.compile(
     r"|\s+\d+ \[[\d, ]*\] r=\d+$|#tokens: \d+$)")
 _CHAIN = ("During handling of the above exception", "The above exception was the direct cause",
           "Traceback (most recent call last)")
-# ... and every pool-too-small wording (the hybrid state pool's failures are raised, so reach the log as a
-# traceback's last line).
+# ... and every pool-too-small wording (the hybrid state and SWA pools' failures are raised, so reach the log
+# as a traceback's last line), the headroom's too.
 _OOM_TEXT = re.compile(r"(?i)out of memory|OutOfMemoryError|Not enough memory|leave no GPU memory"
-                       r"|Capture (?:prefill )?(?:cuda |CUDA )?graph failed|" + POOL_TOO_SMALL.pattern)
+                       r"|Capture (?:prefill )?(?:cuda |CUDA )?graph failed|" + POOL_TOO_SMALL.pattern
+                       + "|" + HEADROOM_TOO_SMALL.pattern)
 
 # Frames that tell the phase of a failure; the innermost frame that matches decides.
 _PREFILL_FRAMES = ("forward_extend", "_execute_extend", "prepare_for_extend", "alloc_for_extend",
