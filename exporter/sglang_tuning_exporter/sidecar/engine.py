@@ -250,7 +250,7 @@ class Sidecar:
             exc = outcome.error
             log.debug("source %s failed", source, exc_info=exc)
             self._record(source, ok=False, duration_s=self._mono - started, now=now, reason="internal",
-                         detail=f"internal error: {type(exc).__name__}: {str(exc)[:200]}")
+                         detail=f"internal error: {type(exc).__name__}: {redact_text(str(exc))[:200]}")
             return
         step = self._apply_server_info if source == "server_info" else self._apply_scrape
         self._guarded(source, now, functools.partial(step, outcome.value))
@@ -276,7 +276,7 @@ class Sidecar:
             step(now)
         except Exception as exc:  # a bug or an input nobody foresaw: this source is down, the rest go on
             log.debug("source %s failed", source, exc_info=True)
-            detail = f"internal error: {type(exc).__name__}: {str(exc)[:200]}"
+            detail = f"internal error: {type(exc).__name__}: {redact_text(str(exc))[:200]}"
             self._record(source, ok=False, duration_s=self.timer() - start, now=now, detail=detail,
                          reason="internal")
 

@@ -19,6 +19,7 @@ from sglang_tuning_exporter.core.flags import (
     read_secret,
 )
 from sglang_tuning_exporter.core.problems import ProblemsError
+from sglang_tuning_exporter.core.redact import redact_text
 from sglang_tuning_exporter.guide.checks import CheckTable, TableError, load_table
 from sglang_tuning_exporter.guide.config import Config, ConfigError, load_config, parse_server_arg_overrides
 from sglang_tuning_exporter.sidecar.webconfig import WebConfig, WebConfigError, load_web_config
@@ -158,7 +159,7 @@ def build_config(args: argparse.Namespace) -> ServeConfig:
         problems.append(f"--web.telemetry-path: {path!r} must start with / and not clash with another endpoint")
     url = args.sglang_url or None
     if url is not None and not is_http_url(url):
-        problems.append(f"--sglang.url: {url!r} is not an http(s) URL like http://127.0.0.1:30000")
+        problems.append(f"--sglang.url: {redact_text(url)!r} is not an http(s) URL like http://127.0.0.1:30000")
     api_key: str | None = None
     if args.sglang_api_key_file:
         try:

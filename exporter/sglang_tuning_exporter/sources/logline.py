@@ -9,6 +9,7 @@ from collections.abc import Callable
 from typing import Any, Final
 
 from sglang_tuning_exporter.core.events import Event
+from sglang_tuning_exporter.core.redact import redact_text
 
 
 class _Unparsed:
@@ -249,3 +250,13 @@ def _derive_usage(fields: dict[str, Any]) -> None:
 
 
 _PARTIAL: Final = "_partial"  # internal marker key, removed before the event leaves the parser
+
+
+MAX_REASON_CHARS = 300
+
+
+def reason_text(text: str, *, full_stop: bool = True) -> str:
+    """The rest of a log line kept as an event's reason (its final full stop kept unless not `full_stop`):
+    secrets redacted before the cut, bounded."""
+    text = text.strip() if full_stop else text.strip().rstrip(".")
+    return redact_text(text)[:MAX_REASON_CHARS]

@@ -19,6 +19,7 @@ from sglang_tuning_exporter.sources.logline import (
     _Result,
     auto_value,
     normalise_key,
+    reason_text,
 )
 from sglang_tuning_exporter.sources.serverargs import parse_server_args
 
@@ -400,7 +401,7 @@ def _prefill_graph_off(s: str, n: int) -> _Result:
     m = _PREFILL_OFF.search(s)
     if m is not None:
         return _event(n, ev.STARTUP_MEMORY, s[:m.start()],
-                      {"stage": "prefill_graph_disabled", "reason": s[m.end():].strip().rstrip(".")})
+                      {"stage": "prefill_graph_disabled", "reason": reason_text(s[m.end():], full_stop=False)})
     m = _PREFILL_OFF_OTHER.search(s)
     if m is None:
         return None
@@ -408,7 +409,7 @@ def _prefill_graph_off(s: str, n: int) -> _Result:
     at = at + 2 if at >= 0 else 0
     draft = m.group("draft")
     fields: dict[str, Any] = {"stage": "draft_graph_disabled" if draft else "prefill_graph_disabled",
-                              "reason": s[at:].strip().rstrip(".")}
+                              "reason": reason_text(s[at:], full_stop=False)}
     if draft:
         fields["graph"] = f"{draft} draft"
     for key, value in _NAMED_NUMBER.findall(s, m.end()):
@@ -434,7 +435,7 @@ def _config_off(s: str, n: int) -> _Result:
     if m is None:
         return None
     return _event(n, ev.STARTUP_MEMORY, s[:m.start()],
-                  {"stage": "cuda_graph_disabled", "reason": s[m.end():].strip().rstrip(".")})
+                  {"stage": "cuda_graph_disabled", "reason": reason_text(s[m.end():], full_stop=False)})
 
 
 def _summary(s: str, n: int) -> _Result:

@@ -209,8 +209,10 @@ def dispatch_markers() -> tuple[str, ...]:
 
 def _unread(s: str) -> _Result:
     """UNPARSED for a line of SGLang's own prefix that speaks of capacity; None for other chatter."""
+    if not any(marker in s for marker in UNREAD_MARKERS):  # the cheap test first: most chatter stops here
+        return None
     m = _STD_PREFIX.match(s)
-    if m is None or not any(marker in s for marker in UNREAD_MARKERS) or CAPACITY_WORDS.search(s, m.end()) is None:
+    if m is None or CAPACITY_WORDS.search(s, m.end()) is None:
         return None
     return UNPARSED
 

@@ -8,7 +8,7 @@ import re
 from typing import Any
 
 from sglang_tuning_exporter.core import events as ev
-from sglang_tuning_exporter.sources.logline import UNPARSED, _event, _Result, auto_value
+from sglang_tuning_exporter.sources.logline import UNPARSED, _event, _Result, auto_value, reason_text
 from sglang_tuning_exporter.sources.serverargs import parse_server_args
 
 # Runtime changes (POST /set_internal_state): SGLang logs the applied arguments, or why a key was refused.
@@ -98,5 +98,5 @@ def _forced(s: str, n: int) -> _Result:
         fields = {"features": list(dict.fromkeys(f for word, f in _FEATURE_WORDS if word in low))}
     at = s.rfind("] ", 0, m.start() + 1)  # the message starts after SGLang's (or a decoration's) `] `
     at = at + 2 if at >= 0 else 0
-    fields["reason"] = s[at:].strip()
+    fields["reason"] = reason_text(s[at:])
     return _event(n, ev.SETTING_FORCED, s[:at], fields)
