@@ -422,3 +422,14 @@ def test_unknown_reasons_name_the_prometheus_data_read() -> None:
         assert "Prometheus" in why, (check, why)
         assert not re.search(r"\blines?\b|\bin the input\b|none was read", why), (check, why)
     assert unknown["cuda_graph_uncovered"].startswith("0 decode passes counted by CUDA-graph use in Prometheus")
+
+
+def test_a_yes_no_fact_is_never_averaged_over_a_long_range() -> None:
+    """Over a week, `running_cap_by_mamba` 1 for part of it is still a fact (the latest value), not 0.4:
+    a mean would turn the rules' guard off and let the report advise raising --max-running-requests."""
+    from sglang_tuning_exporter.fleet.queries import sidecar_signals_expr
+
+    expr = sidecar_signals_expr("", 7 * 86400.0, 600.0)
+    flags = [part for part in expr.split(" or ") if "sglang_tuning_signal_flag" in part]
+    assert flags and all("last_over_time(" in p and "avg_over_time(" not in p for p in flags), flags
+    assert "avg_over_time(sglang_tuning_signal_ratio" in expr  # ratios are still the mean of the windows

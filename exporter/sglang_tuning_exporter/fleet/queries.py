@@ -305,6 +305,10 @@ def sidecar_signals_expr(sel: str, range_s: float, window_s: float = SIDECAR_WIN
             is_count, not_count = f'signal=~"{counts}"', f'signal!~"{counts}"'
             exprs = [f"{fold} by ({GROUP}, signal) ({count}({series(metric, sel, is_count)}[{r}]))",
                      f"{fold} by ({GROUP}, signal) ({mean}({series(metric, sel, not_count)}[{r}]))"]
+        elif short == "signal_flag":
+            # A yes/no fact (a cap SGLang set, metrics on) is never averaged: 0.4 of "capped by the mamba
+            # pool" is no fact, and the guards the rules and the sidecar read take the latest value.
+            exprs = [f"{fold} by ({GROUP}, signal) (last_over_time({series(metric, sel)}[{r}]))"]
         else:
             exprs = [f"{fold} by ({GROUP}, signal) ({mean}({series(metric, sel)}[{r}]))"]
         for expr in exprs:
