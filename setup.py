@@ -1,11 +1,13 @@
 """The optional C accelerator, and the build's git revision; everything else is in pyproject.toml."""
 
+import hashlib
 import subprocess
 from pathlib import Path
 
 from setuptools import Extension, setup
 
 BUILD_FILE = Path(__file__).parent / "exporter" / "sglang_tuning_exporter" / "core" / "_build.py"
+SCAN_C = Path(__file__).parent / "exporter" / "sglang_tuning_exporter" / "sources" / "_scan.c"
 
 
 def write_revision() -> None:
@@ -20,7 +22,13 @@ def write_revision() -> None:
                               f"REVISION = {(rev or 'unknown')!r}\n")
 
 
+def scan_source_digest() -> str:
+    """The digest of _scan.c, built into the module so that accel.load refuses a build from another source."""
+    return hashlib.sha256(SCAN_C.read_bytes()).hexdigest()[:16]
+
+
 write_revision()
 # optional=True: without a compiler the install still succeeds and the reader runs in pure Python.
 setup(ext_modules=[Extension("sglang_tuning_exporter.sources._scan", ["exporter/sglang_tuning_exporter/sources/_scan.c"],
-                             optional=True, extra_compile_args=["-O2"])])
+                             optional=True, extra_compile_args=["-O2"],
+                             define_macros=[("SCAN_SOURCE", f'"{scan_source_digest()}"')])])

@@ -314,3 +314,19 @@ def test_a_stale_build_falls_back_to_python_and_says_so(monkeypatch: pytest.Monk
     assert "7 were given" in caplog.records[0].getMessage() and "no scan_buckets" in caplog.records[1].getMessage()
     monkeypatch.undo()
     assert accel.load(disabled=False) is _scan  # the current build is taken again
+
+
+def test_a_build_from_another_source_is_refused(monkeypatch: pytest.MonkeyPatch,
+                                                 caplog: pytest.LogCaptureFixture) -> None:
+    """A `_scan` whose entry points all exist but was built before _scan.c changed (a scan_buckets taking 15
+    arguments where the reader now hands 17: a TypeError on the first block) is refused by the digest
+    setup.py builds into it, and the warning says to rebuild."""
+    if accel.SCAN is None:
+        pytest.skip("the C accelerator is not built (or SGLANG_TUNING_PURE_PYTHON is set)")
+    from sglang_tuning_exporter.sources import _scan
+
+    assert accel.source_digest() == _scan.SOURCE  # setup.py built the digest of this very source in
+    with caplog.at_level("WARNING", logger="sglang_tuning_exporter.sources.accel"):
+        monkeypatch.setattr(_scan, "SOURCE", "0123456789abcdef")
+        assert accel.load(disabled=False) is None
+    assert "0123456789abcdef" in caplog.text and "rebuild" in caplog.text

@@ -1308,9 +1308,15 @@ static PyMethodDef methods[] = {
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_scan", "C accelerator of the log reader.", -1, methods,
                                     NULL, NULL, NULL, NULL};
 
+#ifndef SCAN_SOURCE
+#define SCAN_SOURCE "unknown"
+#endif
+
 PyMODINIT_FUNC PyInit__scan(void) {
     PyObject *m = PyModule_Create(&module);
     if (m == NULL) return NULL;
+    /* the digest of the _scan.c this was built from (setup.py): accel.load refuses a build from another */
+    if (PyModule_AddStringConstant(m, "SOURCE", SCAN_SOURCE) < 0) goto fail;
     PyObject *names = PyTuple_New(ACC_N);
     if (names == NULL) goto fail;
     for (int i = 0; i < ACC_N; i++) {

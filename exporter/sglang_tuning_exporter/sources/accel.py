@@ -8,7 +8,9 @@ tests/sources/test_scan_accel.py holds it to: the same events, line numbers and 
 from __future__ import annotations
 
 import array
+import hashlib
 import os
+from pathlib import Path
 from types import ModuleType
 from typing import Any
 
@@ -61,6 +63,10 @@ def load(disabled: bool | None = None) -> ModuleType | None:
         return None
     if array.array("i").itemsize != 4:
         return None  # an odd platform: the Python path is safe
+    built_from, source = getattr(_scan, "SOURCE", "unknown"), source_digest()
+    if source is not None and built_from != source:  # an editable install after a pull that changed _scan.c
+        _warn_stale(f"built from _scan.c {built_from}, the source beside it is {source}")
+        return None
     missing = [name for name in _ENTRY_POINTS if not hasattr(_scan, name)]
     if missing:
         _warn_stale("no " + ", ".join(missing))
@@ -73,7 +79,15 @@ def load(disabled: bool | None = None) -> ModuleType | None:
     return _scan
 
 
-SCAN: ModuleType | None = load()
+
+def source_digest() -> str | None:
+    """The digest setup.py builds into `_scan` (sha256 of `_scan.c`, 16 hex digits), of the `_scan.c` beside
+    this file; None where the source is not shipped (an installed wheel): nothing to compare then."""
+    path = Path(__file__).with_name("_scan.c")
+    try:
+        return hashlib.sha256(path.read_bytes()).hexdigest()[:16]
+    except OSError:
+        return None
 
 
 def _warn_stale(why: object) -> None:
@@ -81,3 +95,6 @@ def _warn_stale(why: object) -> None:
     import logging
 
     logging.getLogger(__name__).warning(_STALE, why)
+
+
+SCAN: ModuleType | None = load()
