@@ -21,7 +21,7 @@ from sglang_tuning_exporter.core import events as ev
 from sglang_tuning_exporter.core.events import Event
 from sglang_tuning_exporter.sources import accel, logreader
 from sglang_tuning_exporter.sources.logfiles import read_file_events
-from sglang_tuning_exporter.sources.logline import _BATCH_KEYS, _to_bool, _to_ratio
+from sglang_tuning_exporter.sources.logline import BATCH_KEYS, to_bool, to_ratio
 from sglang_tuning_exporter.sources.logparse import parse_any, parse_line
 from sglang_tuning_exporter.sources.logreader import EventReader
 
@@ -156,7 +156,7 @@ def batch_line(draw: st.DrawFn) -> str:
     prefix = f"[2025-11-22 23:24:43{frac}{''.join(' ' + t for t in tags)}] "
     head = draw(st.sampled_from(["Decode batch, ", "Prefill batch, ", "Decode batch. ", "Decode batch [42], ",
                                  "Prefill batch [x], ", "Decode batch(mixed #running-req: 3), ", "Decode batch,"]))
-    keys = draw(st.lists(st.one_of(st.sampled_from(sorted(_BATCH_KEYS)), st.sampled_from(["note", " #token", "x"])),
+    keys = draw(st.lists(st.one_of(st.sampled_from(sorted(BATCH_KEYS)), st.sampled_from(["note", " #token", "x"])),
                          min_size=0, max_size=14))
     pairs = [f"{k}: {draw(_NUMBERISH)}" for k in keys]
     tail = draw(st.sampled_from(["", ", ", ",", " ", "\n", ",  ", ", , ", "\r", "\x1b[0m", "é"]))
@@ -165,8 +165,8 @@ def batch_line(draw: st.DrawFn) -> str:
 
 _PLAIN = {int: st.from_regex(r"-?[0-9]{1,17}", fullmatch=True),
           float: st.from_regex(r"-?[0-9]{1,9}(\.[0-9]{1,9})?", fullmatch=True),
-          _to_bool: st.sampled_from(["True", "False"]),
-          _to_ratio: st.from_regex(r"[0-9]{1,3}\.[0-9]{1,4}%?", fullmatch=True)}
+          to_bool: st.sampled_from(["True", "False"]),
+          to_ratio: st.from_regex(r"[0-9]{1,3}\.[0-9]{1,4}%?", fullmatch=True)}
 
 
 @st.composite
@@ -175,8 +175,8 @@ def plain_batch_line(draw: st.DrawFn) -> str:
     frac = draw(st.sampled_from(["", ".5", ".123456"]))
     tags = draw(st.lists(st.sampled_from(["DP0", "TP12", "EP3", "PP1", "ATTN_CP2", "MOE_DP1"]), max_size=4))
     head = draw(st.sampled_from(["Decode batch, ", "Prefill batch, ", "Decode batch. ", "Prefill batch [7], "]))
-    keys = draw(st.lists(st.sampled_from(sorted(_BATCH_KEYS)), min_size=1, max_size=14))
-    pairs = [f"{k}: {draw(_PLAIN[_BATCH_KEYS[k][1]])}" for k in keys]
+    keys = draw(st.lists(st.sampled_from(sorted(BATCH_KEYS)), min_size=1, max_size=14))
+    pairs = [f"{k}: {draw(_PLAIN[BATCH_KEYS[k][1]])}" for k in keys]
     tail = draw(st.sampled_from(["", ", ", ",", " ", "\n"]))
     return f"[2025-11-22 23:24:43{frac}{''.join(' ' + t for t in tags)}] " + head + ", ".join(pairs) + tail
 

@@ -21,7 +21,7 @@ from sglang_tuning_exporter.sources import logline, logmessages, logparse
 ENV_DISABLE = "SGLANG_TUNING_PURE_PYTHON"
 _STALE = "the C accelerator was built from another version of _scan.c (%s): running the pure-Python reader; rebuild it with `python3 setup.py build_ext --inplace` or reinstall"
 # logparse's converters by the code the C side knows them by; keys with any other stay in Python.
-_CONV_CODES: dict[Any, int] = {int: 0, float: 1, logline._to_bool: 2, logline._to_ratio: 3}
+_CONV_CODES: dict[Any, int] = {int: 0, float: 1, logline.to_bool: 2, logline.to_ratio: 3}
 
 
 # What diagnose's buckets sum per Decode/Prefill line, by role (see _scan.c line_accumulate): Decode
@@ -33,13 +33,13 @@ PREFILL_COLUMNS = ("num_new_tokens", "num_cached_tokens", "token_usage", "num_ru
 
 def configure(mod: ModuleType) -> None:
     """Hand the parser's tables to the C module (it holds none of its own)."""
-    keys = [(raw, name, _CONV_CODES[conv], logline._GRAPH_LABELS.get(raw))
-            for raw, (name, conv) in logline._BATCH_KEYS.items() if conv in _CONV_CODES]
+    keys = [(raw, name, _CONV_CODES[conv], logline.GRAPH_LABELS.get(raw))
+            for raw, (name, conv) in logline.BATCH_KEYS.items() if conv in _CONV_CODES]
     ranks = tuple(logline._RANK_KEYS[tag] for tag in ("DP", "PP", "TP", "EP", "ATTN_CP", "MOE_DP"))
     mod.configure(Event, (ev.DECODE, ev.PREFILL), keys, list(logparse.dispatch_markers()),
                   ("forward_iter", "token_usage", "graph_backend"), logline.POOL_USAGES, ranks)
     # Retraction keys, the one every retract event has first (the C side requires keys[0]).
-    rkeys = sorted(((raw, name) for raw, (name, conv) in logline._RETRACT_KEYS.items() if conv is int),
+    rkeys = sorted(((raw, name) for raw, (name, conv) in logline.RETRACT_KEYS.items() if conv is int),
                    key=lambda kv: kv[1] != "num_retracted_reqs")
     mod.configure_retract(ev.RETRACT, logmessages.RETRACT_HEAD_STD, rkeys,
                           ("new_token_ratio_before", "new_token_ratio_after"))

@@ -15,18 +15,18 @@ from typing import Any
 from sglang_tuning_exporter.core import events as ev
 from sglang_tuning_exporter.core.events import Event
 from sglang_tuning_exporter.sources.logline import (
-    _BATCH_KEYS,
-    _GRAPH_LABELS,
-    _STD_PREFIX,
-    _STD_PREFIX_GROUPS,
+    BATCH_KEYS,
+    GRAPH_LABELS,
     POOL_USAGES,
-    _compute_prefix,
-    _derive_usage,
-    _to_bool,
-    _to_ratio,
+    STD_PREFIX,
+    STD_PREFIX_GROUPS,
     auto_value,
+    compute_prefix,
+    derive_token_usage,
     normalise_key,
     std_ranks,
+    to_bool,
+    to_ratio,
 )
 
 _SAFE_NAME = re.compile(r"[a-z0-9_]+")
@@ -54,7 +54,7 @@ class Layout:
         self.extra: dict[str, Any] = {}
         names: list[str] = []
         for k in raw_keys:
-            known = _BATCH_KEYS.get(k)
+            known = BATCH_KEYS.get(k)
             name, conv = known if known is not None else (normalise_key(k), auto_value)
             if not _SAFE_NAME.fullmatch(name):
                 raise ValueError(name)
@@ -63,14 +63,14 @@ class Layout:
                 items.append((name, "int(g[{}])"))
             elif conv is float:
                 items.append((name, "float(g[{}])"))
-            elif conv is _to_bool:
+            elif conv is to_bool:
                 items.append((name, "B[g[{}]]"))
-            elif conv is _to_ratio:
+            elif conv is to_ratio:
                 items.append((name, "R(g[{}])"))
             else:
                 items.append((name, "A(g[{}])"))
-            if k in _GRAPH_LABELS:
-                self.extra["graph_backend"] = _GRAPH_LABELS[k]
+            if k in GRAPH_LABELS:
+                self.extra["graph_backend"] = GRAPH_LABELS[k]
         self.items = tuple(items)
         self.text_values = any(expr.startswith("A(") for _, expr in items)  # free text: may hold anything
         self.fields = self._generate(items, 0)
@@ -80,7 +80,7 @@ class Layout:
     def _generate(items: list[tuple[str, str]], offset: int) -> Callable[[tuple[Any, ...]], dict[str, Any]]:
         src = "lambda g: {" + ", ".join(f"{name!r}: " + expr.format(i + offset)
                                         for i, (name, expr) in enumerate(items)) + "}"
-        env = {"__builtins__": {}, "int": int, "float": float, "B": _BOOLS, "R": _to_ratio, "A": auto_value}
+        env = {"__builtins__": {}, "int": int, "float": float, "B": _BOOLS, "R": to_ratio, "A": auto_value}
         # Our own generated source (see above), evaluated with no builtins; log text is never code.
         fn: Callable[[tuple[Any, ...]], dict[str, Any]] = eval(compile(src, "<batch-layout>", "eval"), env)
         return fn
@@ -109,7 +109,7 @@ class LineBatches:
                 group += 1 + len(layout.items)
             if alts:
                 heads.append(head + r" batch[.,] (?:" + "|".join(alts) + ")")
-        self.rx = re.compile(_STD_PREFIX_GROUPS + "(?:" + "|".join(heads) + ")")
+        self.rx = re.compile(STD_PREFIX_GROUPS + "(?:" + "|".join(heads) + ")")
 
 
 MAX_LAYOUTS = 16  # per head: a server prints a handful
@@ -138,8 +138,8 @@ class Grammar:
         if hit is None:
             if len(self._prefixes) >= _MAX_PREFIXES:
                 self._prefixes.clear()
-            m = _STD_PREFIX.fullmatch(prefix)
-            hit = _compute_prefix(prefix) if m is None else (f"{m.group(1)}T{m.group(2)}", self._rank_of(m.group(3)))
+            m = STD_PREFIX.fullmatch(prefix)
+            hit = compute_prefix(prefix) if m is None else (f"{m.group(1)}T{m.group(2)}", self._rank_of(m.group(3)))
             self._prefixes[prefix] = hit
         return hit
 
@@ -152,7 +152,7 @@ class Grammar:
         return rank
 
     def event(self, line_no: int, kind: str, prefix: str, fields: dict[str, Any]) -> Event:
-        """logline._event with the prefix split remembered."""
+        """logline.make_event with the prefix split remembered."""
         time, rank = self.split_prefix(prefix)
         return Event(line_no, kind, time, dict(rank), fields)
 
@@ -218,5 +218,5 @@ class Grammar:
         if layout.extra:
             f.update(layout.extra)
         if layout.derive_usage:
-            _derive_usage(f)
+            derive_token_usage(f)
         return Event(n, kind, f"{g[0]}T{g[1]}", self._rank_of(g[2]).copy(), f)

@@ -12,14 +12,14 @@ from sglang_tuning_exporter.core.events import Event
 from sglang_tuning_exporter.core.redact import redact_text
 
 
-class _Unparsed:
+class Unparsed:
     """Sentinel: the line carries a recognised head but its body could not be read."""
 
     __slots__ = ()
 
 
-UNPARSED: Final = _Unparsed()
-_Result = Event | None | _Unparsed
+UNPARSED: Final = Unparsed()
+ParseResult = Event | None | Unparsed
 
 # ---------------------------------------------------------------------------------------------
 # Prefix: timestamp and rank tags, wherever the decorations put them.
@@ -29,10 +29,10 @@ _RANK = re.compile(r"\b(ATTN_CP|MOE_DP|DP|PP|TP|EP)(\d+)\b")
 _CUT_DATE = re.compile(r"\d-\d\d-\d\d[ T]$")
 _RANK_V01 = re.compile(r"\bRank (\d+): ")
 _RANK_KEYS = {"DP": "dp", "PP": "pp", "TP": "tp", "EP": "ep", "ATTN_CP": "attn_cp", "MOE_DP": "moe_dp"}
-_ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
+ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
 
 
-def _compute_prefix(prefix: str) -> tuple[str | None, dict[str, int]]:
+def compute_prefix(prefix: str) -> tuple[str | None, dict[str, int]]:
     last = None
     for m in _TS.finditer(prefix):
         last = m
@@ -56,8 +56,8 @@ def _compute_prefix(prefix: str) -> tuple[str | None, dict[str, int]]:
 
 
 # SGLang's own prefix, `[YYYY-MM-DD HH:MM:SS(.mmm)( RANKn)*] `: read without the general search.
-_STD_PREFIX_GROUPS = r"\[(\d{4}-\d\d-\d\d) (\d\d:\d\d:\d\d(?:\.\d{1,6})?)((?: [A-Z_]+\d+)*)\] "
-_STD_PREFIX = re.compile(_STD_PREFIX_GROUPS)  # grammar.LineBatches starts every layout with the same groups
+STD_PREFIX_GROUPS = r"\[(\d{4}-\d\d-\d\d) (\d\d:\d\d:\d\d(?:\.\d{1,6})?)((?: [A-Z_]+\d+)*)\] "
+STD_PREFIX = re.compile(STD_PREFIX_GROUPS)  # grammar.LineBatches starts every layout with the same groups
 
 
 def std_ranks(tags: str) -> dict[str, int]:
@@ -68,13 +68,13 @@ def std_ranks(tags: str) -> dict[str, int]:
 def split_prefix(prefix: str) -> tuple[str | None, dict[str, int]]:
     """Time (ISO, or HH:MM:SS when the log has no date) and ranks named by a line prefix
     (grammar.Grammar remembers them for a reader)."""
-    m = _STD_PREFIX.fullmatch(prefix)
+    m = STD_PREFIX.fullmatch(prefix)
     if m is not None:
         return f"{m.group(1)}T{m.group(2)}", std_ranks(m.group(3))
-    return _compute_prefix(prefix)
+    return compute_prefix(prefix)
 
 
-def _event(line_no: int, kind: str, prefix: str, fields: dict[str, Any]) -> Event:
+def make_event(line_no: int, kind: str, prefix: str, fields: dict[str, Any]) -> Event:
     time, rank = split_prefix(prefix)  # a fresh rank dict
     return Event(line_no, kind, time, rank, fields)
 
@@ -131,7 +131,7 @@ def auto_value(v: str) -> Any:
     return v
 
 
-def _to_bool(v: str) -> bool:
+def to_bool(v: str) -> bool:
     v = v.strip()
     if v == "True":
         return True
@@ -140,7 +140,7 @@ def _to_bool(v: str) -> bool:
     raise ValueError(v)
 
 
-def _to_ratio(v: str) -> float:
+def to_ratio(v: str) -> float:
     v = v.strip()
     return _percent(v) if v.endswith("%") else float(v)
 
@@ -148,11 +148,11 @@ def _to_ratio(v: str) -> float:
 _Conv = Callable[[str], Any]
 
 # Batch-line keys (Decode/Prefill of every release, v0.1 spellings included) -> canonical names.
-_BATCH_KEYS: dict[str, tuple[str, _Conv]] = {
+BATCH_KEYS: dict[str, tuple[str, _Conv]] = {
     "#running-req": ("num_running_reqs", int),
     "#token": ("num_used_tokens", int),
     "token usage": ("token_usage", float),
-    "cuda graph": ("cuda_graph", _to_bool),
+    "cuda graph": ("cuda_graph", to_bool),
     "gen throughput (token/s)": ("gen_throughput", float),
     "#queue-req": ("num_queue_reqs", int),
     "#full token": ("num_full_tokens", int),
@@ -178,7 +178,7 @@ _BATCH_KEYS: dict[str, tuple[str, _Conv]] = {
     "#new-seq": ("num_new_seqs", int),
     "#new-token": ("num_new_tokens", int),
     "#cached-token": ("num_cached_tokens", int),
-    "cache hit rate": ("cache_hit_rate", _to_ratio),
+    "cache hit rate": ("cache_hit_rate", to_ratio),
     "input throughput (token/s)": ("input_throughput", float),
     "#pending-token": ("num_pending_tokens", int),
     "#unbootstrapped-req": ("num_unbootstrapped_reqs", int),
@@ -192,16 +192,16 @@ _BATCH_KEYS: dict[str, tuple[str, _Conv]] = {
     "#new_token": ("num_new_tokens", int),
     "#remaining_req": ("num_queue_reqs", int),
     "#running_req": ("num_running_reqs", int),
-    "tree_cache_hit_rate": ("cache_hit_rate", _to_ratio),
+    "tree_cache_hit_rate": ("cache_hit_rate", to_ratio),
 }
 # Other device labels of the graph flag: the value is still `cuda_graph`, the label is kept.
 for _label in ("npu", "cpu", "musa", "xpu"):
-    _BATCH_KEYS[f"{_label} graph"] = ("cuda_graph", _to_bool)
-_GRAPH_LABELS = {"npu graph": "npu", "cpu graph": "cpu", "musa graph": "musa", "xpu graph": "xpu"}
+    BATCH_KEYS[f"{_label} graph"] = ("cuda_graph", to_bool)
+GRAPH_LABELS = {"npu graph": "npu", "cpu graph": "cpu", "musa graph": "musa", "xpu graph": "xpu"}
 POOL_USAGES = (  # hybrid models log each pool; token_usage is then the fullest (SGLang's gauge)
     "full_token_usage", "swa_token_usage", "mamba_usage", "gpu_token_usage")
 
-_RETRACT_KEYS: dict[str, tuple[str, _Conv]] = {
+RETRACT_KEYS: dict[str, tuple[str, _Conv]] = {
     "#retracted_reqs": ("num_retracted_reqs", int),
     "#new_tokens_gained": ("num_new_tokens_gained", int),
     "#mamba_num_gained": ("num_mamba_num_gained", int),
@@ -209,7 +209,7 @@ _RETRACT_KEYS: dict[str, tuple[str, _Conv]] = {
 }
 
 
-def _pairs(body: str, sep: str, keys: dict[str, tuple[str, _Conv]], out: dict[str, Any],
+def read_pairs(body: str, sep: str, keys: dict[str, tuple[str, _Conv]], out: dict[str, Any],
            raw_keys: list[str] | None = None) -> int:
     """Read `key: value` pieces into `out`; returns how many pieces were malformed.
 
@@ -235,21 +235,21 @@ def _pairs(body: str, sep: str, keys: dict[str, tuple[str, _Conv]], out: dict[st
             out[name] = conv(v)
         except ValueError:
             bad += 1
-        if name == "cuda_graph" and k in _GRAPH_LABELS:
-            backend = _GRAPH_LABELS[k]
+        if name == "cuda_graph" and k in GRAPH_LABELS:
+            backend = GRAPH_LABELS[k]
     if backend is not None:
         out["graph_backend"] = backend
     return bad
 
 
-def _derive_usage(fields: dict[str, Any]) -> None:
+def derive_token_usage(fields: dict[str, Any]) -> None:
     pools = [fields[k] for k in POOL_USAGES if isinstance(fields.get(k), float)]
     if pools:
         # SGLang's own sglang:token_usage gauge is the fullest pool on hybrid models.
         fields["token_usage"] = max(pools)
 
 
-_PARTIAL: Final = "_partial"  # internal marker key, removed before the event leaves the parser
+PARTIAL: Final = "_partial"  # internal marker key, removed before the event leaves the parser
 
 
 MAX_REASON_CHARS = 300

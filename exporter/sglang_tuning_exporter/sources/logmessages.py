@@ -11,14 +11,14 @@ from sglang_tuning_exporter.core import events as ev
 from sglang_tuning_exporter.core.events import Event
 from sglang_tuning_exporter.core.redact import redact_text
 from sglang_tuning_exporter.sources.logline import (
-    _PARTIAL,
-    _RETRACT_KEYS,
+    PARTIAL,
+    RETRACT_KEYS,
     UNPARSED,
-    _event,
-    _pairs,
-    _Result,
+    ParseResult,
     auto_value,
+    make_event,
     normalise_key,
+    read_pairs,
     reason_text,
 )
 from sglang_tuning_exporter.sources.serverargs import parse_server_args
@@ -43,7 +43,7 @@ _RETRACT_HEAD = re.compile(
 _RATIO = re.compile(r"#new_token_ratio: ([0-9.]+) -> ([0-9.]+)")
 
 
-def _retract(s: str, n: int) -> _Result:
+def retract_line(s: str, n: int) -> ParseResult:
     m = _RETRACT_HEAD.search(s)
     if m is not None:
         p, body_at = m.start(), m.end()
@@ -54,7 +54,7 @@ def _retract(s: str, n: int) -> _Result:
     fields: dict[str, Any] = {}
     r = _RATIO.search(s, body_at)
     body = s[body_at:r.start() if r else len(s)].rstrip().rstrip(",")
-    bad = _pairs(body, ", ", _RETRACT_KEYS, fields)
+    bad = read_pairs(body, ", ", RETRACT_KEYS, fields)
     if r is not None:
         fields["new_token_ratio_before"] = float(r.group(1))
         fields["new_token_ratio_after"] = float(r.group(2))
@@ -63,8 +63,8 @@ def _retract(s: str, n: int) -> _Result:
     if m is not None and m.group(1).lower().startswith("testing"):
         fields["testing"] = True
     if bad:
-        fields[_PARTIAL] = bad
-    return _event(n, ev.RETRACT, s[:p], fields)
+        fields[PARTIAL] = bad
+    return make_event(n, ev.RETRACT, s[:p], fields)
 
 
 # --- OOM ---------------------------------------------------------------------------------------
@@ -184,10 +184,10 @@ def oom_detail_fields(text: str, fields: dict[str, Any]) -> None:
         fields["gpu_free_gb"] = round(float(m.group(4)) * _UNIT_GB.get(m.group(5), 1.0), 4)
 
 
-def _oom(s: str, n: int) -> _Result:
+def oom_line(s: str, n: int) -> ParseResult:
     m = _OOM.search(s)
     if m is None:
-        return _retract(s, n) if "out of memory happened" in s.lower() else None
+        return retract_line(s, n) if "out of memory happened" in s.lower() else None
     p = m.start()
     exception = None
     # `RuntimeError: Prefill out of memory...` / `torch.OutOfMemoryError: CUDA out of memory...`
@@ -206,7 +206,7 @@ def _oom(s: str, n: int) -> _Result:
         fields["reason"] = "cuda_graph_capture"
         fields["graph"] = graph_from_text(message) or "decode"
     oom_detail_fields(s, fields)
-    return _event(n, ev.OOM, s[:p], fields)
+    return make_event(n, ev.OOM, s[:p], fields)
 
 
 # --- errors ------------------------------------------------------------------------------------
@@ -215,7 +215,7 @@ _ERROR_HEAD = re.compile(
     r"|Received sigquit from a child process)")
 
 
-def _error(s: str, n: int) -> _Result:
+def error_line(s: str, n: int) -> ParseResult:
     m = _ERROR_HEAD.search(s)
     if m is None:
         return None
@@ -224,7 +224,7 @@ def _error(s: str, n: int) -> _Result:
     fields: dict[str, Any] = {"error": head if not head.startswith("Traceback") else "Traceback"}
     if rest:
         fields["message"] = redact_text(rest)  # a failed download's URL may carry a token
-    return _event(n, ev.ERROR, s[:m.start()], fields)
+    return make_event(n, ev.ERROR, s[:m.start()], fields)
 
 
 # --- startup memory / capacity -----------------------------------------------------------------
@@ -297,13 +297,13 @@ _CAP_DEFAULT = re.compile(r"Max running requests is reset to (\d+) for (speculat
 _TIMINGS = re.compile(r"Engine startup timings \(s\): ")
 
 
-def _startup(kind_stage: str, s: str, n: int, p: int, body: str) -> _Result:
+def _startup(kind_stage: str, s: str, n: int, p: int, body: str) -> ParseResult:
     fields: dict[str, Any] = {"stage": kind_stage}
     _startup_pairs(body, fields)
-    return _event(n, ev.STARTUP_MEMORY, s[:p], fields)
+    return make_event(n, ev.STARTUP_MEMORY, s[:p], fields)
 
 
-def _load_weight(s: str, n: int) -> _Result:
+def load_weight_line(s: str, n: int) -> ParseResult:
     m = _LOAD.search(s)
     if m is None:
         return None
@@ -315,14 +315,14 @@ def _load_weight(s: str, n: int) -> _Result:
         fields: dict[str, Any] = {"stage": "load_weight_commit", "elapsed_s": float(c.group(1)),
                                   "capture_overlap_window_s": float(c.group(2)),
                                   "startup_overlap_total_s": float(c.group(3))}
-        return _event(n, ev.STARTUP_MEMORY, s[:m.start()], fields)
+        return make_event(n, ev.STARTUP_MEMORY, s[:m.start()], fields)
     e = _startup(f"load_weight_{m.group(1)}", s, n, m.start(), body)
     if isinstance(e, Event) and "avail_mem_gb" not in e.fields:
         return UNPARSED
     return e
 
 
-def _kv_cache(s: str, n: int) -> _Result:
+def kv_cache_line(s: str, n: int) -> ParseResult:
     m = _POST_KV.search(s)
     if m is not None:
         stage = "post_capture_kv_allocated" if m.group("alloc") else "post_capture_kv_sizing"
@@ -342,7 +342,7 @@ def _kv_cache(s: str, n: int) -> _Result:
     return e
 
 
-def _memory_pool_end(s: str, n: int) -> _Result:
+def memory_pool_end_line(s: str, n: int) -> ParseResult:
     p = s.find("Memory pool end.")
     if p < 0:
         return None
@@ -352,7 +352,7 @@ def _memory_pool_end(s: str, n: int) -> _Result:
     return e
 
 
-def _capture(s: str, n: int) -> _Result:
+def capture_line(s: str, n: int) -> ParseResult:
     m = _CAPTURE.search(s)
     if m is None:
         return None
@@ -370,7 +370,7 @@ def _capture(s: str, n: int) -> _Result:
     _startup_pairs(body, fields)
     if m.group("stage") == "bs" and "batch_sizes" not in fields:
         return UNPARSED
-    return _event(n, ev.STARTUP_MEMORY, s[:m.start()], fields)
+    return make_event(n, ev.STARTUP_MEMORY, s[:m.start()], fields)
 
 
 # `CUDA graph disabled for {n} consecutive decode steps. This may cause significant throughput
@@ -390,17 +390,17 @@ _NAMED_NUMBER = re.compile(r"\b([a-z][\w-]{0,40}?)(?: size)?=(\d+)\b")
 _ONLY_GB = re.compile(r"only (\d+(?:\.\d+)?) GB GPU memory is available")
 
 
-def _graph_warner(s: str, n: int) -> _Result:
+def graph_warner_line(s: str, n: int) -> ParseResult:
     m = _GRAPH_WARN.search(s)
     if m is None:
         return None
-    return _event(n, ev.CUDA_GRAPH_DISABLED, s[:m.start()], {"consecutive_steps": int(m.group(1))})
+    return make_event(n, ev.CUDA_GRAPH_DISABLED, s[:m.start()], {"consecutive_steps": int(m.group(1))})
 
 
-def _prefill_graph_off(s: str, n: int) -> _Result:
+def prefill_graph_off_line(s: str, n: int) -> ParseResult:
     m = _PREFILL_OFF.search(s)
     if m is not None:
-        return _event(n, ev.STARTUP_MEMORY, s[:m.start()],
+        return make_event(n, ev.STARTUP_MEMORY, s[:m.start()],
                       {"stage": "prefill_graph_disabled", "reason": reason_text(s[m.end():], full_stop=False)})
     m = _PREFILL_OFF_OTHER.search(s)
     if m is None:
@@ -417,7 +417,7 @@ def _prefill_graph_off(s: str, n: int) -> _Result:
     gb = _ONLY_GB.search(s, m.end())
     if gb is not None:
         fields["avail_mem_gb"] = float(gb.group(1))
-    return _event(n, ev.STARTUP_MEMORY, s[:at], fields)
+    return make_event(n, ev.STARTUP_MEMORY, s[:at], fields)
 
 
 # CUDA graphs SGLang switched off because of another argument (0.5.23 arg_groups/*_hook.py): `Cuda graph is
@@ -430,30 +430,30 @@ _CONFIG_OFF = re.compile(r"(?i)\bcuda graph(?: and [\w -]{1,40}?)? (?:is|are) di
                          r"(?:using )?")
 
 
-def _config_off(s: str, n: int) -> _Result:
+def config_off_line(s: str, n: int) -> ParseResult:
     m = _CONFIG_OFF.search(s)
     if m is None:
         return None
-    return _event(n, ev.STARTUP_MEMORY, s[:m.start()],
+    return make_event(n, ev.STARTUP_MEMORY, s[:m.start()],
                   {"stage": "cuda_graph_disabled", "reason": reason_text(s[m.end():], full_stop=False)})
 
 
-def _summary(s: str, n: int) -> _Result:
+def summary_line(s: str, n: int) -> ParseResult:
     m = _REDUCED.search(s)
     if m is not None:
         post = m.group(3) is not None
-        return _event(n, ev.MAX_RUNNING_REDUCED, s[:m.start()],
+        return make_event(n, ev.MAX_RUNNING_REDUCED, s[:m.start()],
                       {"requested": int(m.group(3 if post else 1)), "reduced_to": int(m.group(4 if post else 2)),
                        "by": "kv_pool_post_capture" if post else "kv_pool"})
     m = _MAMBA_CAP.search(s)
     if m is not None:
-        return _event(n, ev.MAX_RUNNING_REDUCED, s[:m.start()],
+        return make_event(n, ev.MAX_RUNNING_REDUCED, s[:m.start()],
                       {"reduced_to": int(m.group(1)), "by": "mamba_state", "max_mamba_cache_size": int(m.group(2)),
                        "mamba_slots_per_request": int(m.group(3))})
     m = _CAP_DEFAULT.search(s)
     if m is not None:
         spec = m.group(1) is not None
-        return _event(n, ev.MAX_RUNNING_DEFAULT, s[:m.start()],
+        return make_event(n, ev.MAX_RUNNING_DEFAULT, s[:m.start()],
                       {"value": int(m.group(1 if spec else 3)), "reason": m.group(2 if spec else 4).rstrip(".")})
     m = _SUMMARY.search(s)
     if m is None:
@@ -464,7 +464,7 @@ def _summary(s: str, n: int) -> _Result:
     _startup_pairs(s[p:].rstrip().rstrip(","), fields)
     if not isinstance(fields.get("max_total_num_tokens"), int):
         return UNPARSED
-    return _event(n, ev.STARTUP_MEMORY, prefix, fields)
+    return make_event(n, ev.STARTUP_MEMORY, prefix, fields)
 
 
 # `KV pool holds N tokens, fewer than --context-length C.` (managers/tp_worker.py, 0.5.2x)
@@ -478,12 +478,12 @@ _SWA_POOL = re.compile(r"Use sliding window memory pool(?: \(all SWA\))?\. ")
 _GRAPH_GAP = re.compile(r"Post-capture KV sizing: decode CUDA graph max_bs=(\d+) < max_running_requests=(\d+)")
 
 
-def capacity_line(s: str, n: int) -> _Result:
+def capacity_line(s: str, n: int) -> ParseResult:
     """SGLang's capacity start-up lines: the KV pool below --context-length, the mamba state pool's and the
     sliding-window pool's sizes, the decode graph's ceiling below the running cap (post-capture sizing)."""
     m = _KV_BELOW_CONTEXT.search(s)
     if m is not None:
-        return _event(n, ev.STARTUP_MEMORY, s[:m.start()], {"stage": "kv_pool_below_context",
+        return make_event(n, ev.STARTUP_MEMORY, s[:m.start()], {"stage": "kv_pool_below_context",
                                                              "kv_pool_tokens": int(m.group(1)),
                                                              "context_len": int(m.group(2))})
     m = _MAMBA_ALLOC.search(s)
@@ -491,23 +491,23 @@ def capacity_line(s: str, n: int) -> _Result:
         fields: dict[str, Any] = {"stage": "mamba_cache_allocated", "max_mamba_cache_size": int(m.group(1))}
         for key, gb in _STATE_GB.findall(s, m.end()):
             fields[f"{key}_gb"] = float(gb)
-        return _event(n, ev.STARTUP_MEMORY, s[:m.start()], fields)
+        return make_event(n, ev.STARTUP_MEMORY, s[:m.start()], fields)
     m = _SWA_POOL.search(s)
     if m is not None:
         fields = {"stage": "swa_pool"}
         _startup_pairs(s[m.end():], fields)
         if not isinstance(fields.get("swa_layer_tokens"), int):
             return UNPARSED
-        return _event(n, ev.STARTUP_MEMORY, s[:m.start()], fields)
+        return make_event(n, ev.STARTUP_MEMORY, s[:m.start()], fields)
     m = _GRAPH_GAP.search(s)
     if m is not None:
-        return _event(n, ev.STARTUP_MEMORY, s[:m.start()], {"stage": "post_capture_graph_gap",
+        return make_event(n, ev.STARTUP_MEMORY, s[:m.start()], {"stage": "post_capture_graph_gap",
                                                              "decode_graph_max_bs": int(m.group(1)),
                                                              "max_running_requests": int(m.group(2))})
     return None
 
 
-def _dsv4(s: str, n: int) -> _Result:
+def dsv4_line(s: str, n: int) -> ParseResult:
     m = _DSV4.search(s)
     if m is None:
         return None
@@ -515,7 +515,7 @@ def _dsv4(s: str, n: int) -> _Result:
     return _startup(stage, s, n, m.start(), s[m.end():])
 
 
-def _init_dist(s: str, n: int) -> _Result:
+def init_dist_line(s: str, n: int) -> ParseResult:
     m = _INIT_DIST.search(s)
     if m is None:
         return None
@@ -526,7 +526,7 @@ def _init_dist(s: str, n: int) -> _Result:
 _TIMING_PAIR = re.compile(r"\b(\w+)=(\{[^}]*\}|[0-9.]+)")
 
 
-def _timings(s: str, n: int) -> _Result:
+def timings_line(s: str, n: int) -> ParseResult:
     m = _TIMINGS.search(s)
     if m is None:
         return None
@@ -538,10 +538,10 @@ def _timings(s: str, n: int) -> _Result:
             fields[f"{key}_s"] = float(value)
     if not fields:
         return UNPARSED
-    return _event(n, ev.STARTUP_TIMINGS, s[:m.start()], fields)
+    return make_event(n, ev.STARTUP_TIMINGS, s[:m.start()], fields)
 
 
-def _server_args(s: str, n: int) -> _Result:
+def server_args_line(s: str, n: int) -> ParseResult:
     p = s.find("server_args")
     if p < 0:
         return None
@@ -554,22 +554,22 @@ def _server_args(s: str, n: int) -> _Result:
         args = None
     if not args:
         return UNPARSED
-    return _event(n, ev.SERVER_ARGS, s[:p], args)
+    return make_event(n, ev.SERVER_ARGS, s[:p], args)
 
 
 _VERSION = re.compile(
-    r"(?i)\bsglang(?:==| version:? ?v?|_version[=:] ?v?|:v| v)(\d+\.\d+(?:\.\d+)?(?:\.?post\d+|rc\d+|\.dev\d+)?)\b")
+    r"(?i)\bsglang(?:==| version:? ?v?|version_line[=:] ?v?|:v| v)(\d+\.\d+(?:\.\d+)?(?:\.?post\d+|rc\d+|\.dev\d+)?)\b")
 
 
-def _version(s: str, n: int) -> _Result:
+def version_line(s: str, n: int) -> ParseResult:
     m = _VERSION.search(s)
     if m is None:
         return None
-    return _event(n, ev.VERSION, s[:m.start()], {"version": m.group(1)})
+    return make_event(n, ev.VERSION, s[:m.start()], {"version": m.group(1)})
 
 
-def _ready(s: str, n: int) -> _Result:
+def ready_line(s: str, n: int) -> ParseResult:
     p = s.find("The server is fired up and ready to roll")
     if p < 0:
         return None
-    return _event(n, ev.SERVER_READY, s[:p], {})
+    return make_event(n, ev.SERVER_READY, s[:p], {})

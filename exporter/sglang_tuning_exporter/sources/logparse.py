@@ -20,38 +20,38 @@ from sglang_tuning_exporter.core.events import Event
 from sglang_tuning_exporter.core.redact import redact_text
 from sglang_tuning_exporter.sources.grammar import Grammar
 from sglang_tuning_exporter.sources.logline import (
-    _ANSI,
-    _BATCH_KEYS,
-    _PARTIAL,
-    _STD_PREFIX,
+    ANSI,
+    BATCH_KEYS,
+    PARTIAL,
+    STD_PREFIX,
     UNPARSED,
-    _derive_usage,
-    _event,
-    _pairs,
-    _Result,
-    _Unparsed,
+    ParseResult,
+    Unparsed,
+    derive_token_usage,
+    make_event,
+    read_pairs,
 )
 from sglang_tuning_exporter.sources.logmessages import (
-    _capture,
-    _config_off,
-    _dsv4,
-    _error,
-    _graph_warner,
-    _init_dist,
-    _kv_cache,
-    _load_weight,
-    _memory_pool_end,
-    _oom,
-    _prefill_graph_off,
-    _ready,
-    _retract,
-    _server_args,
-    _summary,
-    _timings,
-    _version,
     capacity_line,
+    capture_line,
+    config_off_line,
+    dsv4_line,
+    error_line,
+    graph_warner_line,
+    init_dist_line,
+    kv_cache_line,
+    load_weight_line,
+    memory_pool_end_line,
+    oom_line,
+    prefill_graph_off_line,
+    ready_line,
+    retract_line,
+    server_args_line,
+    summary_line,
+    timings_line,
+    version_line,
 )
-from sglang_tuning_exporter.sources.logsettings import _forced, _runtime_update, _truncated
+from sglang_tuning_exporter.sources.logsettings import forced_line, runtime_update_line, truncated_line
 
 # ---------------------------------------------------------------------------------------------
 # Handlers: each returns an Event, None (not its line) or UNPARSED (its head, unreadable body).
@@ -60,7 +60,7 @@ DECODE_HEAD, PREFILL_HEAD, FILL_HEAD_V01 = "Decode batch", "Prefill batch", "new
 _BATCH_HEAD = re.compile(r"(Decode|Prefill) batch(?: \[(\d+)\])?(?:\(mixed #running-req: (\d+)\))?[.,](?: |$)")
 
 
-def _batch(s: str, n: int, g: Grammar | None) -> _Result:
+def _batch(s: str, n: int, g: Grammar | None) -> ParseResult:
     p = s.find(DECODE_HEAD)
     if p < 0:
         p = s.find(PREFILL_HEAD)
@@ -85,7 +85,7 @@ def _batch(s: str, n: int, g: Grammar | None) -> _Result:
                 if layout.extra:
                     f.update(layout.extra)
                 if layout.derive_usage:
-                    _derive_usage(f)
+                    derive_token_usage(f)
                 if m.group(2):
                     f = {"forward_iter": int(m.group(2)), **f}
                 return g.event(n, kind, s[:p], f)
@@ -97,94 +97,94 @@ def _batch(s: str, n: int, g: Grammar | None) -> _Result:
         fields["mixed_chunk"] = True
     body = s[body_at:].rstrip().rstrip(",")
     raw_keys: list[str] = []
-    bad = _pairs(body, ", ", _BATCH_KEYS, fields, raw_keys)
+    bad = read_pairs(body, ", ", BATCH_KEYS, fields, raw_keys)
     known = sum(1 for k in fields if k not in ("forward_iter", "mixed_chunk"))
     if not known:
         return UNPARSED
     if "token_usage" not in fields:
-        _derive_usage(fields)
+        derive_token_usage(fields)
     if bad:
-        fields[_PARTIAL] = bad
+        fields[PARTIAL] = bad
     elif mixed is None and g is not None and len(set(raw_keys)) == len(raw_keys):
         g.learn(kind, raw_keys)
     if g is not None:
         return g.event(n, kind, s[:p], fields)
-    return _event(n, kind, s[:p], fields)
+    return make_event(n, kind, s[:p], fields)
 
 
-def _fill_batch_v01(s: str, n: int, p: int) -> _Result:
+def _fill_batch_v01(s: str, n: int, p: int) -> ParseResult:
     body = s[p + len(FILL_HEAD_V01):].rstrip().rstrip(".")
     fields: dict[str, Any] = {}
-    bad = _pairs(body, ". ", _BATCH_KEYS, fields)
+    bad = read_pairs(body, ". ", BATCH_KEYS, fields)
     if not fields:
         return UNPARSED
     if bad:
-        fields[_PARTIAL] = bad
-    return _event(n, ev.PREFILL, s[:p], fields)
+        fields[PARTIAL] = bad
+    return make_event(n, ev.PREFILL, s[:p], fields)
 
 
-def _status_v01(s: str, n: int) -> _Result:
+def _status_v01(s: str, n: int) -> ParseResult:
     # v0.1.14 decode status line: `#running-req: 3, #token: 1442, token usage: 0.18, #queue-req: 0`
     p = s.find("#running-req: ")
     if p < 0 or "#queue-req" not in s:
         return None
     fields: dict[str, Any] = {}
-    bad = _pairs(s[p:].rstrip().rstrip(","), ", ", _BATCH_KEYS, fields)
+    bad = read_pairs(s[p:].rstrip().rstrip(","), ", ", BATCH_KEYS, fields)
     if "num_running_reqs" not in fields:
         return UNPARSED
     if bad:
-        fields[_PARTIAL] = bad
-    return _event(n, ev.DECODE, s[:p], fields)
+        fields[PARTIAL] = bad
+    return make_event(n, ev.DECODE, s[:p], fields)
 
 
 # Cheap substring gates, tried in order; each handler re-checks its own head precisely.
-_DISPATCH: tuple[tuple[str, Callable[[str, int], _Result]], ...] = (
-    ("etract", _retract),
+_DISPATCH: tuple[tuple[str, Callable[[str, int], ParseResult]], ...] = (
+    ("etract", retract_line),
     ("#running-req", _status_v01),
-    ("emory", _oom),
-    ("OOM", _oom),
-    ("aborted request ", _oom),
-    ("Memory pool end", _memory_pool_end),
-    ("Load weight", _load_weight),
+    ("emory", oom_line),
+    ("OOM", oom_line),
+    ("aborted request ", oom_line),
+    ("Memory pool end", memory_pool_end_line),
+    ("Load weight", load_weight_line),
     # Post-capture cuts and graph gaps before the generic `Post-capture KV sizing:` startup line.
-    ("Post-capture KV sizing: max_running_requests", _summary),
+    ("Post-capture KV sizing: max_running_requests", summary_line),
     ("Post-capture KV sizing: decode CUDA graph", capacity_line),
-    ("KV ", _kv_cache),
-    ("Capture ", _capture),
-    ("consecutive decode steps", _graph_warner),
-    ("prefill CUDA graph", _prefill_graph_off),
-    ("draft cuda graph because", _prefill_graph_off),
-    ("isabled ", _config_off),
-    ("max_", _summary),
-    ("Config updated via", _runtime_update),
-    ("server args updated", _runtime_update),
-    ("Updating ", _runtime_update),
-    ("Max running requests", _summary),
+    ("KV ", kv_cache_line),
+    ("Capture ", capture_line),
+    ("consecutive decode steps", graph_warner_line),
+    ("prefill CUDA graph", prefill_graph_off_line),
+    ("draft cuda graph because", prefill_graph_off_line),
+    ("isabled ", config_off_line),
+    ("max_", summary_line),
+    ("Config updated via", runtime_update_line),
+    ("server args updated", runtime_update_line),
+    ("Updating ", runtime_update_line),
+    ("Max running requests", summary_line),
     ("KV pool holds", capacity_line),
     ("Mamba Cache", capacity_line),
     ("sliding window memory pool", capacity_line),
-    ("isabled", _forced),
-    ("adjusted", _forced),
-    ("Rounding --chunked", _forced),
-    ("without radix", _forced),
-    ("disabling radix", _forced),
-    ("--chunked-prefill-size -1", _forced),
-    ("turn off --chunked", _forced),
-    ("forced as chunk cache", _forced),
-    ("SWA ring: ", _forced),
-    ("Expanding multimodal decode CUDA graph", _forced),
-    ("Request length is longer", _truncated),
-    ("server_args", _server_args),
-    ("xception", _error),
-    ("Traceback", _error),
-    ("sigquit", _error),
-    ("DSv4", _dsv4),
-    ("DSV4", _dsv4),
-    ("torch distributed", _init_dist),
-    ("startup timings", _timings),
-    ("fired up", _ready),
-    ("sglang", _version),
-    ("SGLang", _version),
+    ("isabled", forced_line),
+    ("adjusted", forced_line),
+    ("Rounding --chunked", forced_line),
+    ("without radix", forced_line),
+    ("disabling radix", forced_line),
+    ("--chunked-prefill-size -1", forced_line),
+    ("turn off --chunked", forced_line),
+    ("forced as chunk cache", forced_line),
+    ("SWA ring: ", forced_line),
+    ("Expanding multimodal decode CUDA graph", forced_line),
+    ("Request length is longer", truncated_line),
+    ("server_args", server_args_line),
+    ("xception", error_line),
+    ("Traceback", error_line),
+    ("sigquit", error_line),
+    ("DSv4", dsv4_line),
+    ("DSV4", dsv4_line),
+    ("torch distributed", init_dist_line),
+    ("startup timings", timings_line),
+    ("fired up", ready_line),
+    ("sglang", version_line),
+    ("SGLang", version_line),
 )
 
 
@@ -207,17 +207,17 @@ def dispatch_markers() -> tuple[str, ...]:
     return (DECODE_HEAD, PREFILL_HEAD, FILL_HEAD_V01, *(marker for marker, _ in _DISPATCH), *UNREAD_MARKERS)
 
 
-def _unread(s: str) -> _Result:
+def _unread(s: str) -> ParseResult:
     """UNPARSED for a line of SGLang's own prefix that speaks of capacity; None for other chatter."""
     if not any(marker in s for marker in UNREAD_MARKERS):  # the cheap test first: most chatter stops here
         return None
-    m = _STD_PREFIX.match(s)
+    m = STD_PREFIX.match(s)
     if m is None or CAPACITY_WORDS.search(s, m.end()) is None:
         return None
     return UNPARSED
 
 
-def _parse_clean(s: str, n: int, g: Grammar | None = None) -> _Result:
+def _parse_clean(s: str, n: int, g: Grammar | None = None) -> ParseResult:
     if "batch" in s:
         r = _batch(s, n, g)
         if r is not None:
@@ -232,10 +232,10 @@ def _parse_clean(s: str, n: int, g: Grammar | None = None) -> _Result:
     return _unread(s) if s[:1] == "[" else None
 
 
-_NOTHING: Final[tuple[_Result, bool]] = (None, False)
+_NOTHING: Final[tuple[ParseResult, bool]] = (None, False)
 
 
-def parse_any(text: str, line_no: int, grammar: Grammar | None = None) -> tuple[_Result, bool]:
+def parse_any(text: str, line_no: int, grammar: Grammar | None = None) -> tuple[ParseResult, bool]:
     """Like parse_line, but also says UNPARSED (recognised head, unreadable body) and whether the
     event came from a line with malformed pieces (truncated or mangled: counted, still used)."""
     if "HTTP/1." in text and "\r" not in text:
@@ -243,10 +243,10 @@ def parse_any(text: str, line_no: int, grammar: Grammar | None = None) -> tuple[
     try:
         s = text[:-1] if text[-1:] == "\n" else text
         if "\x1b" in s:
-            s = _ANSI.sub("", s)
+            s = ANSI.sub("", s)
         if "\r" in s:
             # Progress bars redraw with \r: the record is the last fragment that holds one.
-            r: _Result = None
+            r: ParseResult = None
             for seg in reversed(s.split("\r")):
                 r = _parse_clean(seg, line_no, grammar)
                 if r is not None:
@@ -255,8 +255,8 @@ def parse_any(text: str, line_no: int, grammar: Grammar | None = None) -> tuple[
             r = _parse_clean(s, line_no, grammar)
     except Exception:  # never let one odd line stop a reader
         return UNPARSED, False
-    if r.__class__ is Event and _PARTIAL in r.fields:
-        del r.fields[_PARTIAL]
+    if r.__class__ is Event and PARTIAL in r.fields:
+        del r.fields[PARTIAL]
         return r, True
     return r, False
 
@@ -328,7 +328,7 @@ class LineClassifier:
         r, partial = parse_any(text, line_no, self.grammar)
         if r is None:
             return None
-        if isinstance(r, _Unparsed):
+        if isinstance(r, Unparsed):
             st.note_unparsed(line_no, text)
             return None
         if partial:

@@ -8,7 +8,7 @@ import re
 from typing import Any
 
 from sglang_tuning_exporter.core import events as ev
-from sglang_tuning_exporter.sources.logline import UNPARSED, _event, _Result, auto_value, reason_text
+from sglang_tuning_exporter.sources.logline import UNPARSED, ParseResult, auto_value, make_event, reason_text
 from sglang_tuning_exporter.sources.serverargs import parse_server_args
 
 # Runtime changes (POST /set_internal_state): SGLang logs the applied arguments, or why a key was refused.
@@ -17,7 +17,7 @@ _REJECTED = re.compile(r"Updating (\w+) (?:is not supported\.|to (.{1,200}?) is 
                        r"range \[(-?\d+), (-?\d+)\]\.|is (rejected while .{1,200}?)\.?$)")
 
 
-def _runtime_update(s: str, n: int) -> _Result:
+def runtime_update_line(s: str, n: int) -> ParseResult:
     m = _UPDATED.search(s)
     if m is not None:
         body = s[m.end():].strip()
@@ -27,7 +27,7 @@ def _runtime_update(s: str, n: int) -> _Result:
             args = None
         if args is None:
             return UNPARSED
-        return _event(n, ev.SERVER_ARGS_UPDATE, s[:m.start()], {"updated": args})
+        return make_event(n, ev.SERVER_ARGS_UPDATE, s[:m.start()], {"updated": args})
     m = _REJECTED.search(s)
     if m is None:
         return None
@@ -39,7 +39,7 @@ def _runtime_update(s: str, n: int) -> _Result:
         fields["reason"] = m.group(5)
     else:
         fields["reason"] = "not_supported"
-    return _event(n, ev.SERVER_ARGS_REJECTED, s[:m.start()], fields)
+    return make_event(n, ev.SERVER_ARGS_REJECTED, s[:m.start()], fields)
 
 
 # SGLang switching chunked prefill, mixed chunks or the radix cache off itself (server_args / arg_groups hooks,
@@ -68,17 +68,17 @@ _TRUNCATED = re.compile(r"Request length is longer than the KV cache pool size o
                         r"(?: len\(req\.origin_input_ids\)=(\d+), max_req_input_len=(\d+))?")
 
 
-def _truncated(s: str, n: int) -> _Result:
+def truncated_line(s: str, n: int) -> ParseResult:
     m = _TRUNCATED.search(s)
     if m is None:
         return None
     fields: dict[str, Any] = {}
     if m.group(1) is not None:
         fields.update(input_len=int(m.group(1)), max_req_input_len=int(m.group(2)))
-    return _event(n, ev.REQUEST_TRUNCATED, s[:m.start()], fields)
+    return make_event(n, ev.REQUEST_TRUNCATED, s[:m.start()], fields)
 
 
-def _forced(s: str, n: int) -> _Result:
+def forced_line(s: str, n: int) -> ParseResult:
     m = _RESIZED.search(s)
     fields: dict[str, Any]
     if m is not None:
@@ -99,4 +99,4 @@ def _forced(s: str, n: int) -> _Result:
     at = s.rfind("] ", 0, m.start() + 1)  # the message starts after SGLang's (or a decoration's) `] `
     at = at + 2 if at >= 0 else 0
     fields["reason"] = reason_text(s[at:])
-    return _event(n, ev.SETTING_FORCED, s[:at], fields)
+    return make_event(n, ev.SETTING_FORCED, s[:at], fields)
