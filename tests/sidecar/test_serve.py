@@ -556,7 +556,7 @@ def test_a_gzip_or_device_log_file_is_refused_at_start(tmp_path: Path) -> None:
 
     gz = tmp_path / "server.log.gz"
     gz.write_bytes(gzip.compress(b"[2026-01-01 10:00:00] hello\n"))
-    for path, why in ((str(gz), "gzip-compressed"), ("/dev/zero", "is not a file")):
+    for path, why in ((str(gz), "gzip-compressed"), ("/dev/zero", "a device, not a log file"), (str(tmp_path), "is a directory")):
         with pytest.raises(ServeConfigError) as exc:
             build_config(_args("--sglang.log-file", path))
         assert [p for p in exc.value.problems if why in p], exc.value.problems

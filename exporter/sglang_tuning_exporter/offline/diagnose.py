@@ -35,8 +35,9 @@ from sglang_tuning_exporter.offline.diagnosis import (
     last_log_time,
 )
 from sglang_tuning_exporter.offline.scanner import ChunkResult, Scanner
+from sglang_tuning_exporter.sources.filekind import special_file
 from sglang_tuning_exporter.sources.logfiles import LineBlocks, sniff, split_ranges
-from sglang_tuning_exporter.sources.tail import InputError, special_file
+from sglang_tuning_exporter.sources.tail import InputError
 
 FORMATS = ("text", "json", "markdown", "html")
 PARALLEL_MIN_BYTES = 16 << 20  # plain files at least this big are scanned in a process pool

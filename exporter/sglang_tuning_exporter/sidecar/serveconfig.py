@@ -23,7 +23,7 @@ from sglang_tuning_exporter.core.redact import redact_text
 from sglang_tuning_exporter.guide.checks import CheckTable, TableError, load_table
 from sglang_tuning_exporter.guide.config import Config, ConfigError, load_config, parse_server_arg_overrides
 from sglang_tuning_exporter.sidecar.webconfig import WebConfig, WebConfigError, load_web_config
-from sglang_tuning_exporter.sources.tail import GZIP_MAGIC
+from sglang_tuning_exporter.sources.filekind import unfollowable
 
 DEFAULT_PORT = 9470
 LOG_LEVELS = ("debug", "info", "warn", "error")
@@ -66,14 +66,6 @@ class ServeConfig:
     web_idle_timeout_s: float = limits.IDLE_TIMEOUT_S
     web_header_timeout_s: float = limits.HEADER_TIMEOUT_S
     web_write_timeout_s: float = limits.WRITE_TIMEOUT_S
-
-
-def _gzipped(path: Path) -> bool:
-    try:
-        with path.open("rb") as fh:
-            return fh.read(2) == GZIP_MAGIC
-    except OSError:
-        return False
 
 
 def _stdin_open() -> bool:
@@ -171,11 +163,10 @@ def build_config(args: argparse.Namespace) -> ServeConfig:
     log_file = Path(args.log_file) if args.log_file else None
     if log_file is not None and str(log_file) == "-" and not _stdin_open():
         problems.append("--sglang.log-file -: standard input is closed")
-    if log_file is not None and str(log_file) != "-" and log_file.exists() and not log_file.is_file():
-        problems.append(f"--sglang.log-file: {log_file} is not a file")
-    elif log_file is not None and str(log_file) != "-" and _gzipped(log_file):
-        problems.append(f"--sglang.log-file: {log_file} is gzip-compressed: serve follows the plain, live log "
-                        "(diagnose reads .gz files)")
+    if log_file is not None and str(log_file) != "-":
+        why = "is a directory" if log_file.is_dir() else unfollowable(str(log_file))
+        if why is not None:
+            problems.append(f"--sglang.log-file: {log_file}: {why}")
     if url is None and log_file is None:
         problems.append("nothing to watch: give --sglang.log-file, --sglang.url, or both")
     timeout = duration("--sglang.scrape-timeout", args.scrape_timeout, 0.001)

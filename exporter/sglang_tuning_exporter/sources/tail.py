@@ -17,7 +17,6 @@ import contextlib
 import gzip
 import io
 import os
-import stat
 import sys
 import time
 from collections import deque
@@ -27,6 +26,7 @@ from types import TracebackType
 from typing import IO, Protocol, cast
 
 from sglang_tuning_exporter.core import limits
+from sglang_tuning_exporter.sources.filekind import GZIP_MAGIC, refused, special_file
 
 MAX_LINE_BYTES = 1 << 20  # 1 MiB
 _CHUNK = 1 << 18
@@ -43,45 +43,6 @@ class FileId:
     dev: int
     ino: int
     size: int
-
-
-GZIP_MAGIC = b"\x1f\x8b"
-
-
-def special_kind(mode: int) -> str | None:
-    """Why a file of this st_mode is no log file (read for ever, or blocks without a writer), or None."""
-    if stat.S_ISFIFO(mode):
-        return "a named pipe, not a log file (pipe it to standard input: -)"
-    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
-        return "a device, not a log file"
-    if stat.S_ISSOCK(mode):
-        return "a socket, not a log file"
-    return None
-
-
-def special_file(path: str) -> str | None:
-    """special_kind of `path` (None when it is a regular file, or cannot be stat'ed)."""
-    try:
-        return special_kind(os.stat(path).st_mode)
-    except (OSError, ValueError):
-        return None
-
-
-def _refused(fh: IO[bytes]) -> str | None:
-    """Why the follower will not read an opened file: not a regular file (/dev/zero would burn a core), or
-    gzip-compressed (a rotated, compressed log is not the live one; `diagnose` reads it)."""
-    try:
-        why = special_kind(os.fstat(fh.fileno()).st_mode)
-    except (OSError, ValueError, io.UnsupportedOperation, AttributeError):
-        why = None  # a test's in-memory file
-    if why is not None:
-        return why
-    try:
-        magic = fh.read(2)
-        fh.seek(0)
-    except OSError:
-        return None
-    return "gzip-compressed, not a live log (diagnose reads .gz files)" if magic == GZIP_MAGIC else None
 
 
 class FileSystem(Protocol):
@@ -432,7 +393,7 @@ class Follower:
             self.problem = None
             self._seek_end_on_open = False  # it did not exist at start: read it whole when it comes
             return None
-        why = _refused(fh)
+        why = refused(fh)
         if why is not None:  # checked at every open: at start and after each rotation
             with contextlib.suppress(OSError):
                 fh.close()
