@@ -3,10 +3,18 @@ window's signals and names its flag, with a value from what was seen."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import pytest
+
 from sglang_tuning_exporter.core.model import Finding, Rank, ServerState
-from sglang_tuning_exporter.guide.advisor import evaluate
+from sglang_tuning_exporter.guide.advisor import evaluate, statuses
 from sglang_tuning_exporter.guide.checks import load_table
+from sglang_tuning_exporter.guide.config import Config, ConfigError, parse_config
 from sglang_tuning_exporter.pipeline.signals import SIGNAL_NAMES, share_server_latency
+from sglang_tuning_exporter.render.command import apply_config
+from sglang_tuning_exporter.render.options import RenderOptions
+from sglang_tuning_exporter.render.rules import all_alerts, rule_groups
 
 TABLE = load_table()
 SERVER = ServerState(version="0.5.23", args={"max_running_requests": 256, "chunked_prefill_size": 4096})
@@ -74,3 +82,29 @@ def test_log_only_latency_checks_are_unknown() -> None:
     fs = {f.check: f for f in evaluate(TABLE, by_rank, SERVER)}
     for check in ("latency_high_batch_large", "latency_queue_dominates", "ttft_long_prompts"):
         assert fs[check].status == "unknown", check
+
+
+def test_a_config_moves_the_latency_guards_for_the_advisor_and_the_rules(tmp_path: Path) -> None:
+    """The guards (64 batch, 0.5 s queue time, 2048 prompt tokens) are ours, not the guide's: a config's
+    `checks.<id>.guard` moves them, for the advisor and the rendered rules alike; a wrong one is refused."""
+    cfg = parse_config({"checks": {"ttft_long_prompts": {"guard": {"prefill_tokens_per_request": 8192}}}}, TABLE)
+    by_rank = {Rank(pp=0): scheduler(prefill_tokens=400.0 * 6000), Rank(): server(ttft_p95_seconds=6.0)}
+    share_server_latency(by_rank)
+    def status(config: Config | None) -> str:
+        return {f.check: f for f in evaluate(TABLE, by_rank, SERVER, config=config)
+                if f.rank == {"pp": 0}}["ttft_long_prompts"].status
+    assert (status(None), status(cfg)) == ("critical", "ok")  # 6000 tokens a request: long under 2048, not 8192
+    assert statuses(TABLE, by_rank, SERVER, config=cfg)[Rank(pp=0)]["ttft_long_prompts"] == "ok"
+    path = tmp_path / "c.yaml"
+    path.write_text("checks: {latency_high_batch_large: {guard: {decode_batch_p90: 128}}}\n", encoding="utf-8")
+    table, opts = apply_config(TABLE, str(path), RenderOptions())
+    rules = {(r["alert"], r["labels"]["source"]): r["expr"] for r in all_alerts(table, opts)}
+    assert 'signal="decode_batch_p90"} >= 128)' in rules[("SGLangLatencyHighBatchLarge", "exporter")]
+    native = [r["expr"] for g in rule_groups(table, opts) for r in g["rules"]
+              if r.get("record") == "rank:sglang_itl_p95_seconds:over10m"]
+    assert native and ">= 128)" in native[0] and ">= 64)" not in native[0]
+    with pytest.raises(ConfigError) as e:
+        parse_config({"checks": {"ttft_long_prompts": {"guard": {"decode_batch_p90": 1, "prefill_tokens_per_request": "x"}}}},
+                     TABLE)
+    assert any("not a guard of this check" in p for p in e.value.problems)
+    assert any("must be a finite number" in p for p in e.value.problems)

@@ -436,3 +436,26 @@ def test_alertmanager_inhibits_checks_of_a_blind_exporter(tmp_path: Path) -> Non
                           ("SGLangRetractionsFrequent", "b:9470"): "active"}
     finally:
         stop_process(proc)
+
+
+def test_latency_checks_apply_their_guard_natively() -> None:
+    """The latency checks have SGLang-native variants (issue 25): the guard's value is written once in the
+    table (`{guard}`) and reaches the exporter and the native expression alike; a native alert is silenced
+    by the exporter's signal itself, guard met or not (the sidecar's `not applicable` is a verdict)."""
+    from dataclasses import replace
+
+    from sglang_tuning_exporter.guide.checks import Guard
+    from sglang_tuning_exporter.render.expressions import exporter_signal_expr, has_native, native_signal_exprs
+
+    table = load_table()
+    by_id = table.by_id()
+    for cid in ("latency_high_batch_large", "latency_queue_dominates", "ttft_long_prompts"):
+        assert has_native(by_id[cid]), cid
+    assert not has_native(by_id["schedule_policy_fcfs_with_reuse"])  # its guard is a server argument
+    c = by_id["ttft_long_prompts"]
+    moved = replace(c, guard=(Guard(c.guard[0].signal, c.guard[0].comparison, 4096.0),))
+    opts = RenderOptions()
+    assert ">= 4096)" in exporter_signal_expr(moved, table, opts) and "2048" not in exporter_signal_expr(moved, table, opts)
+    assert all(">= 4096)" in e and "2048" not in e for e in native_signal_exprs(moved, table, opts))
+    (alert,) = [a for a in _native_alerts(opts) if a["alert"] == c.alert and a["labels"]["severity"] == "warning"]
+    assert 'sglang_tuning_signal_seconds{job="sglang-tuning-exporter",signal="ttft_p95"}, "instance_host"' in alert["expr"]

@@ -251,7 +251,7 @@ def statuses(table: CheckTable, signals: RankSignals, server: ServerState, *, pr
         ov = cfg.override(c.id)
         levels = c.thresholds_for(prof, wl)
         levels.update(ov.thresholds)
-        plans.append((c, levels, ov.min_samples if ov.min_samples is not None else c.min_samples))
+        plans.append((ov.on(c), levels, ov.min_samples if ov.min_samples is not None else c.min_samples))
     extra = server_signals(server)
     out: dict[Rank, dict[str, str]] = {}
     for rank in sorted(signals) or [Rank()]:
@@ -270,6 +270,7 @@ def _evaluate_one(c: Check, sig: Mapping[str, float | None], rank: Rank, args: M
                   band: tuple[float, float], planned: FlagValue | None = None,
                   words: Mapping[str, str] | None = None) -> Finding:
     ov = cfg.override(c.id)
+    c = ov.on(c)
     levels = c.thresholds_for(profile, workload)
     levels.update(ov.thresholds)
     window_s = cfg.window_s

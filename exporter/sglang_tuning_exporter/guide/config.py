@@ -13,6 +13,7 @@ Example::
     checks:
       retractions_frequent: {thresholds: {warning: 2, critical: 10}, min_samples: 1}
       queue_empty: {enabled: false}
+      ttft_long_prompts: {guard: {prefill_tokens_per_request: 4096}}
     server_args: {mem_fraction_static: 0.85}
 """
 
@@ -20,7 +21,7 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +30,7 @@ import yaml
 from sglang_tuning_exporter.core import yamltext
 from sglang_tuning_exporter.core.problems import ProblemsError
 from sglang_tuning_exporter.core.redact import MASK, is_secret_name, redact_args, redact_text, redact_value
-from sglang_tuning_exporter.guide.checks import CheckTable, is_number, load_table, parse_levels
+from sglang_tuning_exporter.guide.checks import Check, CheckTable, is_number, load_table, parse_levels
 
 WORKLOADS = ("throughput", "latency", "long-context", "multi-turn")
 _TOP = {"guide_profile", "workload", "window_s", "max_ranks", "expire_s", "signals", "profiles", "checks",
@@ -40,7 +41,7 @@ SLO_BUCKETS = {"ttft_p95_seconds": (0.1, 0.2, 0.4, 0.6, 0.8, 1.0, 2.0, 4.0, 6.0,
                "itl_p95_seconds": (0.002, 0.004, 0.006, 0.008, 0.01, 0.015, 0.02, 0.025, 0.03, 0.035, 0.04, 0.06,
                                    0.08, 0.1, 0.2, 0.4, 0.6, 0.8, 1.0, 2.0)}
 _SIGNAL_KEYS = {"usage_good", "capped_fraction", "min_samples"}
-_CHECK_KEYS = {"enabled", "thresholds", "min_samples", "window_s", "for_s"}
+_CHECK_KEYS = {"enabled", "thresholds", "min_samples", "window_s", "for_s", "guard"}
 
 
 class ConfigError(ProblemsError):
@@ -58,6 +59,13 @@ class CheckOverride:
     min_samples: int | None = None
     window_s: float | None = None
     for_s: float | None = None
+    guard: dict[str, float] = field(default_factory=dict)  # guard signal -> the value it must meet
+
+    def on(self, check: Check) -> Check:
+        """The check with this override's guard values (the advisor and the rules judge the same guard)."""
+        if not self.guard:
+            return check
+        return replace(check, guard=tuple(replace(g, value=self.guard.get(g.signal, g.value)) for g in check.guard))
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,8 +177,10 @@ def parse_config(raw: Any, table: CheckTable, source: str = "config") -> Config:
         ms = _positive(spec, "min_samples", where, problems, integer=True)
         ws = _positive(spec, "window_s", where, problems)
         fs = _positive(spec, "for_s", where, problems, allow_zero=True)
+        guard = _guard(spec.get("guard"), known[cid], where, problems)
         overrides[cid] = CheckOverride(enabled=enabled, thresholds=levels,
-                                       min_samples=None if ms is None else int(ms), window_s=ws, for_s=fs)
+                                       min_samples=None if ms is None else int(ms), window_s=ws, for_s=fs,
+                                       guard=guard)
     server_args = raw.get("server_args") or {}
     if not isinstance(server_args, dict):
         problems.append("server_args: must be a mapping of argument name to value")
@@ -189,6 +199,26 @@ def parse_config(raw: Any, table: CheckTable, source: str = "config") -> Config:
                   capped_fraction=capped if capped is not None else 0.95,
                   min_samples=int(min_samples) if min_samples is not None else 3,
                   queue_bands=bands, checks=overrides, server_args=redact_args(server_args))
+
+
+def _guard(raw: Any, check: Check, where: str, problems: list[str]) -> dict[str, float]:
+    """`guard: {signal: value}`: new values for the check's own guards (e.g. the latency checks' 64 batch,
+    0.5 s queue time, 2048 prompt tokens)."""
+    if raw is None:
+        return {}
+    names = [g.signal for g in check.guard]
+    if not isinstance(raw, dict):
+        problems.append(f"{where}guard: must be a mapping of guard signal to value ({', '.join(names) or 'none'})")
+        return {}
+    out: dict[str, float] = {}
+    for name, v in raw.items():
+        if name not in names:
+            problems.append(f"{where}guard.{name}: not a guard of this check (its guards: {', '.join(names) or 'none'})")
+        elif not is_number(v) or not math.isfinite(v):
+            problems.append(f"{where}guard.{name}: must be a finite number, got {v!r}")
+        else:
+            out[str(name)] = float(v)
+    return out
 
 
 def _slo(raw: Any, problems: list[str]) -> dict[str, float]:

@@ -130,7 +130,7 @@ def apply_config(table: CheckTable, path: str, opts: render_options.RenderOption
         thresholds = dict(c.thresholds)
         if ov.thresholds:
             thresholds[profile] = {**thresholds[profile], **ov.thresholds}
-        checks.append(replace(c, thresholds=thresholds,
+        checks.append(replace(ov.on(c), thresholds=thresholds,
                               window_s=ov.window_s if ov.window_s is not None else c.window_s,
                               for_s=ov.for_s if ov.for_s is not None else c.for_s))
     profiles = dict(table.profiles)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import re
 
+from sglang_tuning_exporter.core.catalog import PREFIX, SIGNAL_UNITS
 from sglang_tuning_exporter.core.durations import promql_duration
 from sglang_tuning_exporter.guide.checks import Check, CheckTable
 from sglang_tuning_exporter.render.options import HOST_LABEL, RenderOptions, selector_labels
@@ -135,8 +136,10 @@ def for_of(check_for_s: float, opts: RenderOptions) -> str:
 
 def fill(template: str, check: Check, table: CheckTable, opts: RenderOptions) -> str:
     band = table.profiles[profile_of(table, opts)].queue_band
-    return (template.replace("{window}", promql_duration(window_of(check, opts)))
-            .replace("{band_low}", num(band[0])).replace("{band_high}", num(band[1])))
+    out = (template.replace("{window}", promql_duration(window_of(check, opts)))
+           .replace("{band_low}", num(band[0])).replace("{band_high}", num(band[1])))
+    # The guard's value (a config may override it): the same number on the exporter and native side.
+    return out.replace("{guard}", num(check.guard[0].value)) if check.guard else out
 
 
 def num(v: float) -> str:
@@ -167,8 +170,19 @@ def native_signal_exprs(check: Check, table: CheckTable, opts: RenderOptions) ->
 
 def has_native(check: Check) -> bool:
     """True when the check can be judged from SGLang's own metrics alone."""
-    # A guard (e.g. the schedule policy) is a fact SGLang's /metrics does not carry.
-    return bool(check.promql.get("sglang")) and not check.guard
+    # A guard (e.g. the schedule policy) is a fact SGLang's /metrics does not carry, unless the native
+    # expression applies it itself (`{guard}`: the latency checks' batch, queue time and prompt length).
+    raw = check.promql.get("sglang")
+    return bool(raw) and (not check.guard or "{guard}" in str(raw))
+
+
+def exporter_has_signal(check: Check, table: CheckTable, opts: RenderOptions) -> str:
+    """The exporter's series of the check's signal whether or not its guard holds (a native alert is
+    silenced where the sidecar has the signal: a guard it reads as not met is its verdict, not a gap)."""
+    if not check.guard:
+        return exporter_signal_expr(check, table, opts, judged=False)
+    family, label, _ = SIGNAL_UNITS[check.signal]
+    return ours(f'{PREFIX}{family}{{signal="{label}"}}', opts)
 
 
 def native_record_name(check: Check, opts: RenderOptions) -> str:

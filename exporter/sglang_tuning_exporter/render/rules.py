@@ -37,6 +37,7 @@ from sglang_tuning_exporter.render.expressions import (
     SPELLINGS,
     checks_in_scope,
     compare,
+    exporter_has_signal,
     exporter_signal_expr,
     for_of,
     has_native,
@@ -157,7 +158,7 @@ def native_group(table: CheckTable, opts: RenderOptions) -> Group:
     for c in natives:
         sig = record_selector(native_record_name(c, opts), opts)
         # The exporter has this signal (judged or not: a feature switched off is its call, not SGLang's).
-        covered = exporter_signal_expr(c, table, opts, judged=False)
+        covered = exporter_has_signal(c, table, opts)
         # By host: only the sidecar beside this SGLang silences it, not any exporter of the same model.
         covered = with_host(covered) if by_host else paren(covered)
         for level, th in levels(c, table, opts):
