@@ -445,7 +445,11 @@ def test_latency_checks_apply_their_guard_natively() -> None:
     from dataclasses import replace
 
     from sglang_tuning_exporter.guide.checks import Guard
-    from sglang_tuning_exporter.render.expressions import exporter_signal_expr, has_native, native_signal_exprs
+    from sglang_tuning_exporter.render.expressions import (
+        exporter_signal_expr,
+        has_native,
+        native_signal_exprs,
+    )
 
     table = load_table()
     by_id = table.by_id()
