@@ -84,6 +84,8 @@ class FleetReport:
     elapsed_s: float = 0.0
     # servers still on another value of a flag whose change a peer of the same model judged `improved`
     lagging: tuple[Lagging, ...] = ()
+    # what the reader must know to read the figures right (e.g. windows reaching back before the range)
+    notes: tuple[str, ...] = ()
 
     def by_status(self) -> dict[str, int]:
         """Servers per status (every status present, in a fixed order)."""
@@ -113,7 +115,7 @@ class FleetReport:
                             "common_findings": self.common_findings()},
                 "instances": [i.to_json_dict() for i in self.instances],
                 "drift": [d.to_json_dict() for d in self.drift],
-                "lagging": [g.to_json_dict() for g in self.lagging]}
+                "lagging": [g.to_json_dict() for g in self.lagging], "notes": list(self.notes)}
 
 
 # --------------------------------------------------------------------------------------------- evaluation

@@ -86,6 +86,7 @@ def render_markdown(report: FleetReport) -> str:
                + (f", selector {_code('{' + report.selector + '}')}" if report.selector else "")
                + f"; guide profile {_code(report.profile)}, workload {_code(report.workload)}; "
                f"{report.queries} PromQL queries.")
+    out += [f"\nNote: {md_text(n)}." for n in report.notes]
     out += ["", "## Summary", "", "| status | servers |", "|---|---:|"]
     out += [f"| {s} | {n} |" for s, n in report.by_status().items()]
     out.append(f"| **total** | **{len(report.instances)}** |")
@@ -284,6 +285,7 @@ def render_html(report: FleetReport) -> str:
              + (f", selector <code>{{{_e(report.selector)}}}</code>" if report.selector else "")
              + f"; guide profile <code>{_e(report.profile)}</code>, workload <code>{_e(report.workload)}</code>; "
              f"{report.queries} PromQL queries.</p>",
+             *(f'<p class="note">Note: {_e(n)}.</p>' for n in report.notes),
              '<h2 id="summary">Summary</h2>', status_bar_svg(counts),
              _table(["status", "servers"], [[_td(s, s), _td(n)] for s, n in counts.items()])]
     common = report.common_findings()

@@ -25,12 +25,14 @@ from sglang_tuning_exporter.core.catalog import (
     OOM_PHASES,
     SIGNAL_FAMILIES,
     SIGNAL_FAMILY_UNITS,
+    SIGNAL_UNITS,
 )
 from sglang_tuning_exporter.core.model import Rank, ServerState, value_text
 from sglang_tuning_exporter.core.recording import recorded
 from sglang_tuning_exporter.core.redact import redact_text, redact_value
 from sglang_tuning_exporter.core.versions import merge_version
 from sglang_tuning_exporter.fleet.promapi import Sample, Series
+from sglang_tuning_exporter.guide.advisor import MIN_AGG, STARTUP_SIGNALS
 from sglang_tuning_exporter.guide.config import Config
 from sglang_tuning_exporter.pipeline.signals import SAMPLE_COUNT_OF, SignalParams
 
@@ -167,8 +169,9 @@ def plan(w: Window, params: SignalParams | None = None, window_s: float = SIDECA
         return ratio_of_samples(f"(max by ({GROUP}) ({u}) < bool {usage_target:g}) * "
                                 f"(max by ({GROUP}) ({q}) > bool 0)", w)
 
-    def last(metric_ours: str, sg_names: Sequence[str], scale_ours: float = 1.0, op: str = "max") -> str:
-        # `op` folds the TP ranks of a replica: min for headroom (the least free memory is the one that OOMs).
+    def last(name: str, metric_ours: str, sg_names: Sequence[str], scale_ours: float = 1.0) -> str:
+        # The TP ranks of a replica fold by the advisor's rule: min for headroom (the least free memory OOMs).
+        op = fold_of(name)
         ours = f"{op} by ({GROUP}) (last_over_time({series(metric_ours, sel)}[{r}]))"
         if scale_ours != 1.0:
             ours = f"{ours} / {scale_ours:.17g}"  # exact: `:g` wrote 2^30 as 1.07374e+09
@@ -258,12 +261,13 @@ def plan(w: Window, params: SignalParams | None = None, window_s: float = SIDECA
         PlannedQuery("prefill_samples", _sources(
             f"max by ({GROUP}) (count_over_time({series('sglang_tuning_prefill_tokens_total', sel, 'source=' + NEW)}[{r}]))",
             *[f"max by ({GROUP}) (count_over_time({x}[{r}]))" for x in _sglang("prompt_tokens_total", sel)])),
-        PlannedQuery("available_gpu_mem_gb", last("sglang_tuning_available_gpu_memory_bytes",
-                                                  ["startup_available_gpu_memory_gb"], GIB, op="min")),
-        PlannedQuery("gpu_mem_total_gb", last("sglang_tuning_gpu_memory_total_bytes", [], GIB)),
-        PlannedQuery("max_total_num_tokens", last("sglang_tuning_max_total_tokens", ["max_total_num_tokens"])),
-        PlannedQuery("max_running_requests", last("sglang_tuning_max_running_requests", ["max_running_requests"])),
-        PlannedQuery("cuda_graph_max_bs_captured", last("sglang_tuning_cuda_graph_max_batch_size", [])),
+        *[PlannedQuery(name, last(name, *how)) for name, how in (
+            ("available_gpu_mem_gb", ("sglang_tuning_available_gpu_memory_bytes", ["startup_available_gpu_memory_gb"],
+                                      GIB)),
+            ("gpu_mem_total_gb", ("sglang_tuning_gpu_memory_total_bytes", [], GIB)),
+            ("max_total_num_tokens", ("sglang_tuning_max_total_tokens", ["max_total_num_tokens"])),
+            ("max_running_requests", ("sglang_tuning_max_running_requests", ["max_running_requests"])),
+            ("cuda_graph_max_bs_captured", ("sglang_tuning_cuda_graph_max_batch_size", [])))],
         PlannedQuery("running_capped_ratio", _sources(
             capped(running_ours, cap_ours, usage_ours, queue_ours),
             *(capped(a, b, c, d) for a, b, c, d in zip(running_sg, cap_sg, usage_sg, queue_sg, strict=True)))),
@@ -276,9 +280,37 @@ def plan(w: Window, params: SignalParams | None = None, window_s: float = SIDECA
     ]
 
 
-# Signals of the sidecar that count something in its window (samples, OOM events): over a range longer than
-# the window, the fullest window inside it counts, not their mean.
-WINDOW_COUNTS = tuple(sorted({*SAMPLE_COUNT_OF.values(), *(f"oom_{p}_count" for p in OOM_PHASES)}))
+# Signals of the sidecar that count samples in its window: over a range longer than the window, the fullest
+# window inside it counts, not their mean. OOM events are counted over the whole range by their counter instead.
+WINDOW_COUNTS = tuple(sorted(set(SAMPLE_COUNT_OF.values())))
+OOM_COUNTS = frozenset(f"oom_{p}_count" for p in OOM_PHASES)
+# Prometheus' default lookback: a windowed signal is looked for at least this far back, since a look-back
+# shorter than a scrape interval finds no sample and would hand the signal to the other sources silently.
+LOOKBACK_S = 300.0
+
+
+def fold_of(name: str) -> str:
+    """How the TP ranks of a replica fold a signal: the advisor's rule (min where less is worse)."""
+    return "min" if name in MIN_AGG else "max"
+
+
+def sidecar_lookback(range_s: float, window_s: float = SIDECAR_WINDOW_S) -> float:
+    """Seconds back from the range's end in which the sidecar's windowed signals are read."""
+    return max(range_s - window_s, LOOKBACK_S) if range_s > window_s else max(range_s, LOOKBACK_S)
+
+
+def window_note(range_s: float, window_s: float = SIDECAR_WINDOW_S) -> str | None:
+    """What the report says when the sidecar's windows it reads reach back before the range's start."""
+    if range_s > window_s:
+        back = sidecar_lookback(range_s, window_s)
+        before = round(window_s + back - range_s)
+        read = f"the sidecar's {round(window_s)} s windows ending in the last {round(back)} s"
+    else:
+        before = round(window_s - range_s)
+        read = f"the sidecar's last {round(window_s)} s window"
+    if before <= 0:
+        return None
+    return f"signals read from {read} reach back {before} s before the range's start"
 
 
 def sidecar_signals_expr(sel: str, range_s: float, window_s: float = SIDECAR_WINDOW_S) -> str:
@@ -287,36 +319,46 @@ def sidecar_signals_expr(sel: str, range_s: float, window_s: float = SIDECAR_WIN
 
     A range no longer than the sidecar's window reads each signal at the range's end, the value an alert
     evaluated at that instant reads; a longer range reads the windows that lie inside it (mean of the
-    signal, the fullest window for a count), which together cover the range and no more.
+    signal, the fullest window for a sample count), which together cover the range and no more. A yes/no
+    fact or a fixed setting (guide/advisor.STARTUP_SIGNALS) is read at its latest value, never a mean; OOM
+    counts over a longer range are left to the counter's increase (the `oom` query). TP ranks fold by the
+    advisor's rule (fold_of).
     """
-    if range_s <= window_s:
-        mean = count = "last_over_time"
-        r = duration(range_s)
-    else:
-        mean, count = "avg_over_time", "max_over_time"
-        r = duration(range_s - window_s)
-    counts = "|".join(WINDOW_COUNTS)
+    longer = range_s > window_s
+    r = duration(sidecar_lookback(range_s, window_s))
+    def reader(name: str, short: str) -> str:
+        if short == "signal_flag" or name in STARTUP_SIGNALS or not longer:
+            return "last_over_time"
+        return "max_over_time" if name in WINDOW_COUNTS else "avg_over_time"
+
     parts = []
     for short in SIGNAL_FAMILIES:
         unit = SIGNAL_FAMILY_UNITS[short]  # a family whose label and unit differ from docs/signals.md
-        fold = "min" if unit.docs_suffix == "_gb" else "max"  # headroom: the least across TP ranks
         metric = "sglang_tuning_" + short
-        if short == "signal_amount":
-            is_count, not_count = f'signal=~"{counts}"', f'signal!~"{counts}"'
-            exprs = [f"{fold} by ({GROUP}, signal) ({count}({series(metric, sel, is_count)}[{r}]))",
-                     f"{fold} by ({GROUP}, signal) ({mean}({series(metric, sel, not_count)}[{r}]))"]
-        elif short == "signal_flag":
-            # A yes/no fact (a cap SGLang set, metrics on) is never averaged: 0.4 of "capped by the mamba
-            # pool" is no fact, and the guards the rules and the sidecar read take the latest value.
-            exprs = [f"{fold} by ({GROUP}, signal) (last_over_time({series(metric, sel)}[{r}]))"]
-        else:
-            exprs = [f"{fold} by ({GROUP}, signal) ({mean}({series(metric, sel)}[{r}]))"]
-        for expr in exprs:
+        default = (reader("", short), "max")
+        groups: dict[tuple[str, str], list[str]] = {}
+        left_out: list[str] = []
+        for name, (family, label, _) in SIGNAL_UNITS.items():
+            if family != short:
+                continue
+            if longer and name in OOM_COUNTS:
+                left_out.append(label)
+            else:
+                groups.setdefault((reader(name, short), fold_of(name)), []).append(label)
+        named = sorted(lab for key, labels in groups.items() if key != default for lab in labels) + left_out
+        # A signal the catalog does not name (a newer sidecar's) is read the default way.
+        groups.setdefault(default, [])
+        for (fn, fold), labels in sorted(groups.items()):
+            if (fn, fold) == default:
+                matcher = f'signal!~"{"|".join(named)}"' if named else ""
+            else:
+                matcher = f'signal=~"{"|".join(sorted(labels))}"'
+            expr = f"{fold} by ({GROUP}, signal) ({fn}({series(metric, sel, matcher)}[{r}]))"
             if unit.docs_suffix:
                 expr = f'label_replace({expr} {unit.to_docs}, "signal", "${{1}}{unit.docs_suffix}", "signal", "(.+)")'
             parts.append(expr)
     # Sidecars of the previous release export only the deprecated mixed-unit family.
-    parts.append(f"max by ({GROUP}, signal) ({mean}({series('sglang_tuning_signal', sel)}[{r}]))")
+    parts.append(f"max by ({GROUP}, signal) ({reader('', '')}({series('sglang_tuning_signal', sel)}[{r}]))")
     return _sources(*parts)
 
 
@@ -420,7 +462,9 @@ def collect(results: Mapping[str, Sequence[Sample]]) -> dict[str, InstanceData]:
                 continue
             sig = inst(name).signals.setdefault(rank_of(s.labels), {})
             if key == "oom":
-                sig[f"oom_{s.labels.get('phase') or 'unknown'}_count"] = _value(s.value)
+                # increase() extrapolates to the range's edges: events are whole.
+                v = _value(s.value)
+                sig[f"oom_{s.labels.get('phase') or 'unknown'}_count"] = None if v is None else float(round(v))
             elif key == "sidecar_signals":
                 which, v = s.labels.get("signal"), _value(s.value)
                 if which and (v is not None or which not in sig):

@@ -193,7 +193,8 @@ def build_report(client: PrometheusClient, window: fleet.Window, guide: Guide, *
     return FleetReport(prometheus=client.base, start=window.start, end=window.end, queries=client.queries,
                        profile=guide.profile, workload=guide.workload, selector=window.selector,
                        instances=tuple(instances), drift=tuple(drift), checks=guide.checks, charts=charts,
-                       elapsed_s=clock() - t0, lagging=tuple(fleet_changes.find_lagging(changes, data)))
+                       elapsed_s=clock() - t0, lagging=tuple(fleet_changes.find_lagging(changes, data)),
+                       notes=tuple(n for n in (fleet.window_note(window.length_s, guide.window_s),) if n))
 
 
 def last_change_part(changes: list[dict[str, Any]]) -> dict[str, Any]:

@@ -25,6 +25,7 @@ from sglang_tuning_exporter.guide.settings import resolve
 from sglang_tuning_exporter.guide.suggest import Suggestion, default_schedule_policy, flag_spellings, suggest
 from sglang_tuning_exporter.pipeline.signals import (
     FACT_NAMES,
+    FACTS_KEPT_MIN,
     FEW,
     LATENCY_COUNTS,
     SAMPLE_COUNT_OF,
@@ -384,8 +385,9 @@ def worst_status(findings: list[Finding]) -> str:
     return worst
 
 
-_MIN_AGG = {"available_gpu_mem_gb", "gpu_mem_total_gb", "prefix_cache_hit_ratio", "cuda_graph_ceiling_ratio",
-            "max_running_requests", "cuda_graph_max_bs_captured", "metrics_enabled"}
+# Signals whose worst is the least: ranks (and the fleet report's TP ranks) fold with min, the others with max.
+MIN_AGG = frozenset({"available_gpu_mem_gb", "gpu_mem_total_gb", "prefix_cache_hit_ratio", "cuda_graph_ceiling_ratio",
+                     "max_running_requests", "cuda_graph_max_bs_captured", "metrics_enabled"}) | FACTS_KEPT_MIN
 
 
 def aggregate_signals(signals: RankSignals) -> dict[str, float | None]:
@@ -400,7 +402,7 @@ def aggregate_signals(signals: RankSignals) -> dict[str, float | None]:
             if old is None:
                 out[k] = v
             else:
-                out[k] = min(old, v) if k in _MIN_AGG else max(old, v)
+                out[k] = min(old, v) if k in MIN_AGG else max(old, v)
     return out
 
 
