@@ -62,7 +62,9 @@ def plausible(expr: str, conv: str | None, spec: str) -> Any:
         return round(0.05 + (c % 90) / 100, 2) if re.search(r"ratio|fraction|frac|usage|util", low) \
             else round(1.25 + (c % 6000) / 100, 2)
     if "server_args" in low:
-        return _SERVER_ARGS
+        head, _, attr = expr.partition(".")
+        # `server_args.max_running_requests` prints the value, `server_args` the whole ServerArgs(...)
+        return plausible(attr, conv, spec) if head.endswith("server_args") and attr else _SERVER_ARGS
     if conv == "r" or "{" in spec:
         return "x"
     if expr in ("e", "exc", "err", "error", "ex"):
