@@ -6,8 +6,11 @@ from __future__ import annotations
 import re
 from fnmatch import fnmatchcase
 
+import pytest
+
 from helpers.paths import ROOT, TESTS
-from sglang_tuning_exporter.core.events import KINDS
+from sglang_tuning_exporter.core.catalog import BY_NAME, PREFIX, SIGNAL_UNITS
+from sglang_tuning_exporter.core.events import DECODE, KINDS, SPECS, KindSpec, counted, declare
 from sglang_tuning_exporter.pipeline.signals import SIGNAL_NAMES
 
 
@@ -34,3 +37,25 @@ def test_every_event_kind_has_a_parser_test() -> None:
     tests = "".join(p.read_text(encoding="utf-8") for p in (TESTS / "sources").glob("test_*.py"))
     missing = [k for k in KINDS if not re.search(rf"[\"']{re.escape(k)}[\"']", tests)]
     assert not missing, f"no parser test names these kinds: {missing}"
+
+
+def test_every_declared_rule_reads_its_declared_fields() -> None:
+    """A kind's pattern fills exactly the fields it declares; a count's amount is one of them; a counted
+    kind's rate is a signal in the per-minute family and its raw counter a catalog metric."""
+    for spec in SPECS.values():
+        if spec.pattern is not None:
+            assert set(re.compile(spec.pattern).groupindex) == set(spec.fields), spec.name
+        if spec.count is not None:
+            assert spec.count.amount is None or spec.count.amount in spec.fields, spec.name
+    for spec in counted():
+        assert spec.count is not None
+        assert SIGNAL_UNITS[f"{spec.count.name}_per_minute"][0] == "signal_per_second", spec.name
+        assert BY_NAME[f"{PREFIX}{spec.count.name}_total"].type == "counter", spec.name
+
+
+def test_a_kind_is_declared_once() -> None:
+    """`declare` refuses a second kind of the same name and a pattern without its gate."""
+    with pytest.raises(ValueError):
+        declare(KindSpec(DECODE))
+    with pytest.raises(ValueError):
+        declare(KindSpec("gateless", pattern="x"))

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from sglang_tuning_exporter.core.events import counted
+
 # The phases an OOM is filed under (pipeline/observations.oom_phase): one counter and one signal each.
 OOM_PHASES = ("prefill", "decode", "startup", "unknown", "capture", "graph_decode", "graph_prefill")
 # The latencies SGLang's histograms measure (sources/scrape.HISTOGRAMS): quantile signals and a seconds family.
@@ -43,6 +45,9 @@ CATALOG: tuple[MetricSpec, ...] = (
     _m("retracted_requests_total", "counter", "Requests retracted by retraction events.", RANK_LABELS),
     _m("prefill_tokens_total", "counter", "Prefill tokens by source: new (computed) or cached (prefix-cache hit).", (*RANK_LABELS, "source")),
     _m("oom_events_total", "counter", "Out-of-memory errors by phase (prefill|decode|startup|capture|unknown|graph_decode|graph_prefill; startup: the pool does not fit after the weights, capture: an allocation failed in the headroom before the first batch, graph_decode / graph_prefill: that CUDA graph failed to capture at start-up).", (*RANK_LABELS, "phase")),
+    # --- raw counters of the counted event kinds (core/events.Count), one each: `<name>_total`
+    *(_m(f"{spec.count.name}_total", "counter", spec.count.help, RANK_LABELS) for spec in counted()
+      if spec.count is not None),
     # --- startup facts (log startup lines, server info, or SGLang constants)
     _m("available_gpu_memory_bytes", "gauge", "GPU memory left for activations after weights, KV cache and CUDA graphs at startup (available_gpu_mem).", RANK_LABELS),
     _m("gpu_memory_total_bytes", "gauge", "Estimated GPU memory capacity (from `Load weight begin. avail mem`).", RANK_LABELS),
@@ -157,36 +162,74 @@ SIGNAL_FAMILY_UNITS: dict[str, SignalUnit] = {
     "signal_flag": SignalUnit(),
 }
 SIGNAL_FAMILIES = tuple(SIGNAL_FAMILY_UNITS)
-_RATIO = ("queue_empty_ratio", "queue_over_band_ratio", "queue_under_band_ratio", "kv_underused_ratio",
-          "token_usage_max", "token_usage_mean", "cuda_graph_miss_ratio", "running_capped_ratio",
-          "prefix_cache_hit_ratio", "cuda_graph_ceiling_ratio", "mem_fraction_static_estimate",
-          "mem_fraction_floor", "queue_time_share",
-          "mamba_bound_ratio", "swa_bound_ratio", "full_usage_mean", "swa_usage_mean", "kv_pool_context_ratio")
-_GB = ("available_gpu_mem_gb", "gpu_mem_total_gb", "weights_gb", "kv_cache_gb", "cuda_graph_gb", "oom_gpu_free_gb")
-_PER_MINUTE = ("retractions_per_minute", "retracted_requests_per_minute")
-_COUNT = ("queue_p50", "decode_batch_p90", "running_max", "cuda_graph_miss_batch_p90",
-          *(f"oom_{p}_count" for p in OOM_PHASES),
-          "max_total_num_tokens", "max_running_requests", "cuda_graph_max_bs_captured", "chunked_prefill_size",
-          "context_len", "cuda_graph_disabled_steps", "window_span_s", "cuda_graph_off", "chunked_prefill_off",
-          "mamba_running_cap", "mamba_cache_size", "mamba_slots_per_request", "max_running_requested",
-          "kv_pool_tokens", "swa_pool_tokens", "full_pool_tokens", "mamba_cache_size_seen",
-          "decode_samples", "queue_samples", "kv_samples", "graph_samples", "prefill_samples", "pool_samples",
-          *(f"{lat}_requests" for lat in LATENCIES), "prefill_tokens", "prefill_tokens_per_request",
-          "servers_for_queue")
-_SECONDS = tuple(f"{lat}_p{pct}_seconds" for lat in LATENCIES for pct in (50, 95, 99))
-# Signals by unit family; the name lists say which family, SIGNAL_FAMILY_UNITS how it converts.
-_SIGNALS_BY_FAMILY: dict[str, tuple[str, ...]] = {
-    "signal_ratio": _RATIO,
-    "signal_bytes": _GB,
-    "signal_per_second": _PER_MINUTE,
-    "signal_tokens_per_second": ("gen_throughput_mean",),
-    "signal_seconds": _SECONDS,
-    "signal_amount": _COUNT,
-    "signal_flag": ("metrics_enabled", "available_gpu_mem_from_summary", "running_cap_by_mamba", "running_cap_by_kv",
-                    "running_cap_default"),
-}
+
+
+@dataclass(frozen=True, slots=True)
+class SignalDef:
+    """One signal of docs/signals.md, declared once: everything else that lists signals derives from SIGNALS."""
+
+    name: str
+    family: str  # its unit family on /metrics (SIGNAL_FAMILY_UNITS): how it is exported and scaled
+    samples: str | None = None  # the sample count that decides whether it is known (check.min_samples applies)
+    worst: str = "max"  # across ranks the worst value is the highest ("max") or the lowest ("min")
+
+
+def _defs(family: str, names: str, samples: str | None = None, worst: str = "max") -> tuple[SignalDef, ...]:
+    return tuple(SignalDef(name, family, samples, worst) for name in names.split())
+
+
+_R, _G, _M, _T, _S, _A, _F = SIGNAL_FAMILIES
+LATENCY_PERCENTILES = (50, 95, 99)  # `<latency>_p<pct>_seconds`, from SGLang's histograms (scrape only)
+# Every signal the window computes (pipeline/signals.compute_signals), in the order it lists them.
+SIGNALS: tuple[SignalDef, ...] = (
+    *_defs(_R, "queue_empty_ratio queue_over_band_ratio queue_under_band_ratio", "queue_samples"),
+    *_defs(_A, "queue_p50", "queue_samples"),
+    *_defs(_R, "kv_underused_ratio token_usage_max token_usage_mean", "kv_samples"),
+    *_defs(_M, "retractions_per_minute retracted_requests_per_minute"),
+    *_defs(_R, "cuda_graph_miss_ratio", "graph_samples"),
+    *_defs(_A, "cuda_graph_miss_batch_p90", "graph_samples"),
+    *_defs(_A, "decode_batch_p90 running_max", "decode_samples"),
+    *_defs(_R, "running_capped_ratio", "decode_samples"),
+    *_defs(_R, "prefix_cache_hit_ratio", "prefill_samples", worst="min"),
+    *_defs(_A, " ".join(f"oom_{p}_count" for p in OOM_PHASES)),
+    *_defs(_G, "available_gpu_mem_gb", worst="min"),
+    *_defs(_F, "available_gpu_mem_from_summary"),
+    *_defs(_G, "gpu_mem_total_gb", worst="min"),
+    *_defs(_G, "weights_gb"),
+    *_defs(_A, "max_total_num_tokens"),
+    *_defs(_A, "max_running_requests cuda_graph_max_bs_captured", worst="min"),
+    *_defs(_R, "cuda_graph_ceiling_ratio", worst="min"),
+    *_defs(_A, "chunked_prefill_size context_len"),
+    *_defs(_F, "metrics_enabled", worst="min"),
+    *_defs(_T, "gen_throughput_mean"),
+    *_defs(_G, "kv_cache_gb cuda_graph_gb"),
+    *_defs(_G, "oom_gpu_free_gb", worst="min"),
+    *_defs(_A, "cuda_graph_off chunked_prefill_off"),
+    *_defs(_R, "mem_fraction_floor mem_fraction_static_estimate"),
+    *_defs(_A, "cuda_graph_disabled_steps window_span_s"),
+    *_defs(_R, "mamba_bound_ratio swa_bound_ratio full_usage_mean swa_usage_mean", "pool_samples"),
+    *_defs(_F, "running_cap_by_mamba running_cap_by_kv running_cap_default"),
+    *_defs(_A, "mamba_running_cap mamba_cache_size mamba_slots_per_request max_running_requested kv_pool_tokens"),
+    *_defs(_R, "kv_pool_context_ratio"),
+    *_defs(_A, "swa_pool_tokens full_pool_tokens mamba_cache_size_seen"),
+    *_defs(_A, "decode_samples queue_samples kv_samples graph_samples prefill_samples pool_samples"),
+    *(d for lat in LATENCIES
+      for d in _defs(_S, " ".join(f"{lat}_p{pct}_seconds" for pct in LATENCY_PERCENTILES), f"{lat}_requests")),
+    *_defs(_A, " ".join(f"{lat}_requests" for lat in LATENCIES)),
+    *_defs(_A, "prefill_tokens"),
+    # Derived once every rank has its server's latencies (pipeline/signals.share_server_latency).
+    *_defs(_R, "queue_time_share", "queue_time_requests"),
+    *_defs(_A, "prefill_tokens_per_request servers_for_queue"),
+    # A counted event kind (core/events.Count) yields its rate with no other declaration.
+    *(SignalDef(f"{spec.count.name}_per_minute", _M) for spec in counted() if spec.count is not None),
+)
+SIGNAL_NAMES = tuple(d.name for d in SIGNALS)
 # Signal name (docs/signals.md) -> (catalog short name of its unit family, exported `signal` label, scale).
 SIGNAL_UNITS: dict[str, tuple[str, str, float]] = {
-    name: (family, name.removesuffix(SIGNAL_FAMILY_UNITS[family].docs_suffix), SIGNAL_FAMILY_UNITS[family].scale)
-    for family, names in _SIGNALS_BY_FAMILY.items() for name in names
+    d.name: (d.family, d.name.removesuffix(SIGNAL_FAMILY_UNITS[d.family].docs_suffix),
+             SIGNAL_FAMILY_UNITS[d.family].scale)
+    for d in SIGNALS
 }
+# Which sample count decides whether a signal is known (the advisor applies check.min_samples to it).
+SAMPLE_COUNT_OF: dict[str, str] = {d.name: d.samples for d in SIGNALS if d.samples is not None}
+WORST_IS_LOWEST = frozenset(d.name for d in SIGNALS if d.worst == "min")  # headroom-like: the least rank is worst

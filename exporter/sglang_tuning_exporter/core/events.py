@@ -2,44 +2,108 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-# Event kinds (see docs/contracts.md and ../shared/reference/interfaces.md).
-DECODE = "decode"
-PREFILL = "prefill"
-RETRACT = "retract"
-STARTUP_MEMORY = "startup_memory"
-SERVER_ARGS = "server_args"
-OOM = "oom"
-ERROR = "error"
-CUDA_GRAPH_CAPTURE = "cuda_graph_capture"  # `Capture cuda graph begin ... bs=[...]`: fields.batch_sizes
-# SGLang cut --max-running-requests: fields reduced_to, `by` (kv_pool | kv_pool_post_capture | mamba_state),
-# requested (the KV cuts), max_mamba_cache_size and mamba_slots_per_request (the mamba cap)
-MAX_RUNNING_REDUCED = "max_running_reduced"
-# SGLang chose the cap itself (speculative decoding's 48, a model family's value): fields value, reason
-MAX_RUNNING_DEFAULT = "max_running_default"
-VERSION = "version"  # a line that reveals the SGLang version: fields.version
-STARTUP_TIMINGS = "startup_timings"  # `Engine startup timings (s): ...` (0.5.18+): fields `<phase>_s`
-SERVER_READY = "server_ready"  # `The server is fired up and ready to roll!`: no fields
-# `CUDA graph disabled for N consecutive decode steps. ...` (managers/cuda_graph_warner.py, WARNING every
-# 5th consecutive eager decode step): fields.consecutive_steps
-CUDA_GRAPH_DISABLED = "cuda_graph_disabled"
+
+@dataclass(frozen=True, slots=True)
+class Count:
+    """What a counted kind counts: each event adds `amount` (the named field's value, or 1 per line) to the
+    observation `name`. That one line yields, with no code elsewhere, the windowed signal
+    `<name>_per_minute` (docs/signals.md, unit family per minute) and the sidecar's raw counter
+    `sglang_tuning_<name>_total` (TP prints of one replica counted once, as retractions are)."""
+
+    name: str
+    help: str  # the counter's HELP text (what one unit is)
+    amount: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class KindSpec:
+    """One event kind the parser emits: its name, its fields (name -> unit or meaning, documentation),
+    optionally the rule that reads its line and what it counts.
+
+    `pattern` (with `gate`, a substring every such line holds: the parser's cheap test, and the C reader's
+    marker) is a regular expression searched in the line; its named groups are the fields (numbers as
+    numbers), the text before the match is the line's prefix. Kinds without one have a handler in
+    sources/logmessages.py (their lines need more than one expression)."""
+
+    name: str
+    fields: Mapping[str, str] = field(default_factory=dict)
+    count: Count | None = None
+    pattern: str | None = None
+    gate: str = ""
+
+
+SPECS: dict[str, KindSpec] = {}  # every kind the parser emits, in declaration order
+KINDS: tuple[str, ...] = ()  # their names (parse --kind is checked against it)
+
+
+def declare(spec: KindSpec) -> str:
+    """Register a kind (once, at import; the modules that derive tables from SPECS read them when they are
+    imported) and return its name."""
+    global KINDS
+    if spec.name in SPECS or (spec.pattern is None) != (not spec.gate):
+        raise ValueError(f"kind {spec.name!r}: declared twice, or a pattern without its gate")
+    SPECS[spec.name] = spec
+    KINDS = (*KINDS, spec.name)
+    return spec.name
+
+
+_BATCH = {"num_running_reqs": "requests (#running-req)", "num_queue_reqs": "requests (#queue-req)",
+          "token_usage": "ratio 0-1"}
+DECODE = declare(KindSpec("decode", {**_BATCH, "num_used_tokens": "tokens (#token)", "cuda_graph": "bool",
+                                     "gen_throughput": "tokens/s", "<pool>_token_usage": "ratio 0-1 (hybrid pools)"}))
+PREFILL = declare(KindSpec("prefill", {**_BATCH, "num_new_seqs": "requests", "num_new_tokens": "tokens",
+                                       "num_cached_tokens": "tokens", "cache_hit_rate": "ratio 0-1"}))
+RETRACT = declare(KindSpec("retract", {"num_retracted_reqs": "requests", "new_token_ratio_before": "ratio",
+                                       "new_token_ratio_after": "ratio", "num_new_tokens_gained": "tokens"}))
+STARTUP_MEMORY = declare(KindSpec("startup_memory", {
+    "stage": "load_weight_begin, load_weight_end, kv_cache_allocated, memory_pool_end, cuda_graph_*, summary, ...",
+    "avail_mem_gb": "GiB", "mem_usage_gb": "GiB", "kv_size_gb": "GiB", "max_total_num_tokens": "tokens",
+    "max_running_requests": "requests", "available_gpu_mem_gb": "GiB"}))
+SERVER_ARGS = declare(KindSpec("server_args", {"<argument>": "the parsed server arguments"}))
+OOM = declare(KindSpec("oom", {"phase": "prefill, decode, startup, unknown", "message": "text (redacted)",
+                               "gpu_free_gb": "GiB", "gpu_total_gb": "GiB"}))
+ERROR = declare(KindSpec("error", {"message": "text (redacted)"}))
+# `Capture cuda graph begin ... bs=[...]`
+CUDA_GRAPH_CAPTURE = declare(KindSpec("cuda_graph_capture", {"batch_sizes": "list of batch sizes",
+                                                             "max_bs": "requests", "graph": "which graph"}))
+# SGLang cut --max-running-requests: `by` kv_pool | kv_pool_post_capture | mamba_state; requested (the KV cuts),
+# max_mamba_cache_size and mamba_slots_per_request (the mamba cap)
+MAX_RUNNING_REDUCED = declare(KindSpec("max_running_reduced", {
+    "reduced_to": "requests", "by": "what cut it", "requested": "requests", "max_mamba_cache_size": "slots",
+    "mamba_slots_per_request": "slots"}))
+VERSION = declare(KindSpec("version", {"version": "text"}))  # a line that reveals the SGLang version
+# `Engine startup timings (s): ...` (0.5.18+)
+STARTUP_TIMINGS = declare(KindSpec("startup_timings", {"<phase>_s": "seconds"}))
+SERVER_READY = declare(KindSpec("server_ready", pattern="The server is fired up and ready to roll", gate="fired up"))
+# managers/cuda_graph_warner.py: a WARNING every 5th consecutive eager decode step
+CUDA_GRAPH_DISABLED = declare(KindSpec(
+    "cuda_graph_disabled", {"consecutive_steps": "decode steps"},
+    pattern=r"CUDA graph disabled for (?P<consecutive_steps>\d+) consecutive decode steps",
+    gate="consecutive decode steps"))
 # Arguments changed without a restart (POST /set_internal_state): `Config updated via context override: {...}`
-# (0.5.18+) or `Global server args updated! get_global_server_args()=ServerArgs(...)` (0.5.15): fields.updated
-SERVER_ARGS_UPDATE = "server_args_update"
-# `Updating {key} is not supported.` / `... is rejected because ...`: fields.key, reason (value, valid_max)
-SERVER_ARGS_REJECTED = "server_args_rejected"
+# (0.5.18+) or `Global server args updated! get_global_server_args()=ServerArgs(...)` (0.5.15)
+SERVER_ARGS_UPDATE = declare(KindSpec("server_args_update", {"updated": "the changed arguments"}))
+# `Updating {key} is not supported.` / `... is rejected because ...`
+SERVER_ARGS_REJECTED = declare(KindSpec("server_args_rejected", {"key": "argument", "reason": "text",
+                                                                 "value": "number", "valid_max": "number"}))
 # SGLang switching a scheduler feature off or resizing it itself, whatever was asked (`Chunked prefill is
-# disabled because ...`, `Radix cache is disabled for ...`, `chunked prefill size is adjusted from X to Y`):
-# fields.features (chunked_prefill, mixed_chunk, radix_cache), reason; or setting, to (from)
-SETTING_FORCED = "setting_forced"
-# `Request length is longer than the KV cache pool size or the max context length. Truncated. ...`:
-# fields.input_len, max_req_input_len
-REQUEST_TRUNCATED = "request_truncated"
-# Every kind the parser emits (parse --kind is checked against it).
-KINDS = (DECODE, PREFILL, RETRACT, STARTUP_MEMORY, SERVER_ARGS, OOM, ERROR, CUDA_GRAPH_CAPTURE,
-         MAX_RUNNING_REDUCED, VERSION, STARTUP_TIMINGS, SERVER_READY, CUDA_GRAPH_DISABLED, SERVER_ARGS_UPDATE,
-         SERVER_ARGS_REJECTED, SETTING_FORCED, REQUEST_TRUNCATED, MAX_RUNNING_DEFAULT)
+# disabled because ...`, `Radix cache is disabled for ...`, `chunked prefill size is adjusted from X to Y`)
+SETTING_FORCED = declare(KindSpec("setting_forced", {
+    "features": "chunked_prefill, mixed_chunk, radix_cache", "reason": "text", "setting": "argument",
+    "to": "number", "from": "number"}))
+# `Request length is longer than the KV cache pool size or the max context length. Truncated. ...`
+REQUEST_TRUNCATED = declare(KindSpec("request_truncated", {"input_len": "tokens", "max_req_input_len": "tokens"}))
+# SGLang chose the cap itself (speculative decoding's 48, a model family's value)
+MAX_RUNNING_DEFAULT = declare(KindSpec("max_running_default", {"value": "requests", "reason": "text"}))
+
+
+def counted() -> tuple[KindSpec, ...]:
+    """The kinds that declare a Count, in declaration order."""
+    return tuple(s for s in SPECS.values() if s.count is not None)
 
 
 class _EventRecord(NamedTuple):
@@ -87,8 +151,6 @@ class Event(_EventRecord):
                 "fields": dict(self.fields)}
 
 
-_KIND_OF = {k: k for k in KINDS}
-
-
 def _rebuild(line: int, kind: str, time: str | None, rank: dict[str, int], fields: dict[str, Any]) -> Event:
-    return Event(line, _KIND_OF.get(kind, kind), time, rank, fields)
+    spec = SPECS.get(kind)
+    return Event(line, kind if spec is None else spec.name, time, rank, fields)

@@ -23,6 +23,7 @@ from sglang_tuning_exporter.core.catalog import (
     GIB,
     LATENCIES,
     OOM_PHASES,
+    SAMPLE_COUNT_OF,
     SIGNAL_FAMILIES,
     SIGNAL_FAMILY_UNITS,
     SIGNAL_UNITS,
@@ -34,7 +35,7 @@ from sglang_tuning_exporter.core.versions import merge_version
 from sglang_tuning_exporter.fleet.promapi import Sample, Series
 from sglang_tuning_exporter.guide.advisor import MIN_AGG, STARTUP_SIGNALS
 from sglang_tuning_exporter.guide.config import Config
-from sglang_tuning_exporter.pipeline.signals import SAMPLE_COUNT_OF, SignalParams
+from sglang_tuning_exporter.pipeline.signals import SignalParams
 
 GROUP = "instance, dp_rank, pp_rank"
 SIDECAR_WINDOW_S = Config().window_s  # the sidecar's window unless the report's --config says another
@@ -244,7 +245,7 @@ def plan(w: Window, params: SignalParams | None = None, window_s: float = SIDECA
             *[f"max by ({GROUP}) (avg_over_time({u}[{r}]))" for u in (usage_ours, *usage_sg)])),
         PlannedQuery("running_max", _sources(
             *[f"max by ({GROUP}) (max_over_time({x}[{r}]))" for x in (running_ours, *running_sg)])),
-        # Sample counts: the advisor applies each check's min_samples to them (signals.SAMPLE_COUNT_OF).
+        # Sample counts: the advisor applies each check's min_samples to them (catalog.SAMPLE_COUNT_OF).
         PlannedQuery("queue_samples", _sources(
             *[f"max by ({GROUP}) (count_over_time({q}[{r}]))" for q in (queue_ours, *queue_sg)])),
         PlannedQuery("kv_samples", _sources(

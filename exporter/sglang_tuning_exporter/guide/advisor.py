@@ -7,7 +7,7 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from sglang_tuning_exporter.core.catalog import LATENCIES
+from sglang_tuning_exporter.core.catalog import LATENCIES, SAMPLE_COUNT_OF, WORST_IS_LOWEST
 from sglang_tuning_exporter.core.features import FEATURE_WORDS, disabled_text
 from sglang_tuning_exporter.core.model import (
     STATUS_CODE,
@@ -28,7 +28,6 @@ from sglang_tuning_exporter.pipeline.signals import (
     FACTS_KEPT_MIN,
     FEW,
     LATENCY_COUNTS,
-    SAMPLE_COUNT_OF,
     SignalParams,
 )
 from sglang_tuning_exporter.pipeline.window import Window
@@ -385,13 +384,13 @@ def worst_status(findings: list[Finding]) -> str:
     return worst
 
 
-# Signals whose worst is the least: ranks (and the fleet report's TP ranks) fold with min, the others with max.
-MIN_AGG = frozenset({"available_gpu_mem_gb", "gpu_mem_total_gb", "prefix_cache_hit_ratio", "cuda_graph_ceiling_ratio",
-                     "max_running_requests", "cuda_graph_max_bs_captured", "metrics_enabled"}) | FACTS_KEPT_MIN
+# Signals whose worst is the least (catalog.SIGNALS), and the headroom facts: ranks (and the fleet report's TP ranks)
+# fold with min, the others with max.
+MIN_AGG = WORST_IS_LOWEST | FACTS_KEPT_MIN
 
 
 def aggregate_signals(signals: RankSignals) -> dict[str, float | None]:
-    """One value per signal across ranks: the worst (min for headroom-like, max otherwise)."""
+    """One value per signal across ranks: the worst (the lowest for MIN_AGG, else the highest)."""
     out: dict[str, float | None] = {}
     for sig in signals.values():
         for k, v in sig.items():

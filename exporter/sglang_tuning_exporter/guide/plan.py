@@ -20,6 +20,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from sglang_tuning_exporter.core.catalog import SAMPLE_COUNT_OF
 from sglang_tuning_exporter.core.model import (
     STATUS_CODE,
     Finding,
@@ -34,7 +35,7 @@ from sglang_tuning_exporter.guide.checks import Check, CheckTable, spelling_note
 from sglang_tuning_exporter.guide.config import Config
 from sglang_tuning_exporter.guide.settings import resolve
 from sglang_tuning_exporter.guide.suggest import ARG_KEYS, flag_spellings
-from sglang_tuning_exporter.pipeline.signals import FEW, SAMPLE_COUNT_OF
+from sglang_tuning_exporter.pipeline.signals import FEW
 
 RankSignals = Mapping[Rank, Mapping[str, float | None]]
 FIRING = ("warning", "critical")

@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 from sglang_tuning_exporter.core import limits
-from sglang_tuning_exporter.core.events import Event
+from sglang_tuning_exporter.core.events import Count, Event, counted
 from sglang_tuning_exporter.core.features import SERVER_ARGS, reason_code
 from sglang_tuning_exporter.core.model import Observation, Rank, Sample, ServerState
 from sglang_tuning_exporter.core.timeparse import LogClock
@@ -30,6 +30,8 @@ _AFTER_POOL_STAGES = ("memory_pool_end", "cuda_graph_begin", "cuda_graph_end", "
 # Server-args keys that are also startup facts (numbers only).
 # Sample(...) without NamedTuple's Python-level __new__ (one per log line): all 12 fields, in order.
 _new_sample = functools.partial(tuple.__new__, Sample)
+# The counted event kinds (core/events.Count): kind -> what one of its events counts.
+_COUNT_OF: dict[str, Count] = {spec.name: spec.count for spec in counted() if spec.count is not None}
 _ARG_FACTS = {"max_running_requests": "max_running_requests", "chunked_prefill_size": "chunked_prefill_size",
               "context_length": "context_len"}
 
@@ -246,6 +248,9 @@ class EventConverter:
             self.note_version_floor("0.5.7")
         elif kind == "startup_memory" and "decode" in str(f.get("graph", "")).lower():
             self.note_version_floor("0.5.14")  # `Capture target decode CUDA graph` naming
+        count = _COUNT_OF.get(kind)
+        if count is not None:
+            add(count.name, 1 if count.amount is None else f.get(count.amount))
         if kind == "decode":
             self._batch_sample(f, add, "")
             add("gen_throughput", f.get("gen_throughput"))

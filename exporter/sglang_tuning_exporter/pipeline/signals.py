@@ -10,7 +10,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from sglang_tuning_exporter.core.catalog import LATENCIES, OOM_PHASES
+from sglang_tuning_exporter.core.catalog import LATENCIES, LATENCY_PERCENTILES, OOM_PHASES, SIGNAL_NAMES
+from sglang_tuning_exporter.core.events import counted
 from sglang_tuning_exporter.core.model import Rank
 from sglang_tuning_exporter.pipeline.stats import (
     Bucket,
@@ -32,10 +33,13 @@ PREFILL_SAMPLE_NAMES = {"prefill_num_queue_reqs": "num_queue_reqs",
 # Sums of a hybrid model's Decode lines (observations.pool_pairs): Bucket.pools by name.
 POOL_EVENT_NAMES = frozenset({"pool_samples", "full_usage_sum", "swa_samples", "swa_usage_sum", "mamba_bound",
                               "swa_bound", "mamba_num_sum", "mamba_usage_sum"})
+# The observations of the counted event kinds (core/events.Count): Bucket.counts by name, each one's rate
+# `<name>_per_minute`.
+COUNT_NAMES = tuple(spec.count.name for spec in counted() if spec.count is not None)
 # One observation = one thing that happened (value = its size).
 EVENT_NAMES = frozenset({"retraction", *(f"oom_{p}" for p in OOM_PHASES), "prefill_new_tokens",
                          "prefill_cached_tokens", "decode_cuda_graph_passes", "decode_eager_passes",
-                         "cuda_graph_disabled_steps", *POOL_EVENT_NAMES})
+                         "cuda_graph_disabled_steps", *POOL_EVENT_NAMES, *COUNT_NAMES})
 # Facts stated once (startup lines, server info): kept until the next startup, not windowed.
 FACT_NAMES = frozenset({"available_gpu_mem_gb", "avail_mem_after_pool_gb", "gpu_mem_total_gb", "weights_gb",
                         "max_total_num_tokens", "max_running_requests", "cuda_graph_max_bs_captured",
@@ -53,45 +57,9 @@ FACTS_KEPT_MAX = frozenset({"weights_gb"})
 
 # Latency quantiles from SGLang's histograms (scrape only): `<latency>_p<q>_seconds`, and the requests behind
 # them, `<latency>_requests` (the window's +Inf bucket delta).
-LATENCY_QUANTILES = ((50, 0.5), (95, 0.95), (99, 0.99))
+LATENCY_QUANTILES = tuple((pct, pct / 100) for pct in LATENCY_PERCENTILES)
 LATENCY_SIGNALS = tuple(f"{lat}_p{pct}_seconds" for lat in LATENCIES for pct, _ in LATENCY_QUANTILES)
 LATENCY_COUNTS = tuple(f"{lat}_requests" for lat in LATENCIES)
-# Derived once every rank has its server's latencies (share_server_latency): what the latency checks read.
-LATENCY_DERIVED = ("queue_time_share", "prefill_tokens_per_request", "servers_for_queue")
-
-# Which sample count decides whether a signal is known (the advisor applies check.min_samples to it).
-SAMPLE_COUNT_OF: dict[str, str] = {
-    "queue_empty_ratio": "queue_samples", "queue_over_band_ratio": "queue_samples",
-    "queue_under_band_ratio": "queue_samples", "queue_p50": "queue_samples",
-    "kv_underused_ratio": "kv_samples", "token_usage_max": "kv_samples", "token_usage_mean": "kv_samples",
-    "cuda_graph_miss_ratio": "graph_samples", "cuda_graph_miss_batch_p90": "graph_samples",
-    "decode_batch_p90": "decode_samples", "running_max": "decode_samples",
-    "running_capped_ratio": "decode_samples", "prefix_cache_hit_ratio": "prefill_samples",
-    **{f"{lat}_p{pct}_seconds": f"{lat}_requests" for lat in LATENCIES for pct, _ in LATENCY_QUANTILES},
-    "queue_time_share": "queue_time_requests",
-    "mamba_bound_ratio": "pool_samples", "swa_bound_ratio": "pool_samples", "full_usage_mean": "pool_samples",
-    "swa_usage_mean": "pool_samples",
-}
-
-# Signals the Window computes (plus the *_samples counts); docs/signals.md describes each.
-SIGNAL_NAMES = (
-    "queue_empty_ratio", "queue_over_band_ratio", "queue_under_band_ratio", "queue_p50",
-    "kv_underused_ratio", "token_usage_max", "token_usage_mean", "retractions_per_minute",
-    "retracted_requests_per_minute", "cuda_graph_miss_ratio", "cuda_graph_miss_batch_p90",
-    "decode_batch_p90", "running_max", "running_capped_ratio", "prefix_cache_hit_ratio",
-    *(f"oom_{p}_count" for p in OOM_PHASES),
-    "available_gpu_mem_gb", "available_gpu_mem_from_summary", "gpu_mem_total_gb", "weights_gb",
-    "max_total_num_tokens", "max_running_requests", "cuda_graph_max_bs_captured", "cuda_graph_ceiling_ratio",
-    "chunked_prefill_size", "context_len", "metrics_enabled", "gen_throughput_mean", "kv_cache_gb",
-    "cuda_graph_gb", "oom_gpu_free_gb", "cuda_graph_off", "chunked_prefill_off", "mem_fraction_floor",
-    "mem_fraction_static_estimate", "cuda_graph_disabled_steps", "window_span_s",
-    "mamba_bound_ratio", "swa_bound_ratio", "full_usage_mean", "swa_usage_mean", "running_cap_by_mamba",
-    "running_cap_by_kv", "running_cap_default", "mamba_running_cap", "mamba_cache_size", "mamba_slots_per_request",
-    "max_running_requested", "kv_pool_tokens", "kv_pool_context_ratio", "swa_pool_tokens", "full_pool_tokens",
-    "mamba_cache_size_seen",
-    "decode_samples", "queue_samples", "kv_samples", "graph_samples", "prefill_samples", "pool_samples",
-    *LATENCY_SIGNALS, *LATENCY_COUNTS, "prefill_tokens", *LATENCY_DERIVED,
-)
 
 
 @dataclass(frozen=True, slots=True)
@@ -211,6 +179,8 @@ def compute_signals(total: Bucket, facts: dict[str, float], p: SignalParams, *, 
         minutes = max(1.0, span_s / 60.0)
         out["retractions_per_minute"] = total.retractions / minutes
         out["retracted_requests_per_minute"] = total.retracted / minutes
+        for name in COUNT_NAMES:
+            out[f"{name}_per_minute"] = total.counts.get(name, 0.0) / minutes
     for lat, buckets in total.latency.items():
         # Unknown (absent) when SGLang does not export the histogram: a log-only rank, an older release.
         n = buckets.get(float("inf"), 0.0)

@@ -277,8 +277,8 @@ class SampleStats:
 class Bucket:
     """Everything that happened on one rank in one time bucket (mergeable)."""
 
-    __slots__ = ("decode", "disabled_steps", "eager_passes", "graph_passes", "latency", "oom", "pools", "prefill",
-                 "prefill_cached", "prefill_n", "prefill_new", "retracted", "retractions")
+    __slots__ = ("counts", "decode", "disabled_steps", "eager_passes", "graph_passes", "latency", "oom", "pools",
+                 "prefill", "prefill_cached", "prefill_n", "prefill_new", "retracted", "retractions")
 
     def __init__(self) -> None:
         self.decode = SampleStats()
@@ -297,6 +297,8 @@ class Bucket:
         self.latency: dict[str, dict[float, float]] = {}
         # Hybrid-pool sums of Decode lines (observations.pool_pairs): name -> sum.
         self.pools: dict[str, float] = {}
+        # The counted event kinds (core/events.Count): observation name -> the amount counted.
+        self.counts: dict[str, float] = {}
 
     def add_latency(self, latency: str, le: float, count: float) -> None:
         """Add requests to one cumulative bucket of a latency histogram."""
@@ -348,12 +350,14 @@ class Bucket:
                     mine[le] = mine.get(le, 0.0) + c
         for name, total in o.pools.items():
             self.pools[name] = self.pools.get(name, 0.0) + total
+        for name, total in o.counts.items():
+            self.counts[name] = self.counts.get(name, 0.0) + total
 
     def is_active(self) -> bool:
         """True when the bucket holds any sample or event."""
         return bool(self.decode.queue_n or self.decode.running_n or self.prefill.queue_n or self.retractions
                     or self.oom or self.prefill_n or self.graph_passes or self.eager_passes
-                    or self.disabled_steps or self.pools)
+                    or self.disabled_steps or self.pools or self.counts)
 
 
 _Value = TypeVar("_Value", int, float)  # histogram keys: queue lengths (int) or batch sizes (float)

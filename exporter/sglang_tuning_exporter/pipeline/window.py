@@ -18,6 +18,7 @@ from sglang_tuning_exporter.core.model import (
     parse_latency_bucket,
 )
 from sglang_tuning_exporter.pipeline.signals import (
+    COUNT_NAMES,
     EVENT_NAMES,
     FACT_NAMES,
     FACTS_KEPT_MAX,
@@ -82,6 +83,9 @@ class RankPart:
     last_seen: float
     buckets: tuple[tuple[float, Bucket], ...]
     event_keys: Mapping[str, EventKey]
+
+
+_COUNTED = frozenset(COUNT_NAMES)
 
 
 def tp_dedup(prev: EventKey | None, t: float, value: float, tp: int) -> tuple[bool, EventKey]:
@@ -202,7 +206,8 @@ class Window:
         if prefill or name in SAMPLE_NAMES:
             self._sample_value(st, PREFILL_SAMPLE_NAMES.get(name, name), obs.value, obs.time, prefill)
         elif name in EVENT_NAMES:
-            if self.fold_tp and (name == "retraction" or name.startswith("oom_")) and obs.rank.tp is not None:
+            counted = name in _COUNTED
+            if self.fold_tp and (counted or name == "retraction" or name.startswith("oom_")) and obs.rank.tp is not None:
                 counts, st.last_event_key[name] = tp_dedup(st.last_event_key.get(name), obs.time, obs.value,
                                                            obs.rank.tp)
                 if not counts:
@@ -226,6 +231,8 @@ class Window:
                 b.eager_passes += obs.value
             elif name == "cuda_graph_disabled_steps":
                 b.disabled_steps += obs.value
+            elif counted:
+                b.counts[name] = b.counts.get(name, 0.0) + obs.value
             else:  # a hybrid-pool sum (POOL_EVENT_NAMES)
                 b.pools[name] = b.pools.get(name, 0.0) + obs.value
         elif name.startswith(LATENCY_PREFIX):

@@ -33,6 +33,7 @@ from sglang_tuning_exporter.core.catalog import (
 )
 from sglang_tuning_exporter.core.model import STATUS_CODE, Rank
 from sglang_tuning_exporter.guide.suggest import default_schedule_policy
+from sglang_tuning_exporter.pipeline.signals import COUNT_NAMES
 from sglang_tuning_exporter.sidecar.state import SOURCES, Snapshot
 
 # Server args exported as gauges: the knobs the guide tunes plus the topology they depend on.
@@ -51,6 +52,7 @@ RANK_COUNTERS: tuple[tuple[str, str, str | None], ...] = (
     ("retracted_requests_total", "retracted_requests", None),
     ("prefill_tokens_total", "prefill_tokens", "source"),
     ("oom_events_total", "oom_events", "phase"),
+    *((f"{name}_total", name, None) for name in COUNT_NAMES),  # the counted event kinds (core/events.Count)
 )
 
 
@@ -59,6 +61,7 @@ RANK_COUNTERS: tuple[tuple[str, str, str | None], ...] = (
 ZERO_COUNTERS: dict[tuple[str, str], float] = {
     ("retractions", ""): 0.0, ("retracted_requests", ""): 0.0,
     **{("oom_events", phase): 0.0 for phase in OOM_PHASES},
+    **{(name, ""): 0.0 for name in COUNT_NAMES},
 }
 
 

@@ -14,7 +14,7 @@ from typing import Any
 
 from sglang_tuning_exporter.core import limits
 from sglang_tuning_exporter.core.catalog import RANK_GAUGES
-from sglang_tuning_exporter.core.events import Event
+from sglang_tuning_exporter.core.events import Count, Event, counted
 from sglang_tuning_exporter.core.model import Finding, Observation, Rank, Sample, ServerState
 from sglang_tuning_exporter.core.redact import redact_text
 from sglang_tuning_exporter.pipeline.observations import oom_phase
@@ -25,7 +25,9 @@ from sglang_tuning_exporter.sources.scrape import COUNTED
 SOURCES = ("log", "metrics", "server_info")
 # Observation names kept as "latest value" gauges per rank: exactly the ones the collector exports.
 GAUGE_NAMES = frozenset(obs for _, obs, _ in RANK_GAUGES)
-_COUNTED_KINDS = frozenset({"decode", "retract", "prefill", "oom"})
+# The counted event kinds (core/events.Count): kind -> what one event adds to its counter `<name>_total`.
+_COUNT_OF: dict[str, Count] = {spec.name: spec.count for spec in counted() if spec.count is not None}
+_COUNTED_KINDS = frozenset({"decode", "retract", "prefill", "oom", *_COUNT_OF})
 _DECODE_TRUE, _DECODE_FALSE, _DECODE_UNKNOWN = (("decode_samples", v) for v in ("true", "false", "unknown"))
 _PREFILL_KEYS = (("num_new_tokens", ("prefill_tokens", "new")), ("num_cached_tokens", ("prefill_tokens", "cached")))
 
@@ -308,6 +310,12 @@ class LiveState:
                 elif kind == "oom":
                     self._count(rank, "oom_events", oom_phase(f), 1)  # the window's rule
                     hit[1] = counters.get(rank)
+                else:  # a counted kind: as the window counts it (observations.EventConverter.convert)
+                    count = _COUNT_OF[kind]
+                    v = 1 if count.amount is None else f.get(count.amount)
+                    if isinstance(v, (int, float)) and not isinstance(v, bool):
+                        self._count(rank, count.name, "", float(v))
+                        hit[1] = counters.get(rank)
 
     def count_log_lines(self, lines: int, events_by_kind: Mapping[str, int], now: float | None) -> None:
         """Lines read; each event counts for its kind, the remaining lines as `other`."""

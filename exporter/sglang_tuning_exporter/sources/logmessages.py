@@ -373,9 +373,6 @@ def capture_line(s: str, n: int) -> ParseResult:
     return make_event(n, ev.STARTUP_MEMORY, s[:m.start()], fields)
 
 
-# `CUDA graph disabled for {n} consecutive decode steps. This may cause significant throughput
-# degradation. Check if batch size is within CUDA graph capture range.` (managers/cuda_graph_warner.py)
-_GRAPH_WARN = re.compile(r"CUDA graph disabled for (\d+) consecutive decode steps")
 # `Disable prefill CUDA graph because <reason>` (model runner, 0.5.14+; INFO or WARNING)
 _PREFILL_OFF = re.compile(r"Disable prefill CUDA graph because ?")
 # The prefill graph's other wordings (0.5.15-0.5.23: `Disable prefill CUDA graph for EAGLE target ...`, `Disable
@@ -388,13 +385,6 @@ _PREFILL_OFF_OTHER = re.compile(r"(?i)Disabl(?:e|ing)(?: \w+)? prefill CUDA grap
                                 r"|Disable (?P<draft>\w+) draft cuda graph because")
 _NAMED_NUMBER = re.compile(r"\b([a-z][\w-]{0,40}?)(?: size)?=(\d+)\b")
 _ONLY_GB = re.compile(r"only (\d+(?:\.\d+)?) GB GPU memory is available")
-
-
-def graph_warner_line(s: str, n: int) -> ParseResult:
-    m = _GRAPH_WARN.search(s)
-    if m is None:
-        return None
-    return make_event(n, ev.CUDA_GRAPH_DISABLED, s[:m.start()], {"consecutive_steps": int(m.group(1))})
 
 
 def prefill_graph_off_line(s: str, n: int) -> ParseResult:
@@ -566,10 +556,3 @@ def version_line(s: str, n: int) -> ParseResult:
     if m is None:
         return None
     return make_event(n, ev.VERSION, s[:m.start()], {"version": m.group(1)})
-
-
-def ready_line(s: str, n: int) -> ParseResult:
-    p = s.find("The server is fired up and ready to roll")
-    if p < 0:
-        return None
-    return make_event(n, ev.SERVER_READY, s[:p], {})

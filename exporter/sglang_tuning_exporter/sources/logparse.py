@@ -27,6 +27,7 @@ from sglang_tuning_exporter.sources.logline import (
     UNPARSED,
     ParseResult,
     Unparsed,
+    auto_value,
     derive_token_usage,
     make_event,
     read_pairs,
@@ -37,14 +38,12 @@ from sglang_tuning_exporter.sources.logmessages import (
     config_off_line,
     dsv4_line,
     error_line,
-    graph_warner_line,
     init_dist_line,
     kv_cache_line,
     load_weight_line,
     memory_pool_end_line,
     oom_line,
     prefill_graph_off_line,
-    ready_line,
     retract_line,
     server_args_line,
     summary_line,
@@ -137,8 +136,25 @@ def _status_v01(s: str, n: int) -> ParseResult:
     return make_event(n, ev.DECODE, s[:p], fields)
 
 
-# Cheap substring gates, tried in order; each handler re-checks its own head precisely.
+def declared_reader(spec: ev.KindSpec) -> Callable[[str, int], ParseResult]:
+    """The handler of a kind declared with a pattern (core/events.KindSpec): its named groups are the fields
+    (numbers as numbers), the text before the match the prefix."""
+    rx, kind = re.compile(spec.pattern or ""), spec.name
+
+    def read(s: str, n: int) -> ParseResult:
+        m = rx.search(s)
+        if m is None:
+            return None
+        return make_event(n, kind, s[:m.start()],
+                          {k: auto_value(v) for k, v in m.groupdict().items() if v is not None})
+
+    return read
+
+
+# Cheap substring gates, tried in order; each handler re-checks its own head precisely. The kinds declared
+# with a pattern come first: their expression is the whole rule.
 _DISPATCH: tuple[tuple[str, Callable[[str, int], ParseResult]], ...] = (
+    *((spec.gate, declared_reader(spec)) for spec in ev.SPECS.values() if spec.pattern is not None),
     ("etract", retract_line),
     ("#running-req", _status_v01),
     ("emory", oom_line),
@@ -151,7 +167,6 @@ _DISPATCH: tuple[tuple[str, Callable[[str, int], ParseResult]], ...] = (
     ("Post-capture KV sizing: decode CUDA graph", capacity_line),
     ("KV ", kv_cache_line),
     ("Capture ", capture_line),
-    ("consecutive decode steps", graph_warner_line),
     ("prefill CUDA graph", prefill_graph_off_line),
     ("draft cuda graph because", prefill_graph_off_line),
     ("isabled ", config_off_line),
@@ -182,7 +197,6 @@ _DISPATCH: tuple[tuple[str, Callable[[str, int], ParseResult]], ...] = (
     ("DSV4", dsv4_line),
     ("torch distributed", init_dist_line),
     ("startup timings", timings_line),
-    ("fired up", ready_line),
     ("sglang", version_line),
     ("SGLang", version_line),
 )
