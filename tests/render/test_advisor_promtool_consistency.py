@@ -54,6 +54,9 @@ def series_for(scenario: Scenario) -> list[dict[str, str]]:
     out: list[dict[str, str]] = []
     for rank, sig in scenario["ranks"].items():
         lab = _rank_labels(rank)
+        for name, count in {**COUNTS, **{k: v for k, v in sig.items() if k in COUNTS}}.items():
+            family, label, _ = SIGNAL_UNITS[name]  # the sample counts the rules gate each check on
+            out.append({"series": f'sglang_tuning_{family}{{{lab},signal="{label}"}}', "values": f"{count!r}x{n}"})
         for name in WINDOWED:
             if sig.get(name) is not None:
                 family, label, scale = SIGNAL_UNITS[name]  # as the collector exports it

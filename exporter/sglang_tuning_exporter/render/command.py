@@ -132,6 +132,7 @@ def apply_config(table: CheckTable, path: str, opts: render_options.RenderOption
             thresholds[profile] = {**thresholds[profile], **ov.thresholds}
         checks.append(replace(ov.on(c), thresholds=thresholds,
                               window_s=ov.window_s if ov.window_s is not None else c.window_s,
+                              min_samples=ov.min_samples if ov.min_samples is not None else c.min_samples,
                               for_s=ov.for_s if ov.for_s is not None else c.for_s))
     profiles = dict(table.profiles)
     for name, band in cfg.queue_bands.items():

@@ -11,6 +11,7 @@ import re
 from sglang_tuning_exporter.core.catalog import PREFIX, SIGNAL_UNITS
 from sglang_tuning_exporter.core.durations import promql_duration
 from sglang_tuning_exporter.guide.checks import Check, CheckTable
+from sglang_tuning_exporter.pipeline.signals import SAMPLE_COUNT_OF
 from sglang_tuning_exporter.render.options import HOST_LABEL, RenderOptions, selector_labels
 
 # level name -> severity label; a check with two levels gets two alerts of the same name.
@@ -156,10 +157,23 @@ def exporter_signal_expr(check: Check, table: CheckTable, opts: RenderOptions, *
     judged (not while a feature its remedy needs is switched off on the instance: `moot_when`)."""
     expr = fill(str(check.promql["exporter"]), check, table, opts)
     if judged:
+        expr = with_enough_samples(expr, check)
         for name, _ in check.moot_when:
             expr = (f"({expr}) unless on (instance) "
                     f'(max by (instance) (sglang_tuning_signal_amount{{signal="{name}"}}) > 0)')
     return ours(expr, opts)
+
+
+def with_enough_samples(expr: str, check: Check) -> str:
+    """The check's signal only where its sample count reaches the check's min_samples: below it the sidecar
+    exports the signal (from 3 samples) but calls the check unknown (signals.SAMPLE_COUNT_OF)."""
+    count = SAMPLE_COUNT_OF.get(check.signal)
+    if count is None:
+        return expr
+    family, label, _ = SIGNAL_UNITS[count]
+    # The count is a sibling series of the signal: same rank labels, another `signal`.
+    return (f"({expr}) and ignoring (signal) "
+            f'({PREFIX}{family}{{signal="{label}"}} >= {num(check.min_samples)})')
 
 
 def native_signal_exprs(check: Check, table: CheckTable, opts: RenderOptions) -> tuple[str, ...]:
