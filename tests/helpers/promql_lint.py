@@ -14,6 +14,7 @@ from pathlib import Path
 import yaml
 
 from sglang_tuning_exporter.core.catalog import exposed_names
+from sglang_tuning_exporter.render import slo
 
 FUNCTIONS = frozenset((
     "abs", "absent", "absent_over_time", "acos", "acosh", "asin", "asinh", "atan", "atanh",
@@ -194,8 +195,10 @@ def recording_rule_names(alerts_dir: Path) -> set[str]:
 
 
 def known_names(scan_file: Path, alerts_dir: Path) -> set[str]:
-    """Every metric a dashboard may query: our catalog, our recording rules, SGLang's own."""
-    return exposed_names() | recording_rule_names(alerts_dir) | sglang_names(scan_file) | {"up"}
+    """Every metric a dashboard may query: our catalog, our recording rules (the committed ones and those
+    an `slo:` renders, named by the renderer itself), SGLang's own."""
+    return (exposed_names() | recording_rule_names(alerts_dir) | slo.record_names() | sglang_names(scan_file)
+            | {"up"})
 
 
 def unknown_metrics(expr: str, known: set[str]) -> list[str]:

@@ -195,6 +195,11 @@ def test_lint_fails_on_a_metric_nobody_exports() -> None:
         "__name__=~'sglang[:_]tokens_usage'"]
     assert unknown_metrics("sglang:token_usage + sglang_token_usage", KNOWN) == []
     assert unknown_metrics("sglang:num_requests_running", KNOWN) == ["sglang:num_requests_running"]
+    # The SLO recording rules are known because the renderer names them, not by their prefix.
+    assert unknown_metrics("instance:sglang_slo_ttft_burn_rate:rate6h", KNOWN) == []
+    assert unknown_metrics("instance:sglang_slo_e2e_burn_rate:rate1h + instance:sglang_slo_ttft_burn_rate:rate2h",
+                           KNOWN) == ["instance:sglang_slo_e2e_burn_rate:rate1h",
+                                      "instance:sglang_slo_ttft_burn_rate:rate2h"]
 
 
 def test_tokenizer_tells_metrics_from_labels_functions_and_keywords() -> None:

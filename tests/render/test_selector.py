@@ -223,7 +223,8 @@ def test_annotation_values_come_from_the_alerts_own_cluster(tmp_path: Path) -> N
     for cluster, ratio, suggested, current in (("a", "0", "0.2", "0.5"), ("b", "0.7", "0.65", "1")):
         for s in case["input_series"]:
             value = {"sglang_tuning_signal_ratio": ratio, "sglang_tuning_suggested_value": suggested,
-                     "sglang_tuning_current_value": current}[s["series"].split("{")[0]]
+                     "sglang_tuning_current_value": current,
+                     "sglang_tuning_signal_amount": "60"}[s["series"].split("{")[0]]  # kv_samples
             series.append({"series": s["series"].replace("{", f'{{cluster="{cluster}",', 1),
                            "values": f"{value}x30"})
     test = {"rule_files": [str(tmp_path / "alerts" / "checks.rules.yaml")], "evaluation_interval": "1m",

@@ -3,17 +3,23 @@ SGLang's histograms, checked by the real promtool: the fast burn pages with the 
 
 from __future__ import annotations
 
+import json
 import subprocess
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 import requests
 import yaml
 
+from conformance.promql import concrete
+from helpers.promql_lint import metric_names
 from helpers.tsdb import PROMTOOL, build_blocks, missing_prometheus, running_prometheus
 from sglang_tuning_exporter.guide.checks import load_table
 from sglang_tuning_exporter.guide.config import ConfigError, parse_config
+from sglang_tuning_exporter.render import dashboards as render_dashboards
+from sglang_tuning_exporter.render import slo
 from sglang_tuning_exporter.render.options import RenderOptions
 from sglang_tuning_exporter.render.rules import group_yaml, groups
 
@@ -52,7 +58,9 @@ def test_burn_pairs_and_annotations(tmp_path: Path) -> None:
     assert "rate6h > 0.06" in slow["expr"] and "rate30m > 0.06" in slow["expr"]
     assert slow["annotations"]["flag"] == "--max-running-requests"
     records = {r["record"] for r in rules if "record" in r}
-    assert "instance:sglang_slo_ttft_slow_ratio:rate5m" in records and len(records) == 8
+    assert "instance:sglang_slo_ttft_slow_ratio:rate5m" in records and len(records) == 16
+    burn = {r["record"]: r["expr"] for r in rules if "record" in r}["instance:sglang_slo_itl_burn_rate:rate1h"]
+    assert burn == "instance:sglang_slo_itl_slow_ratio:rate1h / 0.01"
 
 
 def _series(slow_per_min: int) -> list[dict[str, str]]:
@@ -73,7 +81,7 @@ def test_fast_burn_pages_with_the_flag_under_promtool(tmp_path: Path) -> None:
         {"name": "20 % of requests slower than 2 s: 20x the 1 % budget", "interval": "1m",
          "input_series": _series(20),
          "alert_rule_test": [{**fast, "eval_time": "1m", "exp_alerts": []}, {**fast, "exp_alerts": [{
-             "exp_labels": {"instance": "gpu-a:30000", "model_name": "qwen", "severity": "critical",
+             "exp_labels": {"job": "sglang", "instance": "gpu-a:30000", "model_name": "qwen", "severity": "critical",
                             "check": "slo_ttft", "source": "sglang"},
              "exp_annotations": {
                  "summary": "SGLang is burning its TTFT SLO error budget 14.4x too fast",
@@ -118,6 +126,35 @@ def _recent_history(folder: Path, now: float) -> list[Path]:
     return [out]
 
 
+def _slo_row_targets() -> list[tuple[str, dict[str, Any]]]:
+    """(panel title, target) of the SLO burn row of both generated dashboards."""
+    out = []
+    for text in render_dashboards.generate(TABLE).values():
+        row = None
+        for p in json.loads(text)["panels"]:
+            if p["type"] == "row":
+                row = p["title"]
+            elif row == "SLO burn":
+                out += [(p["title"], t) for t in p["targets"]]
+    return out
+
+
+def test_dashboards_draw_the_slo_row_without_an_slo() -> None:
+    """The row is always there (the burn rates carry the objective); with no SLO rules loaded it says so."""
+    targets = _slo_row_targets()
+    assert len(targets) == 4 + 4 + 2 + 2 + 4
+    names = {n for _, t in targets for n in metric_names(t["expr"]).metrics}
+    assert names <= slo.record_names() and {n.split(":")[1] for n in names} == {
+        "sglang_slo_ttft_burn_rate", "sglang_slo_itl_burn_rate"}
+    for text in render_dashboards.generate(TABLE).values():
+        for p in json.loads(text)["panels"]:
+            if any(t in targets for t in [(p["title"], x) for x in p.get("targets", [])]):
+                assert p["fieldConfig"]["defaults"]["noValue"] == slo.NO_SLO
+    rendered = {r["record"] for g in groups(TABLE, RenderOptions(slo=SLO)) for r in g.rules
+                for r in [r.body] if "record" in r and r["record"].startswith("instance:sglang_slo_")}
+    assert rendered == slo.record_names()
+
+
 @pytest.mark.integration
 def test_fast_burn_fires_in_a_real_prometheus_with_the_flag(tmp_path: Path) -> None:
     """End to end: the rendered rules loaded by a real Prometheus over a backfilled hour of 20 % slow TTFT."""
@@ -145,3 +182,19 @@ def test_fast_burn_fires_in_a_real_prometheus_with_the_flag(tmp_path: Path) -> N
         ratio = requests.get(f"{url}/api/v1/query", timeout=10,
                              params={"query": "instance:sglang_slo_ttft_slow_ratio:rate1h"}).json()
         assert float(ratio["data"]["result"][0]["value"][1]) == pytest.approx(0.2, abs=0.01)
+        # The dashboards' SLO row over the same Prometheus: the burn the alert compares with 14.4, i.e. its
+        # $value (the 1h slow share) over the 1 % budget, for every window; no ITL histogram, no ITL series.
+        burn = float(str(firing[0]["value"])) / 0.01
+        assert burn == pytest.approx(20, abs=1)
+        seen = 0
+        for title, tgt in _slo_row_targets():
+            got = requests.get(f"{url}/api/v1/query", timeout=10,
+                               params={"query": concrete(tgt["expr"], {})}).json()["data"]["result"]
+            values = [float(r["value"][1]) for r in got]
+            if "sglang_slo_itl_" in tgt["expr"]:
+                assert values == [], (title, tgt["expr"])
+                continue
+            expected = 1 - burn if tgt["expr"].startswith("1 - ") else burn
+            assert values == [pytest.approx(expected, rel=0.02)], (title, tgt["expr"])
+            seen += 1
+        assert seen == 4 + 1 + 1 + 2  # server: 4 windows and the budget; fleet: the top 10 and the 1h/6h table

@@ -109,8 +109,9 @@ class Cell:
 
 def timeseries(title: str, description: str, unit: str, targets: Sequence[Json], *,
                thresholds: Json | None = None, style: str = "off", minimum: float | None = None,
-               maximum: float | None = None, bars: bool = False) -> Json:
-    """A timeseries panel; `style` draws thresholds (`line+area`, `dashed`, ...)."""
+               maximum: float | None = None, bars: bool = False, no_value: str | None = None) -> Json:
+    """A timeseries panel; `style` draws thresholds (`line+area`, `dashed`, ...); `no_value` replaces
+    Grafana's "No data"."""
     custom: Json = {"drawStyle": "bars" if bars else "line", "fillOpacity": 60 if bars else 10,
                     "lineWidth": 1, "showPoints": "never", "spanNulls": False,
                     "thresholdsStyle": {"mode": style}}
@@ -120,6 +121,8 @@ def timeseries(title: str, description: str, unit: str, targets: Sequence[Json],
         defaults["min"] = minimum
     if maximum is not None:
         defaults["max"] = maximum
+    if no_value is not None:
+        defaults["noValue"] = no_value
     return {"type": "timeseries", "title": title, "description": description, "datasource": DATASOURCE,
             "fieldConfig": {"defaults": defaults, "overrides": []},
             "options": {"legend": {"calcs": ["lastNotNull", "max"], "displayMode": "table",
@@ -129,12 +132,14 @@ def timeseries(title: str, description: str, unit: str, targets: Sequence[Json],
 
 
 def stat(title: str, description: str, unit: str, targets: Sequence[Json], *, thresholds: Json,
-         mappings: list[Json] | None = None, color_mode: str = "background") -> Json:
+         mappings: list[Json] | None = None, color_mode: str = "background", no_value: str | None = None) -> Json:
     """A stat panel coloured by thresholds (last value)."""
+    defaults: Json = {"unit": unit, "thresholds": thresholds, "mappings": mappings or [],
+                      "color": {"mode": "thresholds"}}
+    if no_value is not None:
+        defaults["noValue"] = no_value
     return {"type": "stat", "title": title, "description": description, "datasource": DATASOURCE,
-            "fieldConfig": {"defaults": {"unit": unit, "thresholds": thresholds,
-                                         "mappings": mappings or [], "color": {"mode": "thresholds"}},
-                            "overrides": []},
+            "fieldConfig": {"defaults": defaults, "overrides": []},
             "options": {"colorMode": color_mode, "graphMode": "none", "justifyMode": "auto",
                         "orientation": "auto", "textMode": "value_and_name",
                         "reduceOptions": {"calcs": ["lastNotNull"], "fields": "", "values": False}},

@@ -25,6 +25,7 @@ from typing import Any
 from sglang_tuning_exporter.core.durations import promql_duration
 from sglang_tuning_exporter.core.recording import RECORDING_WINDOW_S, recorded
 from sglang_tuning_exporter.guide.checks import Check, CheckTable
+from sglang_tuning_exporter.render import slo
 from sglang_tuning_exporter.render.annotations import (
     NATIVE_LOOKUP,
     alert_annotations,
@@ -34,7 +35,6 @@ from sglang_tuning_exporter.render.annotations import (
 )
 from sglang_tuning_exporter.render.expressions import (
     RANK_JOIN,
-    SPELLINGS,
     checks_in_scope,
     compare,
     exporter_has_signal,
@@ -44,7 +44,6 @@ from sglang_tuning_exporter.render.expressions import (
     keep_selector_labels,
     levels,
     lowest_threshold,
-    native,
     native_record_name,
     native_signal_exprs,
     num,
@@ -320,68 +319,10 @@ def changes_group(opts: RenderOptions) -> Group:
                  (rule,))
 
 
-# The SRE workbook's multi-window, multi-burn-rate pairs: (long, short window, burn rate, for, severity).
-BURN_PAIRS = ((3600, 300, 14.4, 120, "critical"), (21600, 1800, 6.0, 900, "warning"))
-# SLO target -> (SGLang histogram, words, the latency check most likely responsible, the other one to rule out).
-SLO_HISTOGRAMS = {"ttft_p95_seconds": ("time_to_first_token_seconds", "TTFT", "ttft_long_prompts",
-                                       "latency_queue_dominates"),
-                  "itl_p95_seconds": ("inter_token_latency_seconds", "ITL", "latency_high_batch_large",
-                                      "latency_queue_dominates")}
-
-
 def slo_group(table: CheckTable, opts: RenderOptions) -> Group:
-    """The `slo:` of the config as burn-rate alerts: per window, the share of requests slower than the target
-    (SGLang's histogram: 1 - rate of the target bucket / rate of all), paging when both windows of a pair burn
-    the error budget (1 - objective) that many times too fast; each alert names the check and flag to try."""
-    objective = float(opts.slo.get("objective", 0.99))
-    budget = 1.0 - objective
-    by_id = table.by_id()
-    rules: list[Rule] = []
-    windows = sorted({w for pair in BURN_PAIRS for w in pair[:2]})
-    for target, (family, words, cid, other) in SLO_HISTOGRAMS.items():
-        if target not in opts.slo:
-            continue
-        le = repr(float(opts.slo[target]))
-        short = target.split("_")[0]
-        for w in windows:
-            d = promql_duration(w)
-            def total(name: str, matcher: str, d: str = d) -> str:
-                return " or ".join(f"rate({native(f'sglang:{name}{matcher}', opts, sp)}[{d}])" for sp in SPELLINGS)
-            bucket = total(family + "_bucket", '{le="' + le + '"}')
-            good = f"sum by (instance, model_name) ({bucket})"
-            every = f"sum by (instance, model_name) ({total(family + '_count', '')})"
-            rules.append(Rule({"record": f"instance:sglang_slo_{short}_slow_ratio:rate{d}",
-                               "expr": f"1 - ({good}\n  / {every})"},
-                              f"requests slower than {le} s ({words}) over {d}"))
-        c = by_id.get(cid)
-        flag = c.flag if c is not None and c.flag else "client-side"
-        action = c.action if c is not None else "client"
-        for long_s, short_s, burn, for_s, severity in BURN_PAIRS:
-            lng, sht = promql_duration(long_s), promql_duration(short_s)
-            limit = num(round(burn * budget, 6))
-            alert = f"SGLangSLO{words}Burn{'Fast' if severity == 'critical' else 'Slow'}"
-            expr = (f"instance:sglang_slo_{short}_slow_ratio:rate{lng} > {limit}\n"
-                    f"and instance:sglang_slo_{short}_slow_ratio:rate{sht} > {limit}")
-            rules.append(Rule({
-                "alert": alert, "expr": expr,
-                "for": for_of(for_s, opts),
-                "labels": {"severity": severity, "check": f"slo_{short}", "source": "sglang"},
-                "annotations": {
-                    "summary": f"SGLang is burning its {words} SLO error budget {num(burn)}x too fast",
-                    "description": (f"{{{{ $value | humanizePercentage }}}} of requests on {{{{ $labels.instance }}}} were "
-                                    f"slower than {le} s ({words}) over {lng} and {sht}; the objective "
-                                    f"({num(objective * 100)} % within {le} s) allows {num(round(budget * 100, 6))} %. "
-                                    f"Most likely: {cid} ({flag}); rule out {other} (client side) first."),
-                    "runbook_url": f"{opts.runbook_url}#{anchor(alert)}",
-                    "dashboard_url": dashboard_url(opts),
-                    "check": cid, "flag": flag, "action": action,
-                    "suggested_value": "see the exporter's finding for " + cid,
-                    "guide": guide_line(c, table, opts) if c is not None else ""},
-            }, f"{words} SLO: {num(burn)}x burn over {lng} and {sht}"))
-    return Group("sglang-tuning.slo", "slo.rules.yaml",
-                 f"Latency SLO burn rates (the SRE workbook's 1h/5m at 14.4x and 6h/30m at 6x) over SGLang's own\n"
-                 f"histograms; objective {num(objective)}. Rendered from the `slo:` of the exporter's config.",
-                 tuple(rules))
+    """The `slo:` of the config as recording rules and burn-rate alerts (render/slo.py)."""
+    return Group(slo.GROUP, "slo.rules.yaml", slo.header(opts),
+                 tuple(Rule(body, comment) for _, body, comment in slo.rules(table, opts)))
 
 
 def groups(table: CheckTable, opts: RenderOptions) -> list[Group]:

@@ -21,7 +21,7 @@ from sglang_tuning_exporter.render.expressions import (
     window_of,
 )
 from sglang_tuning_exporter.render.options import RenderOptions
-from sglang_tuning_exporter.render.rules import BURN_PAIRS, SLO_HISTOGRAMS
+from sglang_tuning_exporter.render.slo import BURN_PAIRS, SLO_HISTOGRAMS, alert_name, kind
 
 RUNBOOK_PATH = "alerts/runbook.md"
 
@@ -150,25 +150,25 @@ CHANGE_DOC = GuardDoc(
 
 
 def slo_docs(table: CheckTable, opts: RenderOptions) -> list[tuple[GuardDoc, str]]:
-    """The burn-rate alerts of the config's `slo:` (none without one), each with its severity."""
+    """The burn-rate alerts an `slo:` renders, each with its severity: always documented (a chart or a render
+    with `slo:` links here), with the config's target when the render has one."""
     out: list[tuple[GuardDoc, str]] = []
     by_id = table.by_id()
     for target, (_family, words, cid, other) in SLO_HISTOGRAMS.items():
-        if target not in opts.slo:
-            continue
-        le = f"{opts.slo[target]:g}"
+        le = f"{opts.slo[target]:g} s" if target in opts.slo else f"the target (`slo.{target}`)"
         flag = by_id[cid].flag if cid in by_id and by_id[cid].flag else "the client side"
         for long_s, short_s, burn, _for_s, severity in BURN_PAIRS:
-            speed = "Fast" if severity == "critical" else "Slow"
             out.append((GuardDoc(
-                f"SGLangSLO{words}Burn{speed}", f"slo_{target.split('_')[0]}",
-                f"More requests than the SLO allows were slower than {le} s ({words}) over both "
+                alert_name(target, severity), f"slo_{kind(target)}",
+                f"More requests than the SLO allows were slower than {le} ({words}) over both "
                 f"{promql_duration(long_s)} and {promql_duration(short_s)}: the error budget burns {burn:g}x too fast "
-                "(the SRE workbook's multi-window, multi-burn-rate alert).",
+                "(the SRE workbook's multi-window, multi-burn-rate alert). Rendered only from an `slo:` (the "
+                "exporter's config with `render --config`, or the Helm chart's `slo` value).",
                 "Users feel it: at this rate the whole budget is gone in "
                 f"{30 * 24 / burn:.0f} h of a 30-day period.",
-                f"Dashboard row 'Latency': {words} p95; the recording rules "
-                f"`instance:sglang_slo_{target.split('_')[0]}_slow_ratio:rate*`.",
+                f"Dashboard row 'SLO burn' (server dashboard): the {words} burn rate over 5m, 30m, 1h and 6h "
+                f"(`instance:sglang_slo_{kind(target)}_burn_rate:rate*`; the alert pages above {burn:g}) and the "
+                f"row 'Latency': {words} p95.",
                 f"Most likely `{cid}` ({flag}): follow its finding; first rule out `{other}` (the queue, a "
                 "client-side matter)."), severity))
     return out
