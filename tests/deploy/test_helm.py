@@ -70,7 +70,11 @@ def test_committed_chart_matches_the_generator() -> None:
     assert on_disk == set(files), "stale files in the chart directory"
 
 
-@pytest.mark.parametrize("values", [None, ALL_ON], ids=["defaults", "all-on"])
+SLO = {"ttft_p95_seconds": 2.0, "itl_p95_seconds": 0.1, "objective": 0.99}
+
+
+@pytest.mark.parametrize("values", [None, ALL_ON, {"slo": SLO}, {**ALL_ON, "slo": SLO}],
+                         ids=["defaults", "all-on", "slo", "all-on-slo"])
 def test_helm_lint_is_clean(values: dict[str, Any] | None) -> None:
     """`helm lint --strict` (Helm's library): no error, no warning (info: only the missing icon)."""
     report = helm.lint(str(CHART_DIR), values, strict=True, namespace="llm", kube_version="v1.30.0")
@@ -150,6 +154,23 @@ def test_selector_value_equals_render_with_the_selector_option() -> None:
     assert helmchart.PLACEHOLDER_LABEL not in text
 
 
+@pytest.mark.parametrize("slo", [SLO, {"ttft_p95_seconds": 20, "objective": 0.995}, {"itl_p95_seconds": 0.002}],
+                         ids=["both", "ttft-995", "itl-default-objective"])
+def test_slo_value_equals_render_with_the_config_slo(slo: dict[str, float]) -> None:
+    """The chart's `slo` gives the SLO group `render --config` writes from the same `slo:` (numbers filled into
+    the stored placeholders by the template), alone and with a selector; the dashboards do not change."""
+    docs = _render({"slo": slo})
+    assert _groups(docs) == {g["name"]: g for g in render_rules.rule_groups(TABLE, RenderOptions(slo=slo))}
+    assert "sglang-tuning.slo" in _groups(docs)
+    both = _render({**ALL_ON, "slo": slo})
+    opts = RenderOptions(selector=parse_selector(SELECTOR), grafana_url="https://grafana.example", slo=slo)
+    assert _groups(both) == {g["name"]: g for g in render_rules.rule_groups(TABLE, opts)}
+    assert "__slo_" not in json.dumps(_one(both, "PrometheusRule"))
+    maps = [d for d in docs if d["kind"] == "ConfigMap" and "grafana_dashboard" in d["metadata"]["labels"]]
+    assert {k: v for m in maps for k, v in m["data"].items()} == {
+        p.name: p.read_text(encoding="utf-8") for p in (ROOT / "dashboards").glob("*.json")}
+
+
 def test_default_dashboards_are_the_committed_ones() -> None:
     maps = [d for d in DEFAULT if d["kind"] == "ConfigMap" and "grafana_dashboard" in d["metadata"]["labels"]]
     got = {k: v for m in maps for k, v in m["data"].items()}
@@ -161,7 +182,9 @@ def test_default_dashboards_are_the_committed_ones() -> None:
 @pytest.mark.skipif(shutil.which("promtool") is None, reason="promtool not installed")
 def test_chart_rules_with_a_selector_pass_promtool(tmp_path: Path) -> None:
     path = tmp_path / "rules.yaml"
-    path.write_text(yaml.safe_dump(_one(EVERYTHING, "PrometheusRule")["spec"]), encoding="utf-8")
+    spec = _one(_render({**ALL_ON, "slo": SLO}), "PrometheusRule")["spec"]
+    assert "sglang-tuning.slo" in {g["name"] for g in spec["groups"]}
+    path.write_text(yaml.safe_dump(spec), encoding="utf-8")
     assert SELECTOR in path.read_text(encoding="utf-8")
     proc = subprocess.run(["promtool", "check", "rules", str(path)], capture_output=True, text=True, timeout=120,
                           check=False)
@@ -176,6 +199,10 @@ def test_chart_rules_with_a_selector_pass_promtool(tmp_path: Path) -> None:
     ({"selector": 'pod=~"a{2}"'}, "selector"),
     ({"log": {"maxBytes": "big"}}, "maxBytes"),
     ({"grafanaUrl": "grafana:3000"}, "grafanaUrl"),
+    ({"slo": {"ttft_p95_seconds": 1.5}}, "ttft_p95_seconds"),
+    ({"slo": {"itl_p95_seconds": 0.1, "objective": 1.2}}, "objective"),
+    ({"slo": {"objective": 0.99}}, "slo"),
+    ({"slo": {"e2e_p95_seconds": 5}}, "e2e_p95_seconds"),
 ])
 def test_values_schema_rejects_a_bad_value(values: dict[str, Any], where: str) -> None:
     chart = helm.Chart.load(str(CHART_DIR))

@@ -17,10 +17,12 @@ from typing import Any
 
 from sglang_tuning_exporter import __version__
 from sglang_tuning_exporter.guide.checks import CheckTable
+from sglang_tuning_exporter.guide.config import SLO_BUCKETS
 from sglang_tuning_exporter.render import dashboards as render_dashboards
 from sglang_tuning_exporter.render import kubernetes as k8s
 from sglang_tuning_exporter.render import rules as render_rules
-from sglang_tuning_exporter.render.expressions import profile_of
+from sglang_tuning_exporter.render import slo
+from sglang_tuning_exporter.render.expressions import keep_selector_labels, profile_of
 from sglang_tuning_exporter.render.helmtemplates import HELPERS, TEMPLATES
 from sglang_tuning_exporter.render.options import DEFAULT_GRAFANA_URL, RenderOptions
 from sglang_tuning_exporter.sources import logtee
@@ -50,6 +52,7 @@ def values(table: CheckTable, opts: RenderOptions) -> dict[str, Any]:
         "workload": opts.workload,
         "selector": "",
         "grafanaUrl": DEFAULT_GRAFANA_URL,
+        "slo": {},
         "sglang": {
             "image": {"repository": sglang_repo, "tag": sglang_tag, "pullPolicy": "IfNotPresent"},
             "model": "Qwen/Qwen2.5-7B-Instruct", "extraArgs": "",
@@ -106,6 +109,9 @@ def schema(table: CheckTable) -> dict[str, Any]:
         "workload": {"enum": list(table.workloads)},
         "selector": {"type": "string", "pattern": SELECTOR_PATTERN},
         "grafanaUrl": {"type": "string", "pattern": "^https?://"},
+        "slo": _obj({**{t: {"enum": list(bounds)} for t, bounds in SLO_BUCKETS.items()},
+                     "objective": {"type": "number", "exclusiveMinimum": 0, "exclusiveMaximum": 1}},
+                    dependencies={"objective": {"anyOf": [{"required": [t]} for t in SLO_BUCKETS]}}),
         "sglang": _obj({"image": _IMAGE, "model": _STR, "extraArgs": _STR, "hfTokenSecret": _STR,
                         "resources": _MAP, "shmSizeLimit": _STR}),
         "exporter": _obj({"image": _IMAGE, "extraArgs": {"type": "array", "items": _STR}, "resources": _MAP,
@@ -147,6 +153,20 @@ def rule_files(table: CheckTable, opts: RenderOptions) -> dict[str, str]:
     return out
 
 
+def slo_files(table: CheckTable, opts: RenderOptions) -> dict[str, str]:
+    """`files/rules/<profile>/slo.json`: every SLO target's rules by target, its numbers as placeholders
+    (render/slo.py) that the template fills from the `slo` value, with the placeholder selector."""
+    base = replace(opts, selector=PLACEHOLDER, grafana_url=DEFAULT_GRAFANA_URL)
+    out = {}
+    for profile in table.profiles:
+        by_target: dict[str, list[dict[str, Any]]] = {t: [] for t in slo.SLO_HISTOGRAMS}
+        for target, body, _ in slo.rules(table, replace(base, profile=profile), slo.PLACEHOLDERS):
+            # as rules.groups does with a selector: the groupings that keep a server apart keep its labels
+            by_target[target].append({**body, "expr": keep_selector_labels(body["expr"], PLACEHOLDER)})
+        out[f"files/rules/{profile}/slo.json"] = _json(by_target)
+    return out
+
+
 def dashboard_files(table: CheckTable) -> dict[str, str]:
     """`files/dashboards/<profile>/<name>.json` (each profile's guide bands), with the placeholder selector."""
     out = {}
@@ -168,5 +188,6 @@ def generate(table: CheckTable, opts: RenderOptions) -> dict[str, str]:
     }
     files.update({f"templates/{name}": text for name, text in TEMPLATES.items()})
     files.update(rule_files(table, opts))
+    files.update(slo_files(table, opts))
     files.update(dashboard_files(table))
     return {f"{OUT_DIR}/{name}": text for name, text in sorted(files.items())}

@@ -5,6 +5,7 @@ kustomize example (render/kubernetes.py): ports, job names, the logtee handoff a
 from __future__ import annotations
 
 from sglang_tuning_exporter.render import kubernetes as k8s
+from sglang_tuning_exporter.render import slo
 from sglang_tuning_exporter.render.annotations import SERVER_DASHBOARD
 from sglang_tuning_exporter.render.options import DEFAULT_GRAFANA_URL
 
@@ -34,7 +35,8 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{- end -}}
 
 {{- /* A generated file (rules, dashboard) with the placeholder selector replaced by the `selector`
-value, or dropped; the groupings that keep a server apart gain the selector's label names. */ -}}
+value, or dropped; the groupings that keep a server apart gain the selector's label names (but those in
+`skip`, which they hold already). */ -}}
 {{- define "ste.scoped" -}}
 {{- $text := .text -}}
 {{- $ph := "__chart_selector__=\\\"\\\"" -}}
@@ -48,7 +50,9 @@ value, or dropped; the groupings that keep a server apart gain the selector's la
 {{- end -}}
 {{- $text = replace (printf "{%s}" $ph) (printf "{%s}" $esc) $text -}}
 {{- $text = replace $ph $esc $text -}}
-{{- $text = replace ", __chart_selector__" (printf ", %s" (join ", " $names)) $text -}}
+{{- $by := list -}}
+{{- range $names }}{{ if not (has . ($.skip | default list)) }}{{ $by = append $by . }}{{ end }}{{ end -}}
+{{- $text = replace ", __chart_selector__" (ternary (printf ", %s" (join ", " $by)) "" (gt (len $by) 0)) $text -}}
 {{- $lookups := list -}}{{- $args := list -}}
 {{- range $names }}{{ $lookups = append $lookups (printf "%s=%%q" .) }}{{ $args = append $args (printf " $labels.%s" .) }}{{ end -}}
 {{- $text = replace "__chart_selector__=%q" (join "," $lookups) $text -}}
@@ -303,6 +307,28 @@ PROMETHEUS_RULE = HEAD + '''{{- if .Values.prometheusRule.enabled }}
 {{- $common = replace (include "ste.dashboardBase" .) $grafana $common | fromJson }}
 {{- $checks := include "ste.scoped" (dict "text" $own "selector" .Values.selector) }}
 {{- $checks = replace (include "ste.dashboardBase" .) $grafana $checks | fromJson }}
+{{- $groups := concat $common.groups $checks.groups }}
+{{- $slo := .Values.slo | default dict }}
+{{- if or SLO_ANY }}
+{{- $text := include "ste.scoped" (dict "text" (.Files.Get (printf "files/rules/%s/slo.json" .Values.guideProfile)) "selector" .Values.selector "skip" (list SLO_BY)) }}
+{{- $text = replace (include "ste.dashboardBase" .) $grafana $text }}
+{{- $objective := $slo.objective | default SLO_OBJECTIVE | float64 }}
+{{- $budget := subf 1 $objective }}
+{{- $text = replace "__slo_budget__" (printf "%v" (round $budget 9)) $text }}
+{{- $text = replace "__slo_budget_pct__" (printf "%v" (round (mulf $budget 100) 6)) $text }}
+{{- $text = replace "__slo_objective_pct__" (printf "%v" (round (mulf $objective 100) 6)) $text }}
+SLO_LIMITS
+{{- range $t := list SLO_TARGETS }}
+{{- with get $slo $t }}
+{{- $le := printf "%v" . }}{{- if not (contains "." $le) }}{{ $le = printf "%s.0" $le }}{{ end }}
+{{- $text = replace (printf "__slo_le_%s__" $t) $le $text }}
+{{- end }}
+{{- end }}
+{{- $all := fromJson $text }}
+{{- $rules := list }}
+{{- range $t := list SLO_TARGETS }}{{ if hasKey $slo $t }}{{ $rules = concat $rules (get $all $t) }}{{ end }}{{ end }}
+{{- $groups = append $groups (dict "name" "SLO_GROUP" "rules" $rules) }}
+{{- end }}
 apiVersion: monitoring.coreos.com/v1
 kind: PrometheusRule
 metadata:
@@ -315,7 +341,7 @@ metadata:
     {{- end }}
 spec:
   groups:
-    {{- toYaml (concat $common.groups $checks.groups) | nindent 4 }}
+    {{- toYaml $groups | nindent 4 }}
 {{- end }}
 '''
 
@@ -364,6 +390,17 @@ spec:
 {{- end }}
 {{- end }}
 '''
+
+# The `slo` value fills the SLO rules the chart stores with placeholders (render/slo.py PLACEHOLDERS).
+PROMETHEUS_RULE = (PROMETHEUS_RULE
+                   .replace("SLO_ANY", " ".join(f'(hasKey $slo "{t}")' for t in slo.SLO_HISTOGRAMS))
+                   .replace("SLO_BY", " ".join(f'"{n.strip()}"' for n in slo.BY.split(",")))
+                   .replace("SLO_OBJECTIVE", repr(slo.DEFAULT_OBJECTIVE))
+                   .replace("SLO_TARGETS", " ".join(f'"{t}"' for t in slo.SLO_HISTOGRAMS))
+                   .replace("SLO_GROUP", slo.GROUP)
+                   .replace("SLO_LIMITS", "\n".join(
+                       f'{{{{- $text = replace "{ph}" (printf "%v" (round (mulf {burn!r} $budget) 6)) $text }}}}'
+                       for ph, (_, _, burn, _, _) in zip(slo.PLACEHOLDERS.limits, slo.BURN_PAIRS, strict=True))))
 
 TEMPLATES = {
     "deployment.yaml": DEPLOYMENT,

@@ -163,7 +163,7 @@ def slo_docs(table: CheckTable, opts: RenderOptions) -> list[tuple[GuardDoc, str
                 f"More requests than the SLO allows were slower than {le} ({words}) over both "
                 f"{promql_duration(long_s)} and {promql_duration(short_s)}: the error budget burns {burn:g}x too fast "
                 "(the SRE workbook's multi-window, multi-burn-rate alert). Rendered only from an `slo:` (the "
-                "exporter's config with `render --config`).",
+                "exporter's config with `render --config`, or the Helm chart's `slo` value).",
                 "Users feel it: at this rate the whole budget is gone in "
                 f"{30 * 24 / burn:.0f} h of a 30-day period.",
                 f"Dashboard row 'SLO burn' (server dashboard): the {words} burn rate over 5m, 30m, 1h and 6h "

@@ -152,7 +152,7 @@ def header(opts: RenderOptions) -> str:
 # ----------------------------------------------------------------------------- dashboard row
 # Always drawn: the burn rates carry the objective, so the dashboards need no SLO number and the same JSON
 # serves a render with or without `slo:`; without one the panels say so instead of "No data".
-NO_SLO = "no SLO: set slo: in the exporter's config (render --config)"
+NO_SLO = "no SLO: set slo: in the exporter's config (render --config) or the Helm chart's slo value"
 _SEL = f'{{{HOST_SEL}, model_name=~"$model_name"}}'
 
 

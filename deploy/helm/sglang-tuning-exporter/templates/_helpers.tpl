@@ -23,7 +23,8 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{- end -}}
 
 {{- /* A generated file (rules, dashboard) with the placeholder selector replaced by the `selector`
-value, or dropped; the groupings that keep a server apart gain the selector's label names. */ -}}
+value, or dropped; the groupings that keep a server apart gain the selector's label names (but those in
+`skip`, which they hold already). */ -}}
 {{- define "ste.scoped" -}}
 {{- $text := .text -}}
 {{- $ph := "__chart_selector__=\\\"\\\"" -}}
@@ -37,7 +38,9 @@ value, or dropped; the groupings that keep a server apart gain the selector's la
 {{- end -}}
 {{- $text = replace (printf "{%s}" $ph) (printf "{%s}" $esc) $text -}}
 {{- $text = replace $ph $esc $text -}}
-{{- $text = replace ", __chart_selector__" (printf ", %s" (join ", " $names)) $text -}}
+{{- $by := list -}}
+{{- range $names }}{{ if not (has . ($.skip | default list)) }}{{ $by = append $by . }}{{ end }}{{ end -}}
+{{- $text = replace ", __chart_selector__" (ternary (printf ", %s" (join ", " $by)) "" (gt (len $by) 0)) $text -}}
 {{- $lookups := list -}}{{- $args := list -}}
 {{- range $names }}{{ $lookups = append $lookups (printf "%s=%%q" .) }}{{ $args = append $args (printf " $labels.%s" .) }}{{ end -}}
 {{- $text = replace "__chart_selector__=%q" (join "," $lookups) $text -}}
