@@ -317,8 +317,8 @@ def test_json_follows_interfaces() -> None:
 
 
 def test_markdown_golden(update_golden: bool) -> None:
-    """The markdown of a small fleet matches the reviewed golden file."""
-    text = report_formats.render(sample_report(), "markdown")
+    """The markdown of a small fleet (with latencies and an SLO) matches the reviewed golden file."""
+    text = report_formats.render(latency_report(), "markdown")
     path = GOLDEN / "fleet-report.md"
     if update_golden:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -433,3 +433,77 @@ def test_a_yes_no_fact_is_never_averaged_over_a_long_range() -> None:
     flags = [part for part in expr.split(" or ") if "sglang_tuning_signal_flag" in part]
     assert flags and all("last_over_time(" in p and "avg_over_time(" not in p for p in flags), flags
     assert "avg_over_time(sglang_tuning_signal_ratio" in expr  # ratios are still the mean of the windows
+
+
+# ------------------------------------------------------------------------------------------ latency (issue #25)
+SLO = {"ttft_p95_seconds": 2.0, "itl_p95_seconds": 0.1, "objective": 0.99}
+
+
+def latency_report() -> FleetReport:
+    """The sample fleet with latencies and an SLO: the hostile-named server burns its TTFT budget 12x."""
+    import dataclasses
+
+    from sglang_tuning_exporter.fleet.latency import latency_of, rank
+
+    full = {"ttft_p95_seconds": 0.8123, "itl_p95_seconds": 0.04, "e2e_p95_seconds": 12.5,
+            "queue_time_p95_seconds": 0.2}
+    given = {"10.0.0.2:9470": ({"dp=0": full, "dp=1": {**full, "ttft_p95_seconds": 0.9}},
+                               {"ttft_p95_seconds": 0.003, "itl_p95_seconds": 0.001}),
+             '<script>alert("x")</script>:9470': ({"all": {"ttft_p95_seconds": 3.2, "itl_requests": 0.0}},
+                                                  {"ttft_p95_seconds": 0.12}),
+             "10.0.0.10:9470": ({}, {})}
+    base = sample_report()
+    insts = {i.instance: dataclasses.replace(i, latency=latency_of(*given[i.instance], SLO)) for i in base.instances}
+    order, why = rank(list(insts), {n: i.latency for n, i in insts.items()}, SLO)
+    return dataclasses.replace(base, instances=tuple(insts[n] for n in order), order=why, slo=dict(SLO))
+
+
+def test_latency_is_the_worst_rank_and_unknown_says_why() -> None:
+    """p95 per server is its worst rank's; a latency not in Prometheus is unknown with the reason (none
+    exported, or 0 requests behind it)."""
+    by = {i.instance: i.latency for i in latency_report().instances}
+    ok = by["10.0.0.2:9470"]
+    assert ok.p95 == {"ttft_p95_seconds": 0.9, "itl_p95_seconds": 0.04, "e2e_p95_seconds": 12.5,
+                      "queue_time_p95_seconds": 0.2} and ok.unknown_why == {}
+    hot = by['<script>alert("x")</script>:9470']
+    assert hot.unknown_why["itl_p95_seconds"].startswith("0 requests in Prometheus' itl latency series")
+    assert "sglang_tuning_signal_seconds" in hot.unknown_why["e2e_p95_seconds"]
+    assert (hot.burn("ttft_p95_seconds"), hot.burn("itl_p95_seconds"), hot.worst_burn) == (12.0, None, 12.0)
+    assert (ok.burn("ttft_p95_seconds"), ok.burn("itl_p95_seconds"), ok.worst_burn) == (0.3, 0.1, 0.3)
+    assert by["10.0.0.10:9470"].worst_burn is None
+
+
+def test_servers_rank_by_worst_burn_or_stay_in_name_order_with_the_reason() -> None:
+    from sglang_tuning_exporter.fleet.latency import Latency, rank
+
+    lat = {"a": Latency({}, slow_ratio={"ttft_p95_seconds": 0.01}, budget=0.01),
+           "b": Latency({}, slow_ratio={"ttft_p95_seconds": 0.2, "itl_p95_seconds": 0.05}, budget=0.01),
+           "c": Latency({}, slow_ratio={"ttft_p95_seconds": None}, budget=0.01)}
+    order, why = rank(["a", "b", "c"], lat, SLO)
+    assert order == ["b", "a", "c"] and why["by"] == "slo_burn" and "objective 99 %" in why["why"]
+    order, why = rank(["a", "b", "c"], lat, {})
+    assert order == ["a", "b", "c"] and why["by"] == "instance" and "no slo: in --config" in why["why"]
+    order, why = rank(["c", "a"], {"c": lat["c"]}, SLO)
+    assert order == ["c", "a"] and why["by"] == "instance" and "no server's SLO burn is known" in why["why"]
+
+
+def test_latency_in_every_format() -> None:
+    """JSON (schema-valid), Markdown and HTML carry the p95 columns, the burn and the order's reason."""
+    from helpers.schemas import assert_valid
+
+    r = latency_report()
+    doc = json.loads(report_formats.render(r, "json"))
+    assert_valid(doc, "report")
+    assert doc["order"]["by"] == "slo_burn" and doc["slo"] == SLO
+    first = doc["instances"][0]
+    assert first["instance"] == '<script>alert("x")</script>:9470'
+    assert first["latency"]["slo"]["ttft_p95_seconds"] == {"target": 2.0, "slow_ratio": 0.12, "burn": 12.0}
+    assert first["latency"]["worst_burn"] == 12.0 and first["latency"]["e2e_p95_seconds"] is None
+    md = report_formats.render(r, "markdown")
+    section = md.split("## Latency", 1)[1].split("## Mis-tuned servers", 1)[0]
+    assert "Order: servers ordered by their worst SLO burn" in section
+    assert "| p95 TTFT | p95 ITL | p95 E2E | p95 queue time | SLO burn |" in section
+    assert "| `10.0.0.2:9470` | 0.9 s | 0.04 s | 12.5 s | 0.2 s | 0.3 (p95 TTFT) |" in section
+    assert "| 3.2 s | unknown | unknown | unknown | 12 (p95 TTFT) |" in section
+    page = report_formats.render(r, "html")
+    assert 'id="latency"' in page and "12 (p95 TTFT)" in page and "<script>alert" not in page

@@ -31,7 +31,7 @@ LENGTH_S = 8 * 3600.0
 CHANGE_AT = END - 4 * 3600.0
 LATE_AT = END - 300.0  # a change too late to judge: no full slice after it
 A = fh.BASE_ARGS
-IMPROVED, STORM, WORSE, LATE, HEALTHY = (f"10.9.5.{i}:9470" for i in range(1, 6))
+IMPROVED, STORM, WORSE, LATE, HEALTHY, SLOWER = (f"10.9.5.{i}:9470" for i in range(1, 7))
 
 
 def _history() -> list[tuple[list[fh.InstanceSpec], float, float]]:
@@ -44,6 +44,11 @@ def _history() -> list[tuple[list[fh.InstanceSpec], float, float]]:
     after = [fh.InstanceSpec(IMPROVED, args={**A, "schedule_conservativeness": 1.3}),
              fh.InstanceSpec(WORSE, model_name=fh.MODEL_B, graph_miss_ratio=0.35, batch_without_graph=300.0,
                              args={**A, "max_running_requests": 512.0, "cuda_graph_max_bs": 160.0})]
+    # Retractions gone after the change, but p95 TTFT doubled (issue 25): the trade is stated, the verdict worse.
+    before.append(fh.InstanceSpec(SLOWER, "retraction_storm", model_name=fh.MODEL_B, args=A,  # type: ignore[arg-type]
+                                  latency={"ttft_p95": 0.8, "itl_p95": 0.03}, **storm))
+    after.append(fh.InstanceSpec(SLOWER, model_name=fh.MODEL_B, args={**A, "schedule_conservativeness": 1.3},
+                                 latency={"ttft_p95": 1.6, "itl_p95": 0.03}))
     late = fh.InstanceSpec(LATE, model_name=fh.MODEL_B, args=A)
     late_after = fh.InstanceSpec(LATE, model_name=fh.MODEL_B, args={**A, "mem_fraction_static": 0.9})
     return [(steady, start, stop), (before, start, CHANGE_AT), (after, CHANGE_AT, stop),
@@ -93,6 +98,17 @@ def test_a_lower_graph_ceiling_that_misses_graphs_is_worse(doc: dict[str, Any]) 
     assert c["checks"]["cuda_graph_uncovered"]["before"] == "ok"
     assert c["checks"]["cuda_graph_uncovered"]["after"] in ("warning", "critical")
     assert "go back to --cuda-graph-max-bs 256" in c["why"]
+
+
+def test_fewer_retractions_but_doubled_ttft_is_worse_and_says_the_trade(doc: dict[str, Any]) -> None:
+    """The report's verdict reads the sidecar's latency quantiles on both sides of the change and applies
+    guide/changes.py's latency guard: retractions critical -> ok, yet p95 TTFT 0.8 -> 1.6 s is `worse`."""
+    (c,) = changes(doc, SLOWER)
+    assert (c["flag"], c["from"], c["to"], c["verdict"]) == ("--schedule-conservativeness", 1, 1.3, "worse")
+    assert c["checks"]["retractions_frequent"] == {"before": "critical", "after": "ok"}
+    assert (c["before"]["signals"]["ttft_p95_seconds"], c["after"]["signals"]["ttft_p95_seconds"]) == (0.8, 1.6)
+    assert "p95 TTFT 0.8 -> 1.6 s (+100 %)" in c["why"] and "go back to --schedule-conservativeness 1" in c["why"]
+    assert "retractions_frequent critical -> ok" in c["why"]
 
 
 def test_a_change_without_data_after_it_is_inconclusive(doc: dict[str, Any]) -> None:

@@ -45,6 +45,8 @@ class InstanceSpec:
     running_share: float = 0.6  # running requests as a share of max_running_requests
     recorded_only: bool = False  # counters kept only as the alert engineer's recording rules (long-term store)
     args: dict[str, float] = field(default_factory=dict)
+    # the sidecar's windowed latency quantiles it exports (sglang_tuning_signal_seconds), e.g. {"ttft_p95": 0.8}
+    latency: dict[str, float] = field(default_factory=dict)
 
 
 BASE_ARGS = {"mem_fraction_static": 0.88, "schedule_conservativeness": 1.0, "chunked_prefill_size": 8192.0,
@@ -282,6 +284,11 @@ def _write_sidecar(w: _Writer, specs: list[InstanceSpec], times: list[float], sl
         for s in specs:
             for dp in _ranks(s):
                 w.emit(p + metric, _labels(s, dp), [(t, s.args.get(arg, default)) for t in slow])
+    w.family(p + "signal_seconds", "gauge")
+    for s in specs:
+        for signal, v in sorted(s.latency.items()):
+            for dp in _ranks(s):
+                w.emit(p + "signal_seconds", _labels(s, dp, f'signal="{signal}"'), [(t, v) for t in times])
     w.family(p + "server_arg", "gauge")
     for s in specs:
         for arg, v in sorted(s.args.items()):

@@ -14,6 +14,15 @@ from sglang_tuning_exporter.core.events import counted
 OOM_PHASES = ("prefill", "decode", "startup", "unknown", "capture", "graph_decode", "graph_prefill")
 # The latencies SGLang's histograms measure (sources/scrape.HISTOGRAMS): quantile signals and a seconds family.
 LATENCIES = ("ttft", "itl", "e2e", "queue_time")
+# SGLang's latency histograms (every release's name, without the `sglang:` prefix) -> the latency each measures.
+LATENCY_HISTOGRAMS: dict[str, str] = {
+    "time_to_first_token_seconds": "ttft",
+    "inter_token_latency_seconds": "itl",
+    "time_per_output_token_seconds": "itl",  # 0.3.6-0.4.4: the inter-token latency's first name
+    "e2e_request_latency_seconds": "e2e",
+    "queue_time_seconds": "queue_time",
+    "queue_time_s": "queue_time",  # 0.5.2 only
+}
 
 PREFIX = "sglang_tuning_"
 RANK_LABELS = ("model_name", "dp_rank", "pp_rank", "tp_rank", "moe_ep_rank")

@@ -12,6 +12,7 @@ from typing import Any
 from sglang_tuning_exporter.core.model import STATUS_CODE, Finding, version_fields
 from sglang_tuning_exporter.fleet import queries as fleet
 from sglang_tuning_exporter.fleet.changes import Lagging
+from sglang_tuning_exporter.fleet.latency import Latency
 
 STATUS_ORDER = ("critical", "warning", "ok", "unknown")
 
@@ -41,6 +42,7 @@ class InstanceReport:
     signals: dict[str, dict[str, float | None]] = field(default_factory=dict)  # rank text -> signals
     # coverage, indications, plan (interfaces.md), from the same code as diagnose's document
     parts: dict[str, Any] = field(default_factory=dict)
+    latency: Latency = field(default_factory=lambda: Latency({}))  # p95 latencies and SLO burn
 
     @property
     def status(self) -> str:
@@ -56,13 +58,14 @@ class InstanceReport:
         hits = [f for f in self.findings if f.status in ("warning", "critical")]
         return sorted(hits, key=lambda f: (-STATUS_CODE[f.status], f.check))
 
-    def to_json_dict(self) -> dict[str, Any]:
+    def to_json_dict(self, slo: dict[str, float] | None = None) -> dict[str, Any]:
         """The `instances[]` entry of interfaces.md."""
         return {"instance": self.instance, "model_name": self.model_name, **version_fields(self.version),
                 "status": self.status, "args": dict(self.args),
                 "findings": [f.to_json_dict() for f in self.findings],
                 "signals": {rank: {k: v for k, v in sig.items() if v is not None}
                             for rank, sig in self.signals.items()},
+                "latency": self.latency.to_json_dict(slo or {}),
                 **self.parts}
 
 
@@ -86,6 +89,9 @@ class FleetReport:
     lagging: tuple[Lagging, ...] = ()
     # what the reader must know to read the figures right (e.g. windows reaching back before the range)
     notes: tuple[str, ...] = ()
+    # the order of `instances` and why (fleet/latency.rank), and the config's SLO targets it ranked by
+    order: dict[str, str] = field(default_factory=lambda: {"by": "instance", "why": "servers in name order"})
+    slo: dict[str, float] = field(default_factory=dict)
 
     def by_status(self) -> dict[str, int]:
         """Servers per status (every status present, in a fixed order)."""
@@ -113,7 +119,8 @@ class FleetReport:
                 "queries": self.queries,
                 "summary": {"instances": len(self.instances), "by_status": self.by_status(),
                             "common_findings": self.common_findings()},
-                "instances": [i.to_json_dict() for i in self.instances],
+                "slo": dict(self.slo) or None, "order": dict(self.order),
+                "instances": [i.to_json_dict(self.slo) for i in self.instances],
                 "drift": [d.to_json_dict() for d in self.drift],
                 "lagging": [g.to_json_dict() for g in self.lagging], "notes": list(self.notes)}
 

@@ -14,6 +14,7 @@ from typing import Any
 from sglang_tuning_exporter.core.markdown import md_text
 from sglang_tuning_exporter.core.model import STATUS_CODE, STATUS_COLOURS, Finding, rank_text, value_text
 from sglang_tuning_exporter.fleet.document import FleetReport, InstanceReport, iso
+from sglang_tuning_exporter.fleet.latency import COLUMNS, WORDS
 from sglang_tuning_exporter.guide.plan import plan_step_change, plan_step_markdown
 
 SHORT = {"ok": "ok", "warning": "WARN", "critical": "CRIT", "unknown": "?", "": "-"}
@@ -61,9 +62,44 @@ def cell_status(inst: InstanceReport, check: str) -> str:
 
 
 def mistuned(report: FleetReport) -> list[InstanceReport]:
-    """Servers with at least one warning or critical finding, critical first."""
+    """Servers with at least one warning or critical finding, critical first (then by SLO burn when the
+    report ranks by it, else by name)."""
     hits = [i for i in report.instances if i.status in ("warning", "critical")]
+    if report.order.get("by") == "slo_burn":
+        return sorted(hits, key=lambda i: -STATUS_CODE[i.status])  # stable: the burn order within a status
     return sorted(hits, key=lambda i: (-STATUS_CODE[i.status], i.instance))
+
+
+def latency_cell(v: float | None) -> str:
+    """`0.812 s`, or `unknown`."""
+    return "unknown" if v is None else f"{v:.3g} s"
+
+
+def burn_cell(inst: InstanceReport) -> str:
+    """`12.5 (p95 TTFT)`: the worst burn and the target burning it, or `unknown`."""
+    lat = inst.latency
+    burns = {t: b for t in lat.slow_ratio if (b := lat.burn(t)) is not None}
+    if not burns:
+        return "unknown"
+    worst = max(burns, key=lambda t: burns[t])
+    return f"{burns[worst]:.3g} ({WORDS[worst]})"
+
+
+def latency_rows(report: FleetReport) -> tuple[list[str], list[list[str]], list[str]]:
+    """(headers, rows of plain text cells, `unknown` reasons grouped by reason) of the latency table."""
+    headers = ["instance", *(WORDS[c] for c in COLUMNS)] + (["SLO burn"] if report.slo else [])
+    rows = [[inst.instance, *(latency_cell(inst.latency.p95.get(c)) for c in COLUMNS)]
+            + ([burn_cell(inst)] if report.slo else []) for inst in report.instances]
+    servers: dict[tuple[str, str], list[str]] = {}
+    for inst in report.instances:
+        for c, why in inst.latency.unknown_why.items():
+            servers.setdefault((why, c), []).append(inst.instance)
+    # Columns unknown for the same reason on the same servers share one line.
+    columns: dict[tuple[str, tuple[str, ...]], list[str]] = {}
+    for (why, c), names in servers.items():
+        columns.setdefault((why, tuple(names)), []).append(WORDS[c])
+    reasons = [f"{', '.join(cols)}: {why} ({_listing(names)})" for (why, names), cols in columns.items()]
+    return headers, rows, reasons
 
 
 def _range_text(report: FleetReport) -> str:
@@ -98,6 +134,7 @@ def render_markdown(report: FleetReport) -> str:
                 f"{md_text(c['action'])} |" for c in common]
     else:
         out.append(_nothing_fired(report))
+    out += _latency_markdown(report)
     out += ["", "## Mis-tuned servers", ""]
     bad = mistuned(report)
     if not bad:
@@ -125,6 +162,16 @@ def render_markdown(report: FleetReport) -> str:
     out += ["", "Legend: ok, WARN = warning, CRIT = critical, ? = unknown (not enough data), "
                 "- = not evaluated.", ""]
     return "\n".join(out)
+
+
+def _latency_markdown(report: FleetReport) -> list[str]:
+    headers, rows, reasons = latency_rows(report)
+    out = ["", "## Latency", "", f"Order: {md_text(report.order.get('why', ''))}.", "",
+           "| " + " | ".join(headers) + " |", "|---" + "|---:" * (len(headers) - 1) + "|"]
+    out += ["| " + " | ".join([_code(r[0]), *(md_text(c) for c in r[1:])]) + " |" for r in rows]
+    if reasons:
+        out += ["", "Unknown:", ""] + [f"- {md_text(r)}" for r in reasons]
+    return out
 
 
 def _nothing_fired(report: FleetReport) -> str:
@@ -294,6 +341,10 @@ def render_html(report: FleetReport) -> str:
                         [[_td(c["check"]), _td(c["servers"]), _td(c["worst"], c["worst"]),
                           _td(c["flag"] or "client side"), _td(c["action"])] for c in common])
                  if common else f"<p>{_e(_nothing_fired(report))}</p>")
+    headers, lat_rows, reasons = latency_rows(report)
+    parts.append('<h2 id="latency">Latency</h2>' + f"<p>Order: {_e(report.order.get('why', ''))}.</p>"
+                 + _table(headers, [[_td(c) for c in r] for r in lat_rows])
+                 + ("<ul>" + "".join(f"<li>unknown {_e(r)}</li>" for r in reasons) + "</ul>" if reasons else ""))
     parts.append('<h2 id="mistuned">Mis-tuned servers</h2>')
     bad = mistuned(report)
     if not bad:

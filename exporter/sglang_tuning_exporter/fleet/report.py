@@ -29,6 +29,7 @@ from sglang_tuning_exporter.core.flags import (
 )
 from sglang_tuning_exporter.core.model import Finding, rank_key
 from sglang_tuning_exporter.fleet import changes as fleet_changes
+from sglang_tuning_exporter.fleet import latency as fleet_latency
 from sglang_tuning_exporter.fleet import queries as fleet
 from sglang_tuning_exporter.fleet.document import FleetReport, InstanceReport, iso, natural_key
 from sglang_tuning_exporter.fleet.promapi import PromConfig, PrometheusClient, PrometheusError, Sample, Series
@@ -104,6 +105,7 @@ class Guide:
     parts: Parts | None = None  # coverage, indications and plan of one instance
     table: CheckTable | None = None  # judges the changes made within the range (None: no changes section)
     window_s: float = fleet.SIDECAR_WINDOW_S  # the sidecar's window (config window_s): how its signals are read
+    slo: dict[str, float] = dataclasses.field(default_factory=dict)  # the config's `slo:` (ranks servers by burn)
 
 
 def load_guide(args: argparse.Namespace) -> Guide:
@@ -143,7 +145,7 @@ def load_guide(args: argparse.Namespace) -> Guide:
     return Guide(evaluate=run, profile=profile, workload=workload,
                  checks=tuple(c.id for c in table.for_workload(workload)), params=params,
                  server_args={**config.server_args, **overrides}, parts=parts, table=table,
-                 window_s=config.window_s)
+                 window_s=config.window_s, slo=dict(config.slo))
 
 
 # --------------------------------------------------------------------------------------------- driver
@@ -170,7 +172,8 @@ def build_report(client: PrometheusClient, window: fleet.Window, guide: Guide, *
                  concurrency: int = 1, clock: Callable[[], float] = time.monotonic) -> FleetReport:
     """Query Prometheus with the fixed plan, evaluate every instance and find drift."""
     t0 = clock()
-    planned = fleet.plan(window, guide.params, guide.window_s) + fleet.identity_queries(window)
+    planned = (fleet.plan(window, guide.params, guide.window_s) + fleet.identity_queries(window)
+               + fleet_latency.slo_queries(window, guide.slo))
     step = fleet.chart_step(window)
     jobs: list[tuple[str, Callable[[], list[Sample] | list[Series]]]] = [
         (q.key, functools.partial(client.instant, q.expr, window.end)) for q in planned]
@@ -182,6 +185,7 @@ def build_report(client: PrometheusClient, window: fleet.Window, guide: Guide, *
                  for name, expr in fleet.chart_queries(window)]
     answers = run_queries(jobs, concurrency)
     data = fleet.collect({k: v for k, v in answers.items() if ":" not in k})
+    ratios = fleet_latency.slo_ratios(answers)
     charts = fleet.charts_by_instance({k[6:]: v for k, v in answers.items() if k.startswith("chart:")})
     changes = judge_changes(client, window, guide, data, answers.get("changes:args", []), concurrency)
     instances = evaluate_fleet(data, guide.evaluate, guide.server_args, window.length_s, guide.parts)
@@ -189,12 +193,19 @@ def build_report(client: PrometheusClient, window: fleet.Window, guide: Guide, *
         instances = [dataclasses.replace(i, parts={**i.parts, "changes": changes.get(i.instance, []),
                                                    **last_change_part(changes.get(i.instance, []))})
                      for i in instances]
+    instances = [dataclasses.replace(i, latency=fleet_latency.latency_of(i.signals, ratios.get(i.instance, {}),
+                                                                         guide.slo)) for i in instances]
+    order, why = fleet_latency.rank([i.instance for i in instances], {i.instance: i.latency for i in instances},
+                                    guide.slo)
+    by_name = {i.instance: i for i in instances}
+    instances = [by_name[n] for n in order]
     drift = fleet.find_drift(data.values())
     return FleetReport(prometheus=client.base, start=window.start, end=window.end, queries=client.queries,
                        profile=guide.profile, workload=guide.workload, selector=window.selector,
                        instances=tuple(instances), drift=tuple(drift), checks=guide.checks, charts=charts,
                        elapsed_s=clock() - t0, lagging=tuple(fleet_changes.find_lagging(changes, data)),
-                       notes=tuple(n for n in (fleet.window_note(window.length_s, guide.window_s),) if n))
+                       notes=tuple(n for n in (fleet.window_note(window.length_s, guide.window_s),) if n),
+                       order=why, slo=dict(guide.slo))
 
 
 def last_change_part(changes: list[dict[str, Any]]) -> dict[str, Any]:

@@ -15,6 +15,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from sglang_tuning_exporter.core import limits
+from sglang_tuning_exporter.core.catalog import LATENCY_HISTOGRAMS
 from sglang_tuning_exporter.core.model import Observation, Rank, latency_bucket_name
 
 _NAME = r"[a-zA-Z_:][a-zA-Z0-9_:]*"
@@ -213,16 +214,9 @@ TOKENIZER_COUNTERS = ("cached_tokens_total", "prompt_tokens_total")
 # Known broken or misleading families (sglang-metrics.md): never read.
 IGNORED = frozenset({"is_cuda_graph", "utilization", "num_retracted_reqs", "cache_hit_rate",
                      "max_running_requests_under_SLO"})
-# Latency histograms (cumulative `_bucket` series, one per `le`) -> the latency they measure (docs/signals.md):
-# their bucket deltas reach the window as `latency_bucket_name` observations.
-HISTOGRAMS: dict[str, str] = {
-    "time_to_first_token_seconds": "ttft",
-    "inter_token_latency_seconds": "itl",
-    "time_per_output_token_seconds": "itl",  # 0.3.6-0.4.4: the inter-token latency's first name
-    "e2e_request_latency_seconds": "e2e",
-    "queue_time_seconds": "queue_time",
-    "queue_time_s": "queue_time",  # 0.5.2 only
-}
+# Latency histograms (cumulative `_bucket` series, one per `le`) -> the latency they measure (docs/signals.md,
+# declared in core/catalog): their bucket deltas reach the window as `latency_bucket_name` observations.
+HISTOGRAMS = LATENCY_HISTOGRAMS
 _BUCKET_FAMILIES = {f"{base}_bucket": latency for base, latency in HISTOGRAMS.items()}
 _RANK_LABELS = (("dp_rank", "dp"), ("pp_rank", "pp"), ("tp_rank", "tp"), ("moe_ep_rank", "ep"))
 

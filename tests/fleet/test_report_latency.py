@@ -1,0 +1,137 @@
+"""Issue 25, the fleet side: the report's latency columns (the sidecar's windowed p95 quantiles) and its order
+by SLO burn, from a REAL Prometheus holding SGLang's TTFT/ITL histograms, the sidecar's
+`sglang_tuning_signal_seconds` and, for one server, only the `instance:sglang_slo_*` recording rule.
+
+The history (promtool blocks from OpenMetrics): 2 hours ending at fleet_history.HISTORY_END, every minute,
+10 requests a second per server.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from helpers import fleet_history as fh
+from helpers.runners import report_json, report_output
+from helpers.tsdb import backfilled_prometheus
+
+pytestmark = pytest.mark.integration
+
+END = fh.HISTORY_END
+START = END - 7200.0
+FAST, BURN, MID, NOLAT, RECORDED = (f"10.9.8.{i}:9470" for i in range(1, 6))
+# server -> (p95 TTFT, ITL, E2E, queue time exported by its sidecar; share of requests slower than 2 s TTFT;
+# share slower than 0.1 s ITL)
+SERVERS: dict[str, tuple[tuple[float, float, float, float] | None, float | None, float | None]] = {
+    FAST: ((0.4, 0.02, 5.0, 0.1), 0.01, 0.002),
+    BURN: ((3.0, 0.05, 30.0, 2.5), 0.10, 0.004),
+    MID: ((1.6, 0.12, 12.0, 0.3), 0.02, 0.04),
+    NOLAT: (None, None, None),
+}
+SLO = "slo:\n  ttft_p95_seconds: 2\n  itl_p95_seconds: 0.1\n  objective: 0.99\n"
+
+
+def _labels(instance: str, extra: str = "") -> str:
+    return (f'instance="{instance}",job="sglang-tuning",model_name="{fh.MODEL_A}",pp_rank="0",tp_rank="0",'
+            f'moe_ep_rank="0"' + ("," + extra if extra else ""))
+
+
+def _write(out_dir: Path) -> list[Path]:
+    times = [START + 60.0 * k for k in range(121)]
+    rows: dict[str, list[tuple[str, list[tuple[float, float]]]]] = {}
+
+    def emit(name: str, labels: str, values: list[tuple[float, float]]) -> None:
+        rows.setdefault(name, []).append((f"{name}{{{labels}}}", values))
+
+    for inst, (p95, ttft_slow, itl_slow) in SERVERS.items():
+        emit("sglang_tuning_queue_requests", _labels(inst), [(t, 30.0) for t in times])
+        if p95 is not None:
+            for signal, v in zip(("ttft_p95", "itl_p95", "e2e_p95", "queue_time_p95"), p95, strict=True):
+                emit("sglang_tuning_signal_seconds", _labels(inst, f'signal="{signal}"'), [(t, v) for t in times])
+        for family, le, slow in (("sglang:time_to_first_token_seconds", "2.0", ttft_slow),
+                                 ("sglang:inter_token_latency_seconds", "0.1", itl_slow)):
+            if slow is None:
+                continue
+            count = [(t, 10.0 * (t - START)) for t in times]
+            emit(family + "_count", _labels(inst), count)
+            emit(family + "_bucket", _labels(inst, f'le="{le}"'), [(t, round(n * (1 - slow))) for t, n in count])
+            emit(family + "_bucket", _labels(inst, 'le="+Inf"'), count)
+    # A long-term store that kept only the recording rule: 20 % slower than the target, burn 20.
+    emit("instance:sglang_slo_ttft_slow_ratio:rate1h", f'instance="{RECORDED}",model_name="{fh.MODEL_A}"',
+         [(t, 0.2) for t in times])
+    emit("sglang_tuning_queue_requests", _labels(RECORDED), [(t, 30.0) for t in times])
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / "latency.om"
+    with path.open("w", encoding="utf-8") as f:
+        for name, series in rows.items():
+            f.write(f"# TYPE {name} gauge\n")
+            for head, values in series:
+                f.writelines(f"{head} {v:.12g} {t:.0f}\n" for t, v in values)
+        f.write("# EOF\n")
+    return [path]
+
+
+@pytest.fixture(scope="module")
+def prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    with backfilled_prometheus(_write, tmp_path_factory.mktemp("latency")) as url:
+        yield url
+
+
+@pytest.fixture(scope="module")
+def config(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("cfg") / "config.yaml"
+    path.write_text(SLO, encoding="utf-8")
+    return path
+
+
+@pytest.fixture(scope="module")
+def doc(prometheus: str, config: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    return report_json(prometheus, tmp_path_factory.mktemp("out"), length="2h", end=END,
+                       extra=("--config", str(config)))
+
+
+def latency(doc: dict[str, Any], instance: str) -> dict[str, Any]:
+    (inst,) = [i for i in doc["instances"] if i["instance"] == instance]
+    out: dict[str, Any] = inst["latency"]
+    return out
+
+
+def test_latency_columns_are_the_sidecars_p95(doc: dict[str, Any]) -> None:
+    got = latency(doc, BURN)
+    assert (got["ttft_p95_seconds"], got["itl_p95_seconds"], got["e2e_p95_seconds"],
+            got["queue_time_p95_seconds"]) == (3.0, 0.05, 30.0, 2.5)
+    none = latency(doc, NOLAT)
+    assert none["ttft_p95_seconds"] is None and "no latency quantile series" in none["unknown_why"]["ttft_p95_seconds"]
+
+
+def test_servers_are_ordered_by_worst_burn(doc: dict[str, Any]) -> None:
+    """Burn = share slower than the target over the range / the 1 % budget: the recorded-only server 20,
+    BURN 10 (TTFT), MID 4 (ITL, its worst), FAST 1; NOLAT, with no burn, last."""
+    assert doc["order"]["by"] == "slo_burn" and doc["slo"] == {"ttft_p95_seconds": 2.0, "itl_p95_seconds": 0.1,
+                                                              "objective": 0.99}
+    assert [i["instance"] for i in doc["instances"]] == [RECORDED, BURN, MID, FAST, NOLAT]
+    burns = {i["instance"]: i["latency"]["worst_burn"] for i in doc["instances"]}
+    assert burns[RECORDED] == pytest.approx(20, rel=0.01) and burns[BURN] == pytest.approx(10, rel=0.01)
+    assert burns[MID] == pytest.approx(4, rel=0.01) and burns[FAST] == pytest.approx(1, rel=0.05)
+    assert burns[NOLAT] is None
+    assert latency(doc, MID)["slo"]["itl_p95_seconds"]["burn"] == pytest.approx(4, rel=0.01)
+
+
+def test_markdown_says_the_burn_and_the_order(prometheus: str, config: Path, tmp_path: Path) -> None:
+    code, md = report_output(prometheus, tmp_path, "markdown", length="2h", end=END, extra=("--config", str(config)))
+    assert code == 0
+    section = md.split("## Latency", 1)[1].split("## Mis-tuned servers", 1)[0]
+    assert "Order: servers ordered by their worst SLO burn" in section
+    assert f"| `{BURN}` | 3 s | 0.05 s | 30 s | 2.5 s | 10 (p95 TTFT) |" in section
+    assert section.index(RECORDED) < section.index(BURN) < section.index(MID) < section.index(FAST)
+
+
+def test_without_slo_the_order_is_by_name_and_says_why(prometheus: str, tmp_path: Path) -> None:
+    got = report_json(prometheus, tmp_path, length="2h", end=END)
+    assert got["order"]["by"] == "instance" and "no slo: in --config" in got["order"]["why"]
+    assert [i["instance"] for i in got["instances"]] == [FAST, BURN, MID, NOLAT, RECORDED]
+    assert got["slo"] is None and all(i["latency"]["slo"] == {} for i in got["instances"])
+    assert latency(got, FAST)["ttft_p95_seconds"] == 0.4
