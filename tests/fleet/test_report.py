@@ -507,3 +507,9 @@ def test_latency_in_every_format() -> None:
     assert "| 3.2 s | unknown | unknown | unknown | 12 (p95 TTFT) |" in section
     page = report_formats.render(r, "html")
     assert 'id="latency"' in page and "12 (p95 TTFT)" in page and "<script>alert" not in page
+
+
+def test_a_fleet_without_latency_says_so_in_one_line_not_a_table_of_unknowns() -> None:
+    md = report_formats.render(sample_report(), "markdown")
+    section = md.split("## Latency", 1)[1].split("## Mis-tuned servers", 1)[0]
+    assert "No latency known on any of the 3 servers" in section and "| p95 TTFT |" not in section

@@ -164,10 +164,19 @@ def render_markdown(report: FleetReport) -> str:
     return "\n".join(out)
 
 
+def no_latency(report: FleetReport) -> bool:
+    """No server has a latency or a burn: the table would be all `unknown`, the reasons say it all."""
+    return all(v is None for i in report.instances for v in i.latency.p95.values()) and \
+        all(i.latency.worst_burn is None for i in report.instances)
+
+
 def _latency_markdown(report: FleetReport) -> list[str]:
     headers, rows, reasons = latency_rows(report)
-    out = ["", "## Latency", "", f"Order: {md_text(report.order.get('why', ''))}.", "",
-           "| " + " | ".join(headers) + " |", "|---" + "|---:" * (len(headers) - 1) + "|"]
+    out = ["", "## Latency", "", f"Order: {md_text(report.order.get('why', ''))}.", ""]
+    if no_latency(report):
+        return [*out, f"No latency known on any of the {len(report.instances)} servers:", "",
+                *(f"- {md_text(r)}" for r in reasons)]
+    out += ["| " + " | ".join(headers) + " |", "|---" + "|---:" * (len(headers) - 1) + "|"]
     out += ["| " + " | ".join([_code(r[0]), *(md_text(c) for c in r[1:])]) + " |" for r in rows]
     if reasons:
         out += ["", "Unknown:", ""] + [f"- {md_text(r)}" for r in reasons]
@@ -343,7 +352,8 @@ def render_html(report: FleetReport) -> str:
                  if common else f"<p>{_e(_nothing_fired(report))}</p>")
     headers, lat_rows, reasons = latency_rows(report)
     parts.append('<h2 id="latency">Latency</h2>' + f"<p>Order: {_e(report.order.get('why', ''))}.</p>"
-                 + _table(headers, [[_td(c) for c in r] for r in lat_rows])
+                 + (f"<p>No latency known on any of the {len(report.instances)} servers:</p>" if no_latency(report)
+                    else _table(headers, [[_td(c) for c in r] for r in lat_rows]))
                  + ("<ul>" + "".join(f"<li>unknown {_e(r)}</li>" for r in reasons) + "</ul>" if reasons else ""))
     parts.append('<h2 id="mistuned">Mis-tuned servers</h2>')
     bad = mistuned(report)
