@@ -1,5 +1,5 @@
 """The exporter-side alert rules judge a check only where the sidecar would: with at least the check's
-`min_samples` behind its signal (signals.SAMPLE_COUNT_OF names the count), and once per DP replica whatever
+`min_samples` behind its signal (catalog.SAMPLE_COUNT_OF names the count), and once per DP replica whatever
 the TP degree. Checked by the real promtool on the hand-written cases of alerts/tests/checks.test.yaml."""
 
 from __future__ import annotations
@@ -15,9 +15,8 @@ import pytest
 import yaml
 
 from helpers.paths import ROOT
-from sglang_tuning_exporter.core.catalog import SIGNAL_UNITS
+from sglang_tuning_exporter.core.catalog import SAMPLE_COUNT_OF, SIGNAL_UNITS
 from sglang_tuning_exporter.guide.checks import Check, load_table
-from sglang_tuning_exporter.pipeline.signals import SAMPLE_COUNT_OF
 from sglang_tuning_exporter.render import command as render_command
 from sglang_tuning_exporter.render import rules as render_rules
 from sglang_tuning_exporter.render.expressions import exporter_signal_expr

@@ -8,10 +8,9 @@ from __future__ import annotations
 import json
 import re
 
-from sglang_tuning_exporter.core.catalog import PREFIX, SIGNAL_UNITS
+from sglang_tuning_exporter.core.catalog import PREFIX, SAMPLE_COUNT_OF, SIGNAL_UNITS
 from sglang_tuning_exporter.core.durations import promql_duration
 from sglang_tuning_exporter.guide.checks import Check, CheckTable
-from sglang_tuning_exporter.pipeline.signals import SAMPLE_COUNT_OF
 from sglang_tuning_exporter.render.options import HOST_LABEL, RenderOptions, selector_labels
 
 # level name -> severity label; a check with two levels gets two alerts of the same name.
@@ -166,7 +165,7 @@ def exporter_signal_expr(check: Check, table: CheckTable, opts: RenderOptions, *
 
 def with_enough_samples(expr: str, check: Check) -> str:
     """The check's signal only where its sample count reaches the check's min_samples: below it the sidecar
-    exports the signal (from 3 samples) but calls the check unknown (signals.SAMPLE_COUNT_OF)."""
+    exports the signal (from 3 samples) but calls the check unknown (catalog.SAMPLE_COUNT_OF)."""
     count = SAMPLE_COUNT_OF.get(check.signal)
     if count is None:
         return expr
