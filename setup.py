@@ -1,6 +1,8 @@
-"""The optional C accelerator, and the build's git revision; everything else is in pyproject.toml."""
+"""The optional C accelerator, the build's git revision and the checks table's JSON copy; everything else is
+in pyproject.toml."""
 
 import hashlib
+import importlib.util
 import subprocess
 from pathlib import Path
 
@@ -8,6 +10,7 @@ from setuptools import Extension, setup
 
 BUILD_FILE = Path(__file__).parent / "exporter" / "sglang_tuning_exporter" / "core" / "_build.py"
 SCAN_C = Path(__file__).parent / "exporter" / "sglang_tuning_exporter" / "sources" / "_scan.c"
+GUIDE = Path(__file__).parent / "exporter" / "sglang_tuning_exporter" / "guide"
 
 
 def write_revision() -> None:
@@ -27,7 +30,18 @@ def scan_source_digest() -> str:
     return hashlib.sha256(SCAN_C.read_bytes()).hexdigest()[:16]
 
 
+def write_table_cache() -> None:
+    """checks.yaml's document as JSON beside it, read at every start instead of the YAML (guide/tablecache.py,
+    loaded from its file: the package is not installed yet)."""
+    spec = importlib.util.spec_from_file_location("tablecache", GUIDE / "tablecache.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    module.write_cache(GUIDE / "checks.yaml")
+
+
 write_revision()
+write_table_cache()
 # optional=True: without a compiler the install still succeeds and the reader runs in pure Python.
 setup(ext_modules=[Extension("sglang_tuning_exporter.sources._scan", ["exporter/sglang_tuning_exporter/sources/_scan.c"],
                              optional=True, extra_compile_args=["-O2"],

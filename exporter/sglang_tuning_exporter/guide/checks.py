@@ -13,13 +13,11 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from sglang_tuning_exporter.core import yamltext
 from sglang_tuning_exporter.core.problems import ProblemsError
 from sglang_tuning_exporter.core.versions import (  # re-exported: the table's users
     version_tuple,
 )
+from sglang_tuning_exporter.guide import tablecache
 
 SCHEMA_VERSION = 1
 COMPARISONS = (">", ">=", "<", "<=", "==")
@@ -268,14 +266,21 @@ def load_table(path: str | Path | None = None) -> CheckTable:
     p = Path(path) if path is not None else default_path()
     try:
         text = p.read_text(encoding="utf-8")
-        # The packaged table is ours and read at every start: libyaml's loader (4x faster); any other file
-        # is a file we are handed, read with the depth bound.
-        raw = (yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)) if path is None
-               else yamltext.load(text))
     except OSError as exc:
         raise TableError([f"{p}: cannot read: {exc.strerror or exc}"]) from None
-    except yaml.YAMLError as exc:
-        raise TableError([f"{p}: not valid YAML: {exc}"]) from None
+    # The packaged table is ours and read at every start: its build-time JSON copy when it is of this
+    # text (tablecache), else libyaml's loader; any other file is a file we are handed, read with the
+    # depth bound. YAML is imported only when it is parsed.
+    raw = tablecache.cached_document(text, p.with_name(tablecache.CACHE_NAME)) if path is None else None
+    if raw is None:
+        import yaml
+
+        from sglang_tuning_exporter.core import yamltext
+
+        try:
+            raw = tablecache.yaml_document(text) if path is None else yamltext.load(text)
+        except yaml.YAMLError as exc:
+            raise TableError([f"{p}: not valid YAML: {exc}"]) from None
     return parse_table(raw)
 
 

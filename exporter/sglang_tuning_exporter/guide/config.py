@@ -25,9 +25,6 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from sglang_tuning_exporter.core import yamltext
 from sglang_tuning_exporter.core.problems import ProblemsError
 from sglang_tuning_exporter.core.redact import MASK, is_secret_name, redact_args, redact_text, redact_value
 from sglang_tuning_exporter.guide.checks import Check, CheckTable, is_number, load_table, parse_levels
@@ -262,6 +259,10 @@ def load_config(path: str | Path | None, table: CheckTable | None = None) -> Con
         raise ConfigError([f"{p}: cannot read: {exc.strerror or exc}"]) from None
     except UnicodeDecodeError:
         raise ConfigError([f"{p}: not UTF-8 text"]) from None
+    import yaml  # imported only when a file is read: a start without --config never loads YAML
+
+    from sglang_tuning_exporter.core import yamltext
+
     try:
         raw = yamltext.load(text)
     except yaml.YAMLError as exc:
@@ -317,6 +318,8 @@ def parse_server_arg_overrides(items: list[str]) -> tuple[dict[str, Any], list[s
         if not sep or not key:
             problems.append(f"--server-arg {_shown(item)!r}: expected KEY=VALUE")
             continue
+        import yaml  # only when there are overrides to read
+
         try:
             parsed = yaml.safe_load(value) if value.strip() else None
         except yaml.YAMLError:
