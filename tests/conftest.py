@@ -9,9 +9,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import settings
 
+from helpers.examples import FAST
 from helpers.marker_rule import argv_of, real_process
 from helpers.paths import SHARED
+
+# `make test-fast` runs with --hypothesis-profile=fast: fewer examples per property test (helpers/examples).
+settings.register_profile("fast", max_examples=FAST)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from helpers.examples import examples
 from sglang_tuning_exporter.core.timeparse import event_seconds, general_seconds
 
 stamps = st.builds(
@@ -15,7 +16,7 @@ stamps = st.builds(
     st.sampled_from(["", "\n", "Z", " ", "\u0663"]))
 
 
-@settings(max_examples=600, deadline=None)
+@settings(max_examples=examples(600), deadline=None)
 @given(st.one_of(stamps, st.text(max_size=30), st.from_regex(r"\d\d:\d\d:\d\d(\.\d+)?", fullmatch=True)))
 def test_event_seconds_equals_the_general_rule(time: str) -> None:
     assert event_seconds(time) == general_seconds(time), time

@@ -7,6 +7,7 @@ import json
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from helpers.examples import examples
 from sglang_tuning_exporter.core.catalog import OOM_PHASES
 from sglang_tuning_exporter.core.model import Finding, Rank, ServerState
 from sglang_tuning_exporter.guide.advisor import (
@@ -190,7 +191,7 @@ _SIGNAL_VALUE = st.one_of(st.none(), st.sampled_from([0.0, 0.5, 0.9, 0.95, 1.0, 
                                                        2500.0]), st.floats(0.0, 3000.0))
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(st.dictionaries(st.sampled_from(SIGNAL_NAMES), _SIGNAL_VALUE, max_size=len(SIGNAL_NAMES)),
        st.dictionaries(st.sampled_from(SIGNAL_NAMES), _SIGNAL_VALUE, max_size=8),
        st.sampled_from(sorted(TABLE.workloads)), st.sampled_from(sorted(TABLE.profiles)),

@@ -356,8 +356,9 @@ def _scan_doc(text: str, *, fast: bool, cuts: list[int] | None = None, via_bytes
         d.add_chunk(sc.scan(text.split("\n")[:-1] if text.endswith("\n") else text.split("\n")))
     elif via_bytes:
         data = text.encode("utf-8", "surrogatepass")
-        nl = [i + 1 for i, b in enumerate(data) if b == 10]
-        ends = [nl[text.count("\n", 0, c) - 1] for c in cuts or []]  # the same cuts, in bytes
+        nl = [m.end() for m in re.finditer(b"\n", data)]
+        nth = {m.end(): k for k, m in enumerate(re.finditer("\n", text))}
+        ends = [nl[nth[c]] for c in cuts or []]  # the same cuts (each after a newline), in bytes
         start = 0
         for c in ends:
             d.add_chunk(sc.scan_bytes(data[start:c], final=False))
@@ -450,11 +451,23 @@ def test_block_scan_agrees_with_the_full_parser(text: str) -> None:
     full = {**_scan_doc(text, fast=False), "events": None}  # the accelerator sums lines it would emit
     assert {**_scan_doc(text, fast=True), "events": None} == full
     assert {**_scan_doc(text, fast=True, via_bytes=True), "events": None} == full
-    ends = [i + 1 for i, ch in enumerate(text) if ch == "\n"]
-    for step in (1, 7, 113):
-        assert {**_scan_doc(text, fast=True, cuts=ends[step - 1:-1:step]), "events": None} == full, step
-        got = _scan_doc(text, fast=True, cuts=ends[step - 1:-1:step], via_bytes=True)
-        assert {**got, "events": None} == full, step
+    for step in (7, 113):
+        _assert_cut_alike(text, full, step)
+
+
+@pytest.mark.slow  # every log cut at every line: two thirds of the time of the test above (make test-fast skips it)
+@pytest.mark.parametrize("text", BLOCK_LOGS, ids=[f"log{i}" for i in range(len(BLOCK_LOGS))])
+def test_block_scan_agrees_cut_at_every_line(text: str) -> None:
+    """As above, with a block boundary after every line."""
+    _assert_cut_alike(text, {**_scan_doc(text, fast=False), "events": None}, 1)
+
+
+def _assert_cut_alike(text: str, full: dict[str, object], step: int) -> None:
+    """The block scan of `text` cut after every `step`-th line (as text, and as bytes) equals `full`."""
+    ends = [m.end() for m in re.finditer("\n", text)]
+    assert {**_scan_doc(text, fast=True, cuts=ends[step - 1:-1:step]), "events": None} == full, step
+    got = _scan_doc(text, fast=True, cuts=ends[step - 1:-1:step], via_bytes=True)
+    assert {**got, "events": None} == full, step
 
 
 def test_block_scan_on_the_corpus(shared_dir: Path) -> None:

@@ -11,6 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from helpers.examples import examples
 from sglang_tuning_exporter.offline.scanner import Scanner
 from sglang_tuning_exporter.pipeline.stats import SampleStats
 from sglang_tuning_exporter.sources.accel import SCAN
@@ -89,7 +90,7 @@ def _declared(lines: list[Line]) -> dict[str, Any]:
     return out
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(st.lists(_line, min_size=1, max_size=60))
 def test_c_sample_rules_equal_the_python_declaration(lines: list[Line]) -> None:
     c, py = _in_c(_text(lines)), _declared(lines)

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from helpers.examples import examples
 from helpers.scenario_logs import LogWriter
 from sglang_tuning_exporter.core.model import Rank
 from sglang_tuning_exporter.offline import scanner
@@ -196,7 +197,7 @@ def test_generated_lines_with_carriage_returns_diagnose_alike(monkeypatch: pytes
     from helpers.mixed_logs import POOL
 
     rnd = random.Random(11)
-    for _ in range(120):
+    for _ in range(examples(120)):  # a fifth under make test-fast
         lines = []
         for _ in range(rnd.randint(1, 8)):
             p = rnd.choice(POOL).replace("{r}", str(rnd.randint(0, 2)))

@@ -7,6 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from helpers.examples import examples
 from sglang_tuning_exporter.core.events import Event
 from sglang_tuning_exporter.core.model import Observation, Rank, ServerState
 from sglang_tuning_exporter.pipeline.observations import EventConverter, events_to_observations
@@ -278,7 +279,7 @@ def test_live_clock_times_observations() -> None:
     assert conv.log_now(112.0) == 1577836870.0
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(st.dictionaries(st.integers(-5, 5000), st.integers(0, 50), max_size=200),
        st.floats(0.0, 1.0, allow_nan=False))
 def test_hist_quantile_is_the_nearest_rank_of_the_expanded_values(hist: dict[int, int], q: float) -> None:
@@ -294,7 +295,7 @@ def test_hist_quantile_is_the_nearest_rank_of_the_expanded_values(hist: dict[int
 _COUNTS = st.dictionaries(st.integers(-(2**40), 2**40) | st.integers(-5, 5000), st.integers(1, 50), max_size=200)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(_COUNTS, st.floats(0.0, 1.0, allow_nan=False), st.floats(-(2.0**41), 2.0**41, allow_nan=False))
 def test_frozen_hist_answers_as_the_dict_it_froze(hist: dict[int, int], q: float, floor: float) -> None:
     """A FrozenHist (what a diagnose worker sends back) gives the dict's quantile, max, count at least

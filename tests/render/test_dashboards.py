@@ -15,6 +15,7 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from helpers.examples import examples
 from helpers.netutil import free_port, stop_process
 from helpers.paths import FIXTURES, ROOT
 from helpers.promql_lint import (
@@ -231,7 +232,7 @@ def _selector(draw: st.DrawFn) -> tuple[str, str]:
 
 @given(st.lists(_selector(), min_size=1, max_size=4), st.sampled_from(["rate", "increase", "deriv"]),
        st.lists(_LABEL, min_size=1, max_size=3))
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 def test_tokenizer_finds_exactly_the_selected_metrics(selectors: list[tuple[str, str]], fn: str,
                                                       by: list[str]) -> None:
     """Random selectors with tricky label values, combined by functions, grouping and operators."""

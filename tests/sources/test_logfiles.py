@@ -11,6 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from helpers.examples import examples
 from helpers.mixed_logs import POOL, mixed_log
 from helpers.paths import FIXTURES
 from sglang_tuning_exporter.core.events import Event
@@ -84,7 +85,7 @@ def _write(data: bytes) -> tuple[tempfile.TemporaryDirectory[str], Path]:
     return tmp, path
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(150), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(mixed_log(), st.sampled_from([64, 300, 1 << 20]), st.sampled_from([7, 128, 4096]))
 def test_block_reader_equals_general_path_on_generated_logs(data: bytes, max_line: int, block: int) -> None:
     """read_file_events (any block size, any line limit) = the general path, events and statistics."""
@@ -97,7 +98,7 @@ def test_block_reader_equals_general_path_on_generated_logs(data: bytes, max_lin
     assert r.stats.as_dict() == want_stats.as_dict()
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(st.lists(st.sampled_from(POOL), max_size=40))
 def test_scan_text_equals_line_by_line_parse(lines: list[str]) -> None:
     """scan_text over whole lines = the general path; single batch lines equal parse_line."""
@@ -124,7 +125,7 @@ def test_split_ranges_cut_only_before_record_heads() -> None:
         assert a == b and data[a:a + 2] == b"[2" and data[a - 1:a] == b"\n"
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(st.lists(st.integers(0, 40), min_size=1, max_size=30), st.integers(1, 30))
 def test_long_line_check_never_misses(lengths: list[int], limit: int) -> None:
     """The C-level check says True whenever a line is longer than the limit."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from helpers.examples import examples
 from sglang_tuning_exporter.core.events import Event
 from sglang_tuning_exporter.sources import logparse
 from sglang_tuning_exporter.sources.grammar import Grammar
@@ -42,7 +43,7 @@ def mangled(draw: st.DrawFn) -> str:
     return line[:at] + junk + line[at:cut]
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=examples(400), deadline=None)
 @given(st.text(max_size=400))
 def test_arbitrary_text_never_raises(text: str) -> None:
     """Arbitrary unicode: parse_line returns an Event or None."""
@@ -50,7 +51,7 @@ def test_arbitrary_text_never_raises(text: str) -> None:
     assert r is None or isinstance(r, Event)
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=examples(400), deadline=None)
 @given(st.one_of(st.text(max_size=300), mangled()))
 def test_handlers_do_not_rely_on_the_safety_net(text: str) -> None:
     """The unguarded dispatch itself does not raise: the catch-all in parse_any hides no bug."""
@@ -58,7 +59,7 @@ def test_handlers_do_not_rely_on_the_safety_net(text: str) -> None:
         logparse._parse_clean(segment, 1)
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=examples(400), deadline=None)
 @given(mangled())
 def test_truncated_and_spliced_real_lines_never_raise(line: str) -> None:
     """Every prefix of every real line (plus junk) parses or is skipped; fields keep their types."""
@@ -72,7 +73,7 @@ def test_truncated_and_spliced_real_lines_never_raise(line: str) -> None:
                 assert isinstance(e.fields[name], int)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(st.binary(max_size=2000))
 def test_binary_garbage_through_splitter_and_reader(data: bytes) -> None:
     """Raw bytes -> lines -> events: no exception, line numbers increase."""
@@ -84,7 +85,7 @@ def test_binary_garbage_through_splitter_and_reader(data: bytes) -> None:
         last = e.line
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(st.lists(st.one_of(real_line, mangled(), st.sampled_from(["  File \"x\", line 1, in f", "", "    x",
                                                                   "RuntimeError: Prefill out of memory."])),
                 max_size=30))
@@ -106,7 +107,7 @@ def test_shortcut_agrees_or_declines() -> None:
         parse_line(real, 1, g)  # teach the layouts (learnt at their second line)
     taken: list[str] = []
 
-    @settings(max_examples=300, deadline=None, database=None)
+    @settings(max_examples=examples(300), deadline=None, database=None)
     @given(st.one_of(real_line, mangled()))
     def check(line: str) -> None:
         fast = g.fast_batch(line, 2)

@@ -15,6 +15,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from helpers.examples import examples
 from helpers.mixed_logs import POOL, mixed_log
 from helpers.paths import FIXTURES
 from sglang_tuning_exporter.core import events as ev
@@ -197,14 +198,14 @@ def retract_line(draw: st.DrawFn) -> str:
 
 
 @needs_scan
-@settings(max_examples=600, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(600), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(retract_line())
 def test_generated_retraction_lines_hold_the_contract(line: str) -> None:
     holds_contract(line)
 
 
 @needs_scan
-@settings(max_examples=1000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(1000), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(batch_line())
 def test_generated_odd_batch_lines_hold_the_contract(line: str) -> None:
     holds_contract(line)
@@ -215,7 +216,7 @@ def test_generated_plain_batch_lines_are_read_in_c_exactly() -> None:
     """Well-formed lines: the accelerator reads (almost) all of them, each exactly as parse_line."""
     outcomes: list[str] = []
 
-    @settings(max_examples=1500, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
+    @settings(max_examples=examples(1500), deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
     @given(plain_batch_line())
     def check(line: str) -> None:
         outcomes.append(holds_contract(line))
@@ -226,14 +227,14 @@ def test_generated_plain_batch_lines_are_read_in_c_exactly() -> None:
 
 
 @needs_scan
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=examples(400), deadline=None)
 @given(st.text(max_size=300))
 def test_arbitrary_text_holds_the_contract(line: str) -> None:
     holds_contract(line)
 
 
 @needs_scan
-@settings(max_examples=800, deadline=None)
+@settings(max_examples=examples(800), deadline=None)
 @given(st.from_regex(r"-?[0-9]{1,19}(\.[0-9]{1,23})?", fullmatch=True))
 def test_decimal_values_read_exactly_as_python_float(text: str) -> None:
     """The C number reader (exact fast path, CPython's reader past 15 digits) = float() and int()."""
@@ -249,7 +250,7 @@ def test_decimal_values_read_exactly_as_python_float(text: str) -> None:
 
 
 @needs_scan
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(st.binary(max_size=400), st.integers(0, 5))
 def test_arbitrary_bytes_never_crash_the_buffer_scan(data: bytes, pos: int) -> None:
     assert SCAN is not None
@@ -260,7 +261,7 @@ def test_arbitrary_bytes_never_crash_the_buffer_scan(data: bytes, pos: int) -> N
 
 
 @needs_scan
-@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+@settings(max_examples=examples(120), deadline=None, suppress_health_check=[HealthCheck.too_slow,
                                                                   HealthCheck.function_scoped_fixture])
 @given(mixed_log(), st.sampled_from([7, 128, 4096]))
 def test_generated_logs_read_identically(tmp_path: Path, data: bytes, block: int) -> None:
