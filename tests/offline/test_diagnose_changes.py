@@ -129,3 +129,23 @@ def test_a_change_without_a_restart_is_a_change(tmp_path: Path) -> None:
     (c,) = changes.changes_of([str(log)], TABLE, Config(), "docs-2025", "throughput", {})
     assert (c["flag"], c["from"], c["to"], c["source"]) == ("--pp-max-micro-batch-size", 8, 4, "log")
     assert c["verdict"] in ("no_change", "improved", "worse", "inconclusive") and c["before"]["start"]
+
+
+@pytest.mark.parametrize(("marks", "want"), [
+    ([], False), (["server_args="], False), (["server_args=", "server_args="], True),
+    (["Config updated via context override: "], False),
+    (["server_args=", "Global server args updated! "], True),
+    (["Global server args updated! ", "Config updated via context override: "], True),
+    (["server_args", "server args updated! "], False),  # near misses are no marks
+])
+@pytest.mark.parametrize("gz", [False, True])
+def test_restarts_counts_the_marks_of_every_word(tmp_path: Path, marks: list[str], want: bool, gz: bool) -> None:
+    """Two marks of any words make a restart log, wherever they sit (a gzip block boundary between them,
+    the last at the very end); one does not."""
+    filler = b"[2025-01-01 00:00:00] Decode batch, #running-req: 1, #queue-req: 0\n" * 20000  # > 1 MiB
+    data = b"".join(filler + m.encode() for m in marks) + filler
+    if marks:
+        data = data[:-len(filler)] + b"\n" if len(marks) > 1 else data  # the last mark ends the file
+    log = tmp_path / "x.log"
+    log.write_bytes(gzip.compress(data) if gz else data)
+    assert changes.restarts(str(log)) is want

@@ -828,11 +828,12 @@ static int line_accumulate(const char *s, const Line *L, const Params *P, PyObje
     if (run == NULL || queue == NULL) return STOP;
     double t;
     if (!stamp_seconds(s, L, P, &t)) return STOP;
+    /* Stamped far off the latest: an outlier, a gap or a clock set back; Python's log clock decides.
+     * Tested first: two comparisons, where held() builds a key while any replica holds a sample open. */
+    if (off_clock(t, P)) return STOP;
     int open = held(P, L->has_tag[0], L->tag[0], L->has_tag[1], L->tag[1]);
     if (open < 0) return FAIL;
     if (open) return STOP;
-    /* Stamped far off the latest: an outlier, a gap or a clock set back; Python's log clock decides. */
-    if (off_clock(t, P)) return STOP;
     if (t > *P->latest) *P->latest = t;
     double start = py_floordiv(t - P->origin, P->res) * P->res + P->origin;
     int has_dp = L->has_tag[0], has_pp = L->has_tag[1];
