@@ -38,6 +38,7 @@ class Reading:
     statuses: dict[Rank, dict[str, str]]
     signals: dict[Rank, Mapping[str, float | None]]
     expositions: list[tuple[float, str]] = field(default_factory=list)  # (log time, our /metrics)
+    evidence: dict[Rank, dict[str, str]] = field(default_factory=dict)  # rank -> check -> finding's evidence
 
     def worst_status(self, check: str) -> str | None:
         found = [s[check] for s in self.statuses.values() if check in s]
@@ -58,9 +59,11 @@ def _args(*argv: str) -> argparse.Namespace:
 
 def _from_sidecar(sc: Sidecar, expositions: list[tuple[float, str]] | None = None) -> Reading:
     st: dict[Rank, dict[str, str]] = {}
+    evidence: dict[Rank, dict[str, str]] = {}
     for f in sc.state._findings:
         st.setdefault(Rank.from_dict(f.rank), {})[f.check] = f.status
-    return Reading(st, dict(sc.state._signals), expositions or [])
+        evidence.setdefault(Rank.from_dict(f.rank), {})[f.check] = f.evidence
+    return Reading(st, dict(sc.state._signals), expositions or [], evidence)
 
 
 def write_log(sc: Scenario, tmp: Path) -> Path:
@@ -73,7 +76,10 @@ def diagnose(sc: Scenario, tmp: Path) -> Reading:
     res = diagnose_source(str(write_log(sc, tmp)), TABLE, Config(), TABLE.default_profile(), "throughput", {},
                           jobs=1)
     assert res.error is None, res.error
-    return Reading(res.final_statuses, dict(res.final_signals))
+    evidence: dict[Rank, dict[str, str]] = {}
+    for f in res.findings:
+        evidence.setdefault(Rank.from_dict(f.rank), {})[f.check] = f.evidence
+    return Reading(res.final_statuses, dict(res.final_signals), evidence=evidence)
 
 
 def replay(sc: Scenario, tmp: Path) -> Reading:

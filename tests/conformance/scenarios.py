@@ -31,6 +31,9 @@ class Scenario:
     metrics: list[tuple[float, str]] = field(default_factory=list)
     # Split point for "a sidecar started mid-log without --from-start" (index into lines).
     sidecar_starts_at: int | None = None
+    # What the evaluators reading only the log (diagnose, a replay) say instead: check -> words their
+    # `unknown` evidence must hold (the scenario's /metrics carries what the log cannot).
+    log_only: dict[str, str] = field(default_factory=dict)
 
 
 # Checks a healthy server passes too: every evaluator must read them as ok.
@@ -301,10 +304,87 @@ def swa_pool_binds() -> Scenario:
                     {"swa_bound_ratio": 1.0, "kv_pool_context_ratio": 0.9155})
 
 
+# SGLang's latency histograms (issue 25): a 0.5.23 server whose /metrics carries TTFT, ITL, E2E and queue-time
+# buckets, the running gauge and the prefill token counter, beside its log. Every request of a histogram takes
+# the same time, so each quantile is PromQL's interpolation inside that time's bucket.
+_LATENCY_BOUNDS = (0.01, 0.02, 0.04, 0.06, 0.1, 0.2, 0.4, 0.6, 1.0, 2.0, 4.0, 6.0, 8.0, 10.0)
+_TOKENIZER = 'engine_type="unified",model_name="m"'
+# The scheduler's series without rank labels: the log's lines (no rank prefix) and the scrape then name one rank.
+_SCHEDULER = 'engine_type="unified",model_name="m"'
+LATENCY_CHECKS = ("latency_high_batch_large", "latency_queue_dominates", "ttft_long_prompts")
+# diagnose and a replay read a log: no histogram, so no latency verdict (advisor.LATENCY_UNSEEN).
+_UNSEEN = {c: "SGLang's latency histograms were not read" for c in LATENCY_CHECKS}
+
+
+def _histogram(name: str, labels: str, seconds: float, requests: int) -> str:
+    """`requests` requests of `seconds` each, as SGLang's cumulative buckets (+Inf, _count and _sum)."""
+    lines = [f"# TYPE {name} histogram"]
+    for b in (*_LATENCY_BOUNDS, float("inf")):
+        le = "+Inf" if b == float("inf") else repr(b)
+        lines.append(f'{name}_bucket{{{labels},le="{le}"}} {requests if b >= seconds else 0}')
+    lines += [f"{name}_count{{{labels}}} {requests}", f"{name}_sum{{{labels}}} {requests * seconds!r}"]
+    return "\n".join(lines) + "\n"
+
+
+def _latency_metrics(t: float, *, ttft: float, itl: float, e2e: float, queue_time: float, running: int,
+                     tokens_per_request: int, per_s: float = 2.0) -> str:
+    n = int(per_s * t)
+    return (_histogram("sglang:time_to_first_token_seconds", _TOKENIZER + ',is_streaming="true"', ttft, n)
+            + _histogram("sglang:inter_token_latency_seconds", _TOKENIZER, itl, n * 100)
+            + _histogram("sglang:e2e_request_latency_seconds", _TOKENIZER + ',is_streaming="true"', e2e, n)
+            + _histogram("sglang:queue_time_seconds", _SCHEDULER, queue_time, n)
+            + f"# TYPE sglang:num_running_reqs gauge\nsglang:num_running_reqs{{{_SCHEDULER}}} {running}\n"
+            + "# TYPE sglang:realtime_tokens_total counter\n"
+            + f'sglang:realtime_tokens_total{{{_SCHEDULER},mode="prefill_compute"}} {n * tokens_per_request}\n')
+
+
+def _latency(name: str, statuses: dict[str, str], signals: dict[str, float], *, running: int, queue: int,
+             **latency: float) -> Scenario:
+    """22 minutes of Decode and Prefill lines (the prefill's new tokens are the log's, as a sidecar with a log
+    counts them), SGLang's /metrics scraped every 15 s; 2 requests a second."""
+    w = _writer()
+    _startup(w)
+    for _ in range(22 * 30):
+        w.decode(running, 0.95, queue, True)
+        w.prefill(4 * int(latency["tokens_per_request"]), 0, 0.95, running, queue)  # 4 requests in 2 s
+        w.tick(2.0)
+    history = [(float(t), _latency_metrics(float(t), running=running, **latency))  # type: ignore[arg-type]
+               for t in range(0, 22 * 60 + 1, 15)]
+    return Scenario(name, w.lines, statuses, signals, metrics=history, log_only=_UNSEEN)
+
+
+def latency_slow_tokens_large_batch() -> Scenario:
+    """ITL 0.3 s at a batch of 200: lower --max-running-requests. TTFT is high too, but the prompts are short
+    (500 new tokens a request) and the queue time is short: neither of the other two latency checks applies."""
+    return _latency("latency_slow_tokens_large_batch",
+                    {"latency_high_batch_large": "critical", "ttft_long_prompts": "ok", "latency_queue_dominates": "ok"},
+                    {"itl_p95_seconds": 0.39, "ttft_p95_seconds": 3.9, "prefill_tokens_per_request": 500.0},
+                    running=200, queue=300, ttft=3.0, itl=0.3, e2e=6.0, queue_time=0.05, tokens_per_request=500)
+
+
+def latency_queued() -> Scenario:
+    """Requests wait 5 s of a 5 s median end-to-end latency: the client or capacity. TTFT is high with long
+    prompts, but that check is suppressed while the queue dominates (the queue, not the chunk, delays it)."""
+    return _latency("latency_queued",
+                    {"latency_queue_dominates": "critical", "ttft_long_prompts": "ok", "latency_high_batch_large": "ok"},
+                    {"queue_time_share": 1.0, "queue_time_p50_seconds": 5.0, "ttft_p95_seconds": 5.9},
+                    running=200, queue=1500, ttft=5.5, itl=0.03, e2e=5.5, queue_time=5.0, tokens_per_request=4096)
+
+
+def latency_long_prompts() -> Scenario:
+    """TTFT 3 s with 4096 new prompt tokens a request: raise --chunked-prefill-size. ITL is high too, but at a
+    batch of 32 the batch is not the cause."""
+    return _latency("latency_long_prompts",
+                    {"ttft_long_prompts": "warning", "latency_high_batch_large": "ok", "latency_queue_dominates": "ok"},
+                    {"ttft_p95_seconds": 3.9, "prefill_tokens_per_request": 4096.0, "itl_p95_seconds": 0.39},
+                    running=32, queue=300, ttft=3.0, itl=0.3, e2e=6.0, queue_time=0.05, tokens_per_request=4096)
+
+
 ALL: list[Callable[[], Scenario]] = [healthy, storm, tp4, dp_hot_rank, restart_new_args, sidecar_restart,
                                      clock_jump, replayed_history, log_only, metrics_only, default_oom_prefill,
                                      request_slots_oom, decode_graph_capture_failed, prefill_graph_capture_failed,
-                                     graphs_off_by_deepep, mamba_capped, kv_cut_cap, swa_pool_binds]
+                                     graphs_off_by_deepep, mamba_capped, kv_cut_cap, swa_pool_binds,
+                                     latency_slow_tokens_large_batch, latency_queued, latency_long_prompts]
 
 
 def stamp_of(line: str, last: float) -> float:
