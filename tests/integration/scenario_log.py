@@ -128,6 +128,13 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
     Scenario("memory_raised_oom", "restarted with --mem-fraction-static 0.95 (was 0.85); a prefill then "
              "runs out of memory", prefill_oom_at_tick=8,
              server_args={**_BASE_ARGS, "mem_fraction_static": 0.95}, counters=dict(_HEALTHY_COUNTERS)),
+    # The Done-when of issue 25: the retraction storm's server restarted with --schedule-conservativeness 1.3:
+    # no retraction any more, but every first token now takes 0.7 s instead of 0.3 s (p95 0.39 -> 0.79 s).
+    Scenario("conservative_slow_ttft", "restarted with --schedule-conservativeness 1.3 (was 0.3): retractions "
+             "stop, but the time to first token rises from 0.3 s to 0.7 s",
+             server_args={**_BASE_ARGS, "schedule_conservativeness": 1.3},
+             counters={**{k: v for k, v in _HEALTHY_COUNTERS.items() if "time_to_first_token" not in k},
+                       **_observed_at("sglang:time_to_first_token_seconds", 0.7)}),
     Scenario("cuda_graph_uncovered", "CUDA graphs captured up to bs 32 while decode runs 187 requests: "
              "every decode batch runs eagerly", decode_cuda_graph=False,
              captured_bs=(1, 2, 4, 8, 12, 16, 24, 32),

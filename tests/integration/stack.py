@@ -90,11 +90,13 @@ def missing_binaries() -> list[str]:
             if path is None]
 
 
-def render_rules(out_dir: Path, timing: Timing) -> list[Path]:
-    """The shipped rule files, rendered by our own `render` with only the windows and `for:` overridden."""
+def render_rules(out_dir: Path, timing: Timing, config: Path | None = None) -> list[Path]:
+    """The shipped rule files, rendered by our own `render` with only the windows and `for:` overridden
+    (and the exporter's `--config`, e.g. its `slo:`, where given)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     argv = python_module("sglang_tuning_exporter", "render", "--out", str(out_dir), "--rules-only",
-                         "--override-window", f"{timing.window_s}s", "--override-for", f"{timing.for_s}s")
+                         "--override-window", f"{timing.window_s}s", "--override-for", f"{timing.for_s}s",
+                         *(("--config", str(config)) if config else ()))
     res = subprocess.run(argv, cwd=ROOT, env=python_env(), capture_output=True, text=True, timeout=120)
     files = sorted((out_dir / "alerts").glob("*.rules.yaml"))
     if res.returncode != 0 or not files:
@@ -154,6 +156,7 @@ class Stack:
     alertmanager: ManagedProcess | None = None
     rule_files: list[Path] = field(default_factory=list)
     detached: bool = False  # `make stack`: the processes outlive the script that starts them
+    config: Path | None = None  # the exporter's --config, also rendered into the rules (its `slo:`)
 
     @property
     def prom_url(self) -> str:
@@ -181,6 +184,7 @@ class Stack:
             "--sglang.scrape-timeout", f"{self.timing.exporter_poll_s}s",
             "--window", f"{self.timing.exporter_window_s}s",
             "--evaluation-interval", f"{self.timing.exporter_poll_s}s",
+            *(("--config", str(self.config)) if self.config else ()),
         )
 
     def start_exporter(self, t: Target, *, wait: bool = True) -> None:
@@ -215,7 +219,7 @@ class Stack:
         """Render rules and write Prometheus, Alertmanager and exporter configs into `workdir`."""
         self.workdir.mkdir(parents=True, exist_ok=True)
         (self.workdir / "logs").mkdir(exist_ok=True)
-        self.rule_files = render_rules(self.workdir / "rules", self.timing)
+        self.rule_files = render_rules(self.workdir / "rules", self.timing, self.config)
         example = yaml.safe_load(AM_EXAMPLE.read_text(encoding="utf-8"))
         am_dir = self.workdir / "alertmanager"
         am_dir.mkdir(exist_ok=True)
