@@ -11,7 +11,7 @@ import pytest
 
 from helpers.tsdb import missing_prometheus
 from sglang_tuning_exporter.core.model import STATUS_CODE
-from sglang_tuning_exporter.pipeline.signals import LATENCY_COUNTS, LATENCY_DERIVED, LATENCY_SIGNALS
+from sglang_tuning_exporter.pipeline.signals import LATENCY_COUNTS, LATENCY_SIGNALS
 
 from . import promql
 from .evaluators import TABLE, Reading, diagnose, live, replay, replayed_then_scraped, sidecar_restarted
@@ -32,7 +32,9 @@ def _applies(sc: Scenario, evaluator: str) -> bool:
 
 # Evaluators that read only the log: a scenario's /metrics (SGLang's latency histograms) never reaches them.
 LOG_ONLY = {"diagnose", "replay"}
-HISTOGRAM_SIGNALS = frozenset((*LATENCY_SIGNALS, *LATENCY_COUNTS, *LATENCY_DERIVED))
+# The histograms' quantiles and counts, and what share_server_latency derives from them.
+HISTOGRAM_SIGNALS = frozenset((*LATENCY_SIGNALS, *LATENCY_COUNTS, "queue_time_share", "prefill_tokens_per_request",
+                               "servers_for_queue"))
 
 
 def check_reading(sc: Scenario, r: Reading, who: str, *, log_only: bool = False) -> None:
