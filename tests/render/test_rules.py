@@ -463,3 +463,47 @@ def test_latency_checks_apply_their_guard_natively() -> None:
     assert all(">= 4096)" in e and "2048" not in e for e in native_signal_exprs(moved, table, opts))
     (alert,) = [a for a in _native_alerts(opts) if a["alert"] == c.alert and a["labels"]["severity"] == "warning"]
     assert 'sglang_tuning_signal_seconds{job="sglang-tuning-exporter",signal="ttft_p95"}, "instance_host"' in alert["expr"]
+
+
+_OLD_NAMES_TEST = """
+rule_files: [native.rules.yaml]
+evaluation_interval: 1m
+tests:
+  - interval: 1m
+    input_series:
+%s
+    promql_expr_test:
+      - expr: rank:sglang_itl_p95_seconds:over10m
+        eval_time: 12m
+        exp_samples:
+          - labels: 'rank:sglang_itl_p95_seconds:over10m{job="sglang",instance="old-a:30000",model_name="qwen"}'
+            value: 0.39
+      - expr: rank:sglang_queue_time_share:over10m
+        eval_time: 12m
+        exp_samples:
+          - labels: 'rank:sglang_queue_time_share:over10m{job="sglang",instance="old-b:30000",model_name="qwen"}'
+            value: 1
+"""
+
+
+@pytest.mark.integration
+@needs_promtool
+def test_native_latency_reads_the_older_histogram_names(tmp_path: Path) -> None:
+    """0.3.6-0.4.4 named the ITL histogram `time_per_output_token_seconds`, 0.5.2 the queue time `queue_time_s`
+    (docs/signals.md): the native latency signals read them as the sidecar does."""
+    for rel, text in render_rules.generate(load_table(), RenderOptions()).items():
+        (tmp_path / Path(rel).name).write_text(text, encoding="utf-8")
+
+    def hist(name: str, instance: str, at: float) -> list[str]:
+        lab = f'job="sglang",instance="{instance}",model_name="qwen"'
+        out = [f"      - series: '{name}_bucket{{{lab},le=\"{b}\"}}'\n        values: '"
+               + ("0+100x15" if b == "+Inf" or float(b) >= at else "0x15") + "'" for b in ("0.2", "0.4", "4", "6", "+Inf")]
+        return [*out, f"      - series: '{name}_count{{{lab}}}'\n        values: '0+100x15'"]
+
+    series = [*hist("sglang:time_per_output_token_seconds", "old-a:30000", 0.3),
+              "      - series: 'sglang:num_running_reqs{job=\"sglang\",instance=\"old-a:30000\",model_name=\"qwen\"}'\n"
+              "        values: '187x15'",
+              *hist("sglang:queue_time_s", "old-b:30000", 5), *hist("sglang:e2e_request_latency_seconds", "old-b:30000", 5)]
+    (tmp_path / "old.test.yaml").write_text(_OLD_NAMES_TEST % "\n".join(series), encoding="utf-8")
+    res = _run([str(PROMTOOL), "test", "rules", "old.test.yaml"], cwd=tmp_path)
+    assert res.returncode == 0, res.stdout + res.stderr

@@ -137,7 +137,8 @@ def for_of(check_for_s: float, opts: RenderOptions) -> str:
 def fill(template: str, check: Check, table: CheckTable, opts: RenderOptions) -> str:
     band = table.profiles[profile_of(table, opts)].queue_band
     out = (template.replace("{window}", promql_duration(window_of(check, opts)))
-           .replace("{band_low}", num(band[0])).replace("{band_high}", num(band[1])))
+           .replace("{band_low}", num(band[0])).replace("{band_high}", num(band[1]))
+           .replace("{min_samples}", num(check.min_samples)))
     # The guard's value (a config may override it): the same number on the exporter and native side.
     return out.replace("{guard}", num(check.guard[0].value)) if check.guard else out
 
