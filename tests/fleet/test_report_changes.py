@@ -18,9 +18,9 @@ import pytest
 from helpers import fleet_history as fh
 from helpers.runners import report_json, report_output
 from helpers.tsdb import backfilled_prometheus
+from sglang_tuning_exporter.core.durations import iso_time as iso
 from sglang_tuning_exporter.fleet import changes as fleet_changes
 from sglang_tuning_exporter.fleet import queries as fleet
-from sglang_tuning_exporter.fleet.document import iso
 from sglang_tuning_exporter.fleet.promapi import Series
 from sglang_tuning_exporter.guide.checks import load_table
 
@@ -102,12 +102,12 @@ def test_a_lower_graph_ceiling_that_misses_graphs_is_worse(doc: dict[str, Any]) 
 
 def test_fewer_retractions_but_doubled_ttft_is_worse_and_says_the_trade(doc: dict[str, Any]) -> None:
     """The report's verdict reads the sidecar's latency quantiles on both sides of the change and applies
-    guide/changes.py's latency guard: retractions critical -> ok, yet p95 TTFT 0.8 -> 1.6 s is `worse`."""
+    guide/changes.py's latency guard: retractions critical -> ok, yet p95 TTFT 0.8 s -> 1.6 s is `worse`."""
     (c,) = changes(doc, SLOWER)
     assert (c["flag"], c["from"], c["to"], c["verdict"]) == ("--schedule-conservativeness", 1, 1.3, "worse")
     assert c["checks"]["retractions_frequent"] == {"before": "critical", "after": "ok"}
     assert (c["before"]["signals"]["ttft_p95_seconds"], c["after"]["signals"]["ttft_p95_seconds"]) == (0.8, 1.6)
-    assert "p95 TTFT 0.8 -> 1.6 s (+100 %)" in c["why"] and "go back to --schedule-conservativeness 1" in c["why"]
+    assert "p95 TTFT 0.8 s -> 1.6 s (+100 %)" in c["why"] and "go back to --schedule-conservativeness 1" in c["why"]
     assert "retractions_frequent critical -> ok" in c["why"]
 
 

@@ -211,7 +211,7 @@ def test_fewer_retractions_but_doubled_ttft_is_worse_and_says_the_trade() -> Non
     v = judge("--schedule-conservativeness", 1.0, 1.3, before, after, TABLE)
     assert v.verdict == "worse"
     assert "retractions_frequent critical -> ok" in v.why
-    assert "throughput +12 %, p95 TTFT 0.8 -> 1.6 s (+100 %)" in v.why
+    assert "throughput +12 %, p95 TTFT 0.8 s -> 1.6 s (+100 %)" in v.why
     assert v.why.endswith("go back to --schedule-conservativeness 1.0")
     assert v.after.signals["ttft_p95_seconds"] == 1.6 and v.before.signals["ttft_p95_seconds"] == 0.8
 
@@ -226,7 +226,7 @@ def test_latency_within_the_margin_keeps_the_improvement() -> None:
 def test_itl_regression_alone_is_worse() -> None:
     before, after = _conservativeness(ttft_after=0.8, itl_after=0.05)
     v = judge("--schedule-conservativeness", 1.0, 1.3, before, after, TABLE)
-    assert v.verdict == "worse" and "p95 ITL 0.02 -> 0.05 s (+150 %)" in v.why
+    assert v.verdict == "worse" and "p95 ITL 0.02 s -> 0.05 s (+150 %)" in v.why
 
 
 def test_log_only_verdict_says_latency_was_not_seen() -> None:

@@ -1,11 +1,14 @@
 """The one duration grammar of every flag and option: Prometheus's (`500ms`, `30s`, `10m`, `1h30m`,
 `7d`, `1w`, `1y`; units largest first, each at most once; decimals allowed), or a bare number of
-seconds where the caller allows it."""
+seconds where the caller allows it. And the one spelling of time text a person reads: durations
+(`12 s`, `1.5 min`), times (`2026-11-28T06:00:00Z`) and ages (`... (12 s ago)`)."""
 
 from __future__ import annotations
 
 import math
 import re
+import time
+from typing import Any
 
 _UNITS = (("y", 31536000.0), ("w", 604800.0), ("d", 86400.0), ("h", 3600.0), ("m", 60.0), ("s", 1.0),
           ("ms", 0.001))
@@ -59,3 +62,39 @@ def promql_duration(seconds: float) -> str:
         if total % size == 0:
             return f"{total // size}{unit}"
     return f"{total}s"
+
+
+# --- time text: what every page, report, evidence and note writes ------------------------------
+_TEXT_UNITS = ((86400.0, "d"), (3600.0, "h"), (60.0, "min"))
+
+
+def duration_text(seconds: float) -> str:
+    """A duration for a person: 3 significant digits below a minute (`0.812 s`, `12 s`, `12.5 s`), else
+    the largest of min, h, d that fits, to one decimal (`1.5 min`, `10 min`, `3 h`, `7 d`)."""
+    s = float(f"{max(0.0, float(seconds)):.3g}")
+    for size, unit in _TEXT_UNITS:
+        if s >= size:
+            return f"{round(s / size, 1):g} {unit}"
+    return f"{s:g} s"
+
+
+def iso_time(t: float, *, millis: bool = False) -> str:
+    """Epoch seconds as RFC 3339 UTC (`2026-11-28T06:00:00Z`; with `millis`, `...:00.123Z`)."""
+    text = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(t))
+    return text + (f".{int((t - math.floor(t)) * 1000):03d}Z" if millis else "Z")
+
+
+def time_text(t: Any) -> Any:
+    """Epoch seconds -> ISO UTC; seconds of day (a log stamped without a date) -> HH:MM:SS; anything else
+    unchanged."""
+    if isinstance(t, (int, float)) and not isinstance(t, bool):
+        if t > 1e8:  # epoch seconds
+            return iso_time(float(t))
+        h, rem = divmod(int(t), 3600)
+        return f"{h:02d}:{rem // 60:02d}:{rem % 60:02d}" if h < 24 else f"+{duration_text(t)}"
+    return t
+
+
+def ago_text(t: float, now: float) -> str:
+    """`2026-11-28T06:00:00Z (12 s ago)`."""
+    return f"{time_text(t)} ({duration_text(now - t)} ago)"

@@ -24,6 +24,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from urllib.parse import unquote, urljoin, urlsplit
 
+from sglang_tuning_exporter.core.durations import duration_text
+
 REDIRECTS = (301, 302, 303, 307, 308)
 MAX_REDIRECTS = 3
 _READ = 1 << 16
@@ -233,4 +235,4 @@ def _exchange(url: str, method: str, headers: Mapping[str, str], body: bytes | N
 
 
 def _late(where: str, deadline: _Deadline) -> OutboundError:
-    return OutboundError(where, f"no complete answer within the {deadline.timeout_s:g} s deadline", "timeout")
+    return OutboundError(where, f"no complete answer within the {duration_text(deadline.timeout_s)} deadline", "timeout")

@@ -6,6 +6,7 @@ import calendar
 import functools
 import itertools
 import re
+import time
 from collections.abc import Callable, Iterable
 
 # The parser writes "YYYY-MM-DDTHH:MM:SS[.fff]" (a date in the log) or "HH:MM:SS[.fff]" (time only).
@@ -63,6 +64,14 @@ def event_seconds(time: str | None) -> float | None:
             base = _minute_seconds(time[:16])
             return None if base is None else base + int(time[17:19]) + _fraction(rest[1:])
     return general_seconds(time)
+
+
+def event_stamp(t: float) -> str:
+    """Epoch seconds -> an Event.time as the parser writes it (event_seconds reads it back, to the ms)."""
+    whole = int(t)
+    frac = t - whole
+    text = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(whole))
+    return text + (f"{frac:.3f}"[1:] if frac > 0 else "")
 
 
 @functools.lru_cache(maxsize=4096)

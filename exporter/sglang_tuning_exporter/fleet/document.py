@@ -3,23 +3,18 @@
 
 from __future__ import annotations
 
-import datetime as dt
 import re
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
+from sglang_tuning_exporter.core.durations import iso_time
 from sglang_tuning_exporter.core.model import STATUS_CODE, Finding, version_fields
 from sglang_tuning_exporter.fleet import queries as fleet
 from sglang_tuning_exporter.fleet.changes import Lagging
 from sglang_tuning_exporter.fleet.latency import Latency
 
 STATUS_ORDER = ("critical", "warning", "ok", "unknown")
-
-
-def iso(t: float) -> str:
-    """Unix seconds as RFC 3339 UTC."""
-    return dt.datetime.fromtimestamp(t, tz=dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def natural_key(text: str) -> tuple[Any, ...]:
@@ -114,7 +109,7 @@ class FleetReport:
 
     def to_json_dict(self) -> dict[str, Any]:
         """The `report --format json` document of interfaces.md."""
-        return {"prometheus": self.prometheus, "range": {"start": iso(self.start), "end": iso(self.end)},
+        return {"prometheus": self.prometheus, "range": {"start": iso_time(self.start), "end": iso_time(self.end)},
                 "selector": self.selector, "profile": self.profile, "workload": self.workload,
                 "queries": self.queries,
                 "summary": {"instances": len(self.instances), "by_status": self.by_status(),

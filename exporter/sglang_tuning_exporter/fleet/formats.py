@@ -11,9 +11,10 @@ import json
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from sglang_tuning_exporter.core.durations import duration_text, iso_time
 from sglang_tuning_exporter.core.markdown import md_text
 from sglang_tuning_exporter.core.model import STATUS_CODE, STATUS_COLOURS, Finding, rank_text, value_text
-from sglang_tuning_exporter.fleet.document import FleetReport, InstanceReport, iso
+from sglang_tuning_exporter.fleet.document import FleetReport, InstanceReport
 from sglang_tuning_exporter.fleet.latency import COLUMNS, WORDS
 from sglang_tuning_exporter.guide.plan import plan_step_change, plan_step_markdown
 
@@ -72,7 +73,7 @@ def mistuned(report: FleetReport) -> list[InstanceReport]:
 
 def latency_cell(v: float | None) -> str:
     """`0.812 s`, or `unknown`."""
-    return "unknown" if v is None else f"{v:.3g} s"
+    return "unknown" if v is None else duration_text(v)
 
 
 def burn_cell(inst: InstanceReport) -> str:
@@ -103,8 +104,7 @@ def latency_rows(report: FleetReport) -> tuple[list[str], list[list[str]], list[
 
 
 def _range_text(report: FleetReport) -> str:
-    days = (report.end - report.start) / 86400
-    return f"{iso(report.start)} → {iso(report.end)} ({days:g} d)"
+    return f"{iso_time(report.start)} → {iso_time(report.end)} ({duration_text(report.end - report.start)})"
 
 
 def _code(text: Any) -> str:

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sglang_tuning_exporter.core.catalog import LATENCIES, LATENCY_HISTOGRAMS
+from sglang_tuning_exporter.core.durations import duration_text
 from sglang_tuning_exporter.fleet import queries as fleet
 from sglang_tuning_exporter.fleet.promapi import Sample
 
@@ -130,7 +131,7 @@ def rank(names: Sequence[str], latency: Mapping[str, Latency], slo: Mapping[str,
                                                       "Prometheus): servers in name order"}
     ordered = sorted(names, key=lambda n: (burns[n] is None, -(burns[n] or 0.0)))  # stable: name order on ties
     objective = float(slo.get("objective", 0.99))
-    what = ", ".join(f"{WORDS[t]} {slo[t]:g} s" for t in targets)
+    what = ", ".join(f"{WORDS[t]} {duration_text(slo[t])}" for t in targets)
     return ordered, {"by": "slo_burn",
                      "why": f"servers ordered by their worst SLO burn over the range ({what}, objective "
                             f"{objective * 100:g} %; burn 1 spends the error budget exactly); unknown burn last"}

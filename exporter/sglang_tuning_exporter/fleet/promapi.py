@@ -17,6 +17,7 @@ from typing import Any
 from urllib.parse import urlencode
 
 from sglang_tuning_exporter.core import limits, outbound
+from sglang_tuning_exporter.core.durations import duration_text
 
 USER_AGENT = "sglang-tuning-exporter-report"
 
@@ -163,7 +164,7 @@ class PrometheusClient:
 def _failure(exc: outbound.OutboundError, base: str, timeout_s: float, cap: int, expr: str) -> str:
     """The one line a failed request becomes (what to change, where there is something to change)."""
     if exc.reason == "timeout":
-        return (f"Prometheus at {base} did not answer within {timeout_s:g} s (the whole answer, however slowly "
+        return (f"Prometheus at {base} did not answer within {duration_text(timeout_s)} (the whole answer, however slowly "
                 "it comes; raise --prometheus.timeout or shorten --range)")
     if exc.reason == "too_large":
         return (f"Prometheus at {base} answered more than {cap // (1024 * 1024)} MiB ({cap} bytes, the cap per "

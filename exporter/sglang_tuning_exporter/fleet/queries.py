@@ -28,6 +28,7 @@ from sglang_tuning_exporter.core.catalog import (
     SIGNAL_FAMILY_UNITS,
     SIGNAL_UNITS,
 )
+from sglang_tuning_exporter.core.durations import duration_text
 from sglang_tuning_exporter.core.model import Rank, ServerState, value_text
 from sglang_tuning_exporter.core.recording import recorded
 from sglang_tuning_exporter.core.redact import redact_text, redact_value
@@ -305,13 +306,13 @@ def window_note(range_s: float, window_s: float = SIDECAR_WINDOW_S) -> str | Non
     if range_s > window_s:
         back = sidecar_lookback(range_s, window_s)
         before = round(window_s + back - range_s)
-        read = f"the sidecar's {round(window_s)} s windows ending in the last {round(back)} s"
+        read = f"the sidecar's {duration_text(window_s)} windows ending in the last {duration_text(back)}"
     else:
         before = round(window_s - range_s)
-        read = f"the sidecar's last {round(window_s)} s window"
+        read = f"the sidecar's last {duration_text(window_s)} window"
     if before <= 0:
         return None
-    return f"signals read from {read} reach back {before} s before the range's start"
+    return f"signals read from {read} reach back {duration_text(before)} before the range's start"
 
 
 def sidecar_signals_expr(sel: str, range_s: float, window_s: float = SIDECAR_WINDOW_S) -> str:

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from sglang_tuning_exporter.core.durations import iso_time
 from sglang_tuning_exporter.core.exit_codes import EXIT_OK, EXIT_RUNTIME, EXIT_USAGE, UsageError
 from sglang_tuning_exporter.core.flags import (
     add_flag,
@@ -31,7 +32,7 @@ from sglang_tuning_exporter.core.model import Finding, rank_key
 from sglang_tuning_exporter.fleet import changes as fleet_changes
 from sglang_tuning_exporter.fleet import latency as fleet_latency
 from sglang_tuning_exporter.fleet import queries as fleet
-from sglang_tuning_exporter.fleet.document import FleetReport, InstanceReport, iso, natural_key
+from sglang_tuning_exporter.fleet.document import FleetReport, InstanceReport, natural_key
 from sglang_tuning_exporter.fleet.promapi import PromConfig, PrometheusClient, PrometheusError, Sample, Series
 from sglang_tuning_exporter.guide.checks import CheckTable
 from sglang_tuning_exporter.pipeline.signals import SignalParams
@@ -431,8 +432,8 @@ def no_data(report: FleetReport) -> str:
     """One line when the report judged nothing (no data is not health); empty when it judged something."""
     sel = f"{{{report.selector}}}" if report.selector else "the exporter's series"
     if not report.instances:
-        return (f"no sglang_tuning series matched {sel} on {report.prometheus} between {iso(report.start)} and "
-                f"{iso(report.end)}: nothing to judge")
+        return (f"no sglang_tuning series matched {sel} on {report.prometheus} between {iso_time(report.start)} and "
+                f"{iso_time(report.end)}: nothing to judge")
     if all(i.status == "unknown" for i in report.instances):
         return (f"all {len(report.instances)} instances matching {sel} are unknown: no check had enough data "
                 "to judge (see each instance's coverage)")

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import datetime as _dt
 import math
 from collections.abc import Mapping
 from typing import Any
 
 from sglang_tuning_exporter.core.catalog import LATENCIES, SAMPLE_COUNT_OF, WORST_IS_LOWEST
+from sglang_tuning_exporter.core.durations import duration_text, time_text
 from sglang_tuning_exporter.core.features import FEATURE_WORDS, disabled_text
 from sglang_tuning_exporter.core.model import (
     STATUS_CODE,
@@ -114,10 +114,6 @@ def _pct(v: Any) -> str:
     return f"{float(v) * 100:.0f}%" if isinstance(v, (int, float)) else str(v)
 
 
-def _window_text(seconds: float) -> str:
-    return f"{round(seconds / 60, 1):g} min" if seconds >= 60 else f"{seconds:.0f} s"
-
-
 def _span(sig: Mapping[str, float | None], window_s: float) -> float:
     """The seconds of data the rank's windowed signals cover (window_span_s; the whole window when the
     evaluator does not measure it, e.g. a Prometheus range)."""
@@ -127,7 +123,7 @@ def _span(sig: Mapping[str, float | None], window_s: float) -> float:
 
 def _span_text(span: float, window_s: float) -> str:
     """`the last 10 min` for a full window, `the 12 s seen` for less: the evidence never claims more."""
-    return f"the last {_window_text(window_s)}" if span >= window_s - 0.5 else f"the {_window_text(span)} seen"
+    return f"the last {duration_text(window_s)}" if span >= window_s - 0.5 else f"the {duration_text(span)} seen"
 
 
 def too_short(c: Check, sig: Mapping[str, float | None]) -> bool:
@@ -339,7 +335,7 @@ def _evaluate_one(c: Check, sig: Mapping[str, float | None], rank: Rank, args: M
         measured += f" ({measure_text(count)} samples)"
     if status == "ok" and too_short(c, sig):
         return unknown(f"nothing counted in {seen} on {rank_text(rank)} ({c.signal}={measure_text(value)}): an absence "
-                       f"is judged only over at least {_window_text(c.min_span_s)} of data (min_span_s "
+                       f"is judged only over at least {duration_text(c.min_span_s)} of data (min_span_s "
                        f"{measure_text(c.min_span_s)})")
     if status == "ok":
         return make("ok", f"{c.title}: ok", f"{measured}; fires at {c.comparison} {measure_text(threshold)}")
@@ -347,7 +343,7 @@ def _evaluate_one(c: Check, sig: Mapping[str, float | None], rank: Rank, args: M
     if planned is not None and planned.flag == flag:
         s = Suggestion(s.current, planned.to, planned_reason(s.suggested, s.reasoning, c.id, c.action, planned))
     shown = _pct if c.signal.endswith("_ratio") else measure_text
-    window = _window_text(span)
+    window = duration_text(span)
     if c.signal.endswith("_per_minute") and span < 60:
         window += " (counted as one minute)"
     fields = {"value": shown(value), "threshold": shown(threshold), "window": window,
@@ -403,16 +399,6 @@ def aggregate_signals(signals: RankSignals) -> dict[str, float | None]:
             else:
                 out[k] = min(old, v) if k in MIN_AGG else max(old, v)
     return out
-
-
-def time_text(t: Any) -> Any:
-    """Epoch seconds -> ISO UTC; seconds of day -> HH:MM:SS; anything else unchanged."""
-    if isinstance(t, (int, float)) and not isinstance(t, bool):
-        if t > 1e8:  # epoch seconds
-            return _dt.datetime.fromtimestamp(float(t), _dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-        h, rem = divmod(int(t), 3600)
-        return f"{h:02d}:{rem // 60:02d}:{rem % 60:02d}" if h < 24 else f"+{t:.0f}s"
-    return t
 
 
 def _jsonable(v: Any) -> Any:

@@ -20,8 +20,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sglang_tuning_exporter.core.catalog import OOM_PHASES
+from sglang_tuning_exporter.core.durations import duration_text, time_text
 from sglang_tuning_exporter.core.model import STATUS_CODE, value_text
-from sglang_tuning_exporter.guide.advisor import time_text
 from sglang_tuning_exporter.guide.checks import Check, CheckTable
 
 VERDICTS = ("improved", "worse", "no_change", "inconclusive")
@@ -214,7 +214,7 @@ def _percent(before: float, after: float) -> str:
 
 def latency_trade(b: Side, a: Side, tput: tuple[float, float] | None) -> tuple[list[str], bool]:
     """(the latencies that got more than LATENCY_MARGIN slower, with the throughput it bought:
-    `throughput +12 %, p95 TTFT 0.8 -> 1.6 s (+100 %)`), whether latency was seen on both sides."""
+    `throughput +12 %, p95 TTFT 0.8 s -> 1.6 s (+100 %)`), whether latency was seen on both sides."""
     slower: list[str] = []
     seen = False
     for name, label in LATENCY_GUARD:
@@ -223,7 +223,7 @@ def latency_trade(b: Side, a: Side, tput: tuple[float, float] | None) -> tuple[l
             continue
         seen = True
         if vb > 0 and va > vb * (1 + LATENCY_MARGIN):
-            slower.append(f"{label} {_rounded(vb)} -> {_rounded(va)} s ({_percent(vb, va)})")
+            slower.append(f"{label} {duration_text(vb)} -> {duration_text(va)} ({_percent(vb, va)})")
     if slower and tput is not None and tput[0] > 0:
         slower.insert(0, f"throughput {_percent(*tput)}")
     return slower, seen
@@ -244,8 +244,7 @@ def _rounded(v: float | None) -> str:
 def _minutes(ws: Sequence[WindowSummary]) -> str:
     if not ws:
         return "no window"
-    span = (max(w.end for w in ws) - min(w.start for w in ws)) / 60.0
-    return f"{span:.0f} min"
+    return duration_text(max(w.end for w in ws) - min(w.start for w in ws))
 
 
 def judge(flag: str, old: Any, new: Any, before: Sequence[WindowSummary], after: Sequence[WindowSummary],

@@ -10,6 +10,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
+from sglang_tuning_exporter.core.durations import time_text
 from sglang_tuning_exporter.core.events import Event
 from sglang_tuning_exporter.core.model import STATUS_CODE, Finding, Rank, ServerState
 from sglang_tuning_exporter.core.timeparse import (
@@ -22,7 +23,6 @@ from sglang_tuning_exporter.guide.advisor import (
     evaluate,
     findings_document,
     statuses,
-    time_text,
     window_for,
 )
 from sglang_tuning_exporter.guide.checks import CheckTable
@@ -239,7 +239,7 @@ class Diagnosis:
                                 workload=self.workload, window=(self.first_t, self.last_t), table=self.table,
                                 config=self.cfg)
         for fd, (_, ws, we, _) in zip(doc["findings"], entries, strict=True):
-            fd["window"] = {"start": _iso(max(ws, self.first_t or ws)), "end": _iso(min(we, end))}
+            fd["window"] = {"start": time_text(max(ws, self.first_t or ws)), "end": time_text(min(we, end))}
         doc["source"] = source
         clock = self.conv.log_clock  # the full path's (every stamp), or the fast path's for time-only ones
         clock.settle()
@@ -267,10 +267,6 @@ class Diagnosis:
                 f = next(g for g in evaluate(self.table, sig, at, planned=values, **kw) if g.check == f.check)
             out.append(f)
         return out
-
-
-def _iso(t: float | None) -> Any:
-    return time_text(t)
 
 
 def grid(window_s: float, end: float | None) -> tuple[float, float, float]:

@@ -13,6 +13,7 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from sglang_tuning_exporter.core.durations import duration_text
 from sglang_tuning_exporter.core.markdown import md_text
 from sglang_tuning_exporter.core.model import STATUS_CODE, STATUS_COLOURS, Finding, rank_text, value_text
 from sglang_tuning_exporter.guide.checks import CheckTable
@@ -131,7 +132,7 @@ def _header_lines(r: FileDiagnosis) -> list[str]:
            f"log: {win.get('start')} .. {win.get('end')}, {inp.get('lines', 0)} lines, "
            f"{inp.get('fast_path_lines', 0) + inp.get('events', 0)} SGLang records, "
            f"{inp.get('evaluations', 0)} window{'' if inp.get('evaluations') == 1 else 's'} of "
-           f"{inp.get('window_s', 600) / 60:g} min evaluated"]
+           f"{duration_text(inp.get('window_s', 600))} evaluated"]
     if inp.get("time_from_line_order"):
         out.append("note: the log has no timestamps; time is taken from line order (1 s per line)")
     if inp.get("unparsed"):

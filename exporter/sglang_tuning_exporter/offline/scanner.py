@@ -13,7 +13,6 @@ import math
 import mmap
 import operator
 import struct
-import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -26,6 +25,7 @@ from sglang_tuning_exporter.core.timeparse import (
     LATEST_PLAUSIBLE,
     SEED_STAMPS,
     LogClock,
+    event_stamp,
     has_date,
     plausible_seconds,
 )
@@ -76,13 +76,6 @@ class ChunkResult:
     oversized: int = 0  # lines longer than the scanner's max_line_bytes: skipped (an empty line instead)
     implausible_times: int = 0  # stamps the scanner's log clock took at a neighbour's time in this chunk
     implausible_example: str | None = None  # the first of them (LogClock.example)
-
-
-def _iso_of(t: float) -> str:
-    whole = int(t)
-    frac = t - whole
-    text = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(whole))
-    return text + (f"{frac:.3f}"[1:] if frac > 0 else "")
 
 
 class Scanner:
@@ -386,7 +379,7 @@ class Scanner:
         if clock.jumps != jumps:
             res.clock_irregular += 1  # set back: only the full path re-anchors (LogClock's offsets)
         if t is None:
-            return e._replace(time=None if clock.latest is None else _iso_of(clock.latest))
+            return e._replace(time=None if clock.latest is None else event_stamp(clock.latest))
         return e
 
     def _held(self) -> set[tuple[int | None, int | None]] | None:
@@ -420,7 +413,7 @@ class Scanner:
                 res.last_t = t
             return e
         if e.time is None and self._last_t is not None:
-            return e._replace(time=_iso_of(self._last_t))
+            return e._replace(time=event_stamp(self._last_t))
         return e
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, replace
 
-from sglang_tuning_exporter.core.durations import promql_duration
+from sglang_tuning_exporter.core.durations import duration_text, promql_duration
 from sglang_tuning_exporter.guide.checks import Check, CheckTable, VersionFlag
 from sglang_tuning_exporter.render.annotations import anchor, guide_fallback
 from sglang_tuning_exporter.render.expressions import (
@@ -155,7 +155,7 @@ def slo_docs(table: CheckTable, opts: RenderOptions) -> list[tuple[GuardDoc, str
     out: list[tuple[GuardDoc, str]] = []
     by_id = table.by_id()
     for target, (_family, words, cid, other) in SLO_HISTOGRAMS.items():
-        le = f"{opts.slo[target]:g} s" if target in opts.slo else f"the target (`slo.{target}`)"
+        le = duration_text(opts.slo[target]) if target in opts.slo else f"the target (`slo.{target}`)"
         flag = by_id[cid].flag if cid in by_id and by_id[cid].flag else "the client side"
         for long_s, short_s, burn, _for_s, severity in BURN_PAIRS:
             out.append((GuardDoc(
@@ -165,7 +165,7 @@ def slo_docs(table: CheckTable, opts: RenderOptions) -> list[tuple[GuardDoc, str
                 "(the SRE workbook's multi-window, multi-burn-rate alert). Rendered only from an `slo:` (the "
                 "exporter's config with `render --config`, or the Helm chart's `slo` value).",
                 "Users feel it: at this rate the whole budget is gone in "
-                f"{30 * 24 / burn:.0f} h of a 30-day period.",
+                f"{duration_text(30 * 86400 / burn)} of a 30-day period.",
                 f"Dashboard row 'SLO burn' (server dashboard): the {words} burn rate over 5m, 30m, 1h and 6h "
                 f"(`instance:sglang_slo_{kind(target)}_burn_rate:rate*`; the alert pages above {burn:g}) and the "
                 f"row 'Latency': {words} p95.",

@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from sglang_tuning_exporter.core import limits
+from sglang_tuning_exporter.core import durations, limits
 from sglang_tuning_exporter.core.events import Event
 from sglang_tuning_exporter.core.model import Finding, Observation, Rank, Sample, ServerState
 from sglang_tuning_exporter.core.redact import redact_text
@@ -268,7 +268,7 @@ class Sidecar:
                 if source == "server_info":
                     self._info_tried = True
                 self._record(source, ok=False, duration_s=self._mono - started, now=now, reason="timeout",
-                             detail=f"no answer within {limit:g} s (twice --sglang.scrape-timeout); still waiting")
+                             detail=f"no answer within {durations.duration_text(limit)} (twice --sglang.scrape-timeout); still waiting")
 
     def _guarded(self, source: str, now: float, step: Callable[[float], None]) -> None:
         start = self.timer()

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sglang_tuning_exporter.guide.advisor import time_text
+from sglang_tuning_exporter.core.durations import duration_text, time_text
 from sglang_tuning_exporter.sidecar.state import SOURCES, Snapshot
 
 # A log with no line for this long is called quiet (an idle server prints nothing; a busy one prints a
@@ -20,11 +20,6 @@ QUIET_S = 60.0
 FEEDS = {"log": "the Decode/Prefill figures, retractions and OOMs read from the log",
          "metrics": "the queue, running requests, token usage and counters scraped from SGLang's /metrics",
          "server_info": "the server arguments and version from /server_info"}
-
-
-def _ago(seconds: float) -> str:
-    s = max(0.0, seconds)
-    return f"{s:.0f} s" if s < 120 else f"{s / 60:.0f} min" if s < 7200 else f"{s / 3600:.1f} h"
 
 
 def freshness(snap: Snapshot) -> dict[str, dict[str, Any]]:
@@ -47,7 +42,7 @@ def freshness(snap: Snapshot) -> dict[str, dict[str, Any]]:
                 entry.update(state="stale", note=(
                     f"{name} down since {time_text(since)} ({st.detail or 'the last read failed'}): "
                     f"{FEEDS[name]} are stale, the last from {time_text(st.last_ok)} "
-                    f"({_ago(snap.now - st.last_ok)} ago)"))
+                    f"({duration_text(snap.now - st.last_ok)} ago)"))
         if name == "log" and st.up is not False:
             entry.update(_log_entry(snap))
         out[name] = entry
@@ -66,7 +61,7 @@ def _log_entry(snap: Snapshot) -> dict[str, Any]:
         entry.update(state="waiting", note="no log line read yet")
     elif snap.now - last >= QUIET_S:
         entry.update(state="quiet", quiet_s=round(snap.now - last), note=(
-            f"the log has been quiet for {_ago(snap.now - last)} (last line read at {time_text(last)}): the "
+            f"the log has been quiet for {duration_text(snap.now - last)} (last line read at {time_text(last)}): the "
             f"window ages with the wall clock, so its rates and ratios cover less and less"))
     else:
         entry["state"] = "live"

@@ -17,6 +17,7 @@ from types import FrameType
 from typing import Any
 
 from sglang_tuning_exporter.core import limits
+from sglang_tuning_exporter.core.durations import iso_time
 from sglang_tuning_exporter.core.events import Event
 from sglang_tuning_exporter.core.exit_codes import EXIT_OK, EXIT_RUNTIME, EXIT_USAGE
 from sglang_tuning_exporter.core.model import Finding, Observation, Rank, Sample, ServerState
@@ -67,7 +68,7 @@ class LogfmtFormatter(logging.Formatter):
         msg = record.getMessage()
         if record.exc_info:
             msg += " " + self.formatException(record.exc_info).replace("\n", " | ")
-        ts = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created)) + f".{int(record.msecs):03d}Z"
+        ts = iso_time(record.created, millis=True)
         quoted = msg.replace("\\", "\\\\").replace('"', '\\"')
         return f'ts={ts} level={record.levelname.lower()} logger={record.name} msg="{quoted}"'
 
@@ -77,7 +78,7 @@ class JsonFormatter(logging.Formatter):
 
     def format(self, record: logging.LogRecord) -> str:
         """One JSON line."""
-        doc = {"ts": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created)) + f".{int(record.msecs):03d}Z",
+        doc = {"ts": iso_time(record.created, millis=True),
                "level": record.levelname.lower(), "logger": record.name, "msg": record.getMessage()}
         if record.exc_info:
             doc["exception"] = self.formatException(record.exc_info)

@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import logging
 import threading
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler
@@ -20,6 +19,7 @@ import jinja2
 from prometheus_client import CONTENT_TYPE_LATEST
 from prometheus_client.registry import CollectorRegistry
 
+from sglang_tuning_exporter.core.durations import ago_text, duration_text
 from sglang_tuning_exporter.core.model import rank_text
 from sglang_tuning_exporter.guide import plan
 from sglang_tuning_exporter.guide.changes import last_change, last_change_text
@@ -64,10 +64,7 @@ def _fmt(v: Any) -> str:
 
 
 def _when(t: float | None, now: float) -> str:
-    if t is None:
-        return "-"
-    stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(t))
-    return f"{stamp} UTC ({max(0.0, now - t):.0f} s ago)"
+    return "-" if t is None else ago_text(t, now)
 
 
 def findings_json(snap: Snapshot) -> dict[str, Any]:
@@ -152,7 +149,7 @@ class WebApp:
                                                         sorted(f.rank.items())))
         counts = {s: sum(1 for f in findings if f.status == s) for s in ("critical", "warning", "ok", "unknown")}
         sources = [{"name": name, "enabled": st.enabled, "up": st.up, "last": _when(st.last_attempt, snap.now),
-                    "duration": "-" if st.duration_s is None else f"{st.duration_s * 1000:.1f} ms",
+                    "duration": "-" if st.duration_s is None else duration_text(st.duration_s),
                     "detail": st.detail}
                    for name, st in ((n, snap.sources[n]) for n in SOURCES)]
         ranks = [{"rank_text": rank_text(r.rank.as_dict()), "queue": _fmt(r.gauges.get("num_queue_reqs")),
@@ -179,7 +176,7 @@ class WebApp:
             unknown_rows=[r for r in rows if r["status"] == "unknown"],
             ok_rows=[r for r in rows if r["status"] == "ok"],
             refresh_s=self._refresh_s, model=snap.model_name, version=snap.version,
-            window=f"{snap.window_s:.0f} s", evaluated=_when(snap.evaluated_at, snap.now) if snap.evaluated_at else "",
+            refresh=duration_text(self._refresh_s), window=duration_text(snap.window_s), evaluated=_when(snap.evaluated_at, snap.now) if snap.evaluated_at else "",
             telemetry_path=self.telemetry_path, counts=counts, findings=rows,
             sources=sources, log_lines=sorted((k, int(v)) for k, v in snap.log_lines.items()),
             unparsed=int(snap.log_unparsed), rotations=int(snap.log_rotations),

@@ -14,6 +14,7 @@ from typing import Any, Protocol
 from urllib.parse import urlsplit
 
 from sglang_tuning_exporter.core import limits, outbound
+from sglang_tuning_exporter.core.durations import duration_text
 from sglang_tuning_exporter.core.model import finite_number
 from sglang_tuning_exporter.core.redact import redact_args, redact_text
 
@@ -188,7 +189,7 @@ class ServerInfoClient:
         for path in order:
             left = self.timeout - (self.timer() - start)
             if left <= 0:
-                last_error, reason = f"{path}: no answer within the {self.timeout:g} s deadline", "timeout"
+                last_error, reason = f"{path}: no answer within the {duration_text(self.timeout)} deadline", "timeout"
                 break
             try:
                 body = self.get(self.base_url.rstrip("/") + path, left)
@@ -212,5 +213,5 @@ class ServerInfoClient:
             self.endpoint = path
             return FetchResult(info, path, None, self.timer() - start)
         if reason == "http_status" and self.timer() - start >= self.timeout:  # 404s until time ran out
-            last_error, reason = f"no endpoint answered within the {self.timeout:g} s deadline", "timeout"
+            last_error, reason = f"no endpoint answered within the {duration_text(self.timeout)} deadline", "timeout"
         return FetchResult(None, None, last_error, self.timer() - start, reason)
