@@ -49,20 +49,6 @@ def command_parser(name: str) -> tuple[argparse.ArgumentParser, ModuleType]:
     return parser, module
 
 
-def build_parser() -> tuple[argparse.ArgumentParser, dict[str, ModuleType]]:
-    """The whole tree with every command loaded (for tests and tools that parse `COMMAND ARGS...`)."""
-    parser = _top_parser()
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    modules: dict[str, ModuleType] = {}
-    for name, command in COMMANDS.items():
-        module = importlib.import_module(command.module)
-        command_parser_ = sub.add_parser(name, help=command.help, description=command.help)
-        command_parser_.set_defaults(command=name)
-        module.add_arguments(command_parser_)
-        modules[name] = module
-    return parser, modules
-
-
 def _top_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog=PROG, description="SGLang's hyperparameter-tuning guide as live signals, alerts and reports.")

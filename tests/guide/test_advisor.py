@@ -9,16 +9,15 @@ from hypothesis import strategies as st
 
 from helpers.examples import examples
 from sglang_tuning_exporter.core.catalog import OOM_PHASES
-from sglang_tuning_exporter.core.model import Finding, Rank, ServerState
+from sglang_tuning_exporter.core.durations import time_text
+from sglang_tuning_exporter.core.model import STATUS_CODE, Finding, Rank, ServerState
 from sglang_tuning_exporter.guide.advisor import (
     aggregate_signals,
     evaluate,
     findings_document,
     server_signals,
     statuses,
-    time_text,
     window_for,
-    worst_by_check,
 )
 from sglang_tuning_exporter.guide.checks import load_table
 from sglang_tuning_exporter.guide.config import CheckOverride, Config
@@ -152,8 +151,8 @@ def test_worst_rank_for_paging_and_aggregates() -> None:
     """Aggregation: the worst rank per check; min headroom, max ratios across ranks."""
     sigs = {Rank(dp=0): sig(retractions_per_minute=0.1, available_gpu_mem_gb=7.0),
             Rank(dp=1): sig(retractions_per_minute=8.0, available_gpu_mem_gb=3.0)}
-    worst = worst_by_check(evaluate(TABLE, sigs, ServerState()))
-    assert worst["retractions_frequent"].rank == {"dp": 1}
+    retractions = [f for f in evaluate(TABLE, sigs, ServerState()) if f.check == "retractions_frequent"]
+    assert max(retractions, key=lambda f: STATUS_CODE[f.status]).rank == {"dp": 1}
     agg = aggregate_signals(sigs)
     assert agg["retractions_per_minute"] == 8.0 and agg["available_gpu_mem_gb"] == 3.0
 

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from helpers.lookups import all_alerts
 from sglang_tuning_exporter.core.model import Finding, Rank, ServerState
 from sglang_tuning_exporter.guide.advisor import evaluate, statuses
 from sglang_tuning_exporter.guide.checks import load_table
@@ -14,7 +15,7 @@ from sglang_tuning_exporter.guide.config import Config, ConfigError, parse_confi
 from sglang_tuning_exporter.pipeline.signals import SIGNAL_NAMES, share_server_latency
 from sglang_tuning_exporter.render.command import apply_config
 from sglang_tuning_exporter.render.options import RenderOptions
-from sglang_tuning_exporter.render.rules import all_alerts, rule_groups
+from sglang_tuning_exporter.render.rules import rule_groups
 
 TABLE = load_table()
 SERVER = ServerState(version="0.5.23", args={"max_running_requests": 256, "chunked_prefill_size": 4096})

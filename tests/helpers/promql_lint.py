@@ -13,7 +13,7 @@ from pathlib import Path
 
 import yaml
 
-from sglang_tuning_exporter.core.catalog import exposed_names
+from helpers.lookups import exposed_names
 from sglang_tuning_exporter.render import slo
 
 FUNCTIONS = frozenset((

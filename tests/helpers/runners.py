@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from helpers.schemas import assert_valid
-from sglang_tuning_exporter.cli import build_parser
+from sglang_tuning_exporter.cli import command_parser
 from sglang_tuning_exporter.core.timeparse import plausible_seconds
 from sglang_tuning_exporter.fleet import report
 from sglang_tuning_exporter.offline import diagnose
@@ -25,9 +25,9 @@ from sglang_tuning_exporter.sources.logreader import EventReader
 
 
 def diagnose_run(argv: list[str]) -> tuple[int, str, str]:
-    parser, _ = build_parser()
+    parser, _ = command_parser("diagnose")
     out, err = io.StringIO(), io.StringIO()
-    code = diagnose.run(parser.parse_args(["diagnose", *argv]), stdout=out, stderr=err)
+    code = diagnose.run(parser.parse_args(argv), stdout=out, stderr=err)
     return code, out.getvalue(), err.getvalue()
 
 

@@ -18,7 +18,7 @@ from helpers import paths
 from helpers.check_logs import ALL_LOGS
 from helpers.paths import GOLDEN
 from helpers.scenario_logs import LogWriter, steady
-from sglang_tuning_exporter.cli import build_parser
+from sglang_tuning_exporter.cli import command_parser
 from sglang_tuning_exporter.guide.checks import load_table
 from sglang_tuning_exporter.guide.config import Config
 from sglang_tuning_exporter.offline import diagnose, parallel
@@ -39,8 +39,8 @@ class TTY(io.StringIO):
 
 def run(argv: list[str], stdout: io.StringIO | None = None) -> tuple[int, str, str]:
     """Run `diagnose ARGV`; (exit status, stdout, stderr)."""
-    parser, _ = build_parser()
-    args = parser.parse_args(["diagnose", *argv])
+    parser, _ = command_parser("diagnose")
+    args = parser.parse_args(argv)
     out = stdout if stdout is not None else io.StringIO()
     err = io.StringIO()
     code = diagnose.run(args, stdout=out, stderr=err)

@@ -102,7 +102,7 @@ def test_many_inputs_are_not_kept(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     import io
     import weakref
 
-    from sglang_tuning_exporter.cli import build_parser
+    from sglang_tuning_exporter.cli import command_parser
     from sglang_tuning_exporter.offline import formats
 
     w = LogWriter("0.5.23")
@@ -128,7 +128,7 @@ def test_many_inputs_are_not_kept(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
 
     monkeypatch.setattr(diagnose, "diagnose_source", tracked)
     out, err = io.StringIO(), io.StringIO()
-    args = build_parser()[0].parse_args(["diagnose", "--format", fmt, *paths])
+    args = command_parser("diagnose")[0].parse_args(["--format", fmt, *paths])
     code = diagnose.run(args, stdout=out, stderr=err)
     assert code == 1 and "bad.log: empty input" in err.getvalue()
     assert most <= 2, most

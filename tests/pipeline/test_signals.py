@@ -8,11 +8,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from helpers.examples import examples
+from helpers.lookups import events_to_observations, quantile
 from sglang_tuning_exporter.core.events import Event
 from sglang_tuning_exporter.core.model import Observation, Rank, ServerState
-from sglang_tuning_exporter.pipeline.observations import EventConverter, events_to_observations
+from sglang_tuning_exporter.pipeline.observations import EventConverter
 from sglang_tuning_exporter.pipeline.signals import SignalParams
-from sglang_tuning_exporter.pipeline.stats import Bucket, SampleStats, hist_quantile, quantile
+from sglang_tuning_exporter.pipeline.stats import Bucket, SampleStats, hist_quantile
 from sglang_tuning_exporter.pipeline.window import Window
 
 NO_RANK = Rank()

@@ -16,6 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from helpers.examples import examples
+from helpers.lookups import exposed_names
 from helpers.netutil import free_port, stop_process
 from helpers.paths import FIXTURES, ROOT
 from helpers.promql_lint import (
@@ -30,7 +31,7 @@ from helpers.promql_lint import (
     sglang_names,
     unknown_metrics,
 )
-from sglang_tuning_exporter.core.catalog import RANK_LABELS, exposed_names
+from sglang_tuning_exporter.core.catalog import RANK_LABELS
 from sglang_tuning_exporter.guide.checks import CheckTable, load_table
 from sglang_tuning_exporter.render import dashboards as render_dashboards
 from sglang_tuning_exporter.render.grafana import SCHEMA_VERSION

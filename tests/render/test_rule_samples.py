@@ -14,11 +14,11 @@ from typing import Any
 import pytest
 import yaml
 
+from helpers.lookups import all_alerts
 from helpers.paths import ROOT
 from sglang_tuning_exporter.core.catalog import SAMPLE_COUNT_OF, SIGNAL_UNITS
 from sglang_tuning_exporter.guide.checks import Check, load_table
 from sglang_tuning_exporter.render import command as render_command
-from sglang_tuning_exporter.render import rules as render_rules
 from sglang_tuning_exporter.render.expressions import exporter_signal_expr
 from sglang_tuning_exporter.render.options import RenderOptions
 
@@ -72,7 +72,7 @@ def test_config_min_samples_reaches_the_rule(tmp_path: Path) -> None:
     cfg = tmp_path / "config.yaml"
     cfg.write_text("checks:\n  queue_empty: {min_samples: 40}\n", encoding="utf-8")
     table, opts = render_command.apply_config(TABLE, str(cfg), RenderOptions())
-    rules = [r for r in render_rules.all_alerts(table, opts) if r["labels"]["check"] == "queue_empty"
+    rules = [r for r in all_alerts(table, opts) if r["labels"]["check"] == "queue_empty"
              and r["labels"]["source"] == "exporter"]
     assert rules and all('signal="queue_samples"} >= 40' in r["expr"] for r in rules)
 
@@ -100,7 +100,7 @@ def test_few_samples_keep_every_check_alert_silent(tmp_path: Path) -> None:
             tests.append({**base, "name": f"{case['name']} / {t['alertname']}: {check.min_samples} {label}",
                           "input_series": enough, "alert_rule_test": [copy.deepcopy(t)]})
             covered.add(t["alertname"])
-    assert covered == set(GATED) & {r["alert"] for r in render_rules.all_alerts(TABLE)}
+    assert covered == set(GATED) & {r["alert"] for r in all_alerts(TABLE)}
     run = _promtool(tests, tmp_path, ROOT / "alerts" / "checks.rules.yaml")
     assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-2000:]
 

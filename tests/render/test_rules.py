@@ -15,9 +15,9 @@ from typing import Any
 import pytest
 import yaml
 
+from helpers.lookups import all_alerts, exposed_names
 from helpers.netutil import free_port, stop_process
 from helpers.paths import ROOT
-from sglang_tuning_exporter.core import catalog
 from sglang_tuning_exporter.guide.checks import load_table
 from sglang_tuning_exporter.render import rules as render_rules
 from sglang_tuning_exporter.render.expressions import levels, num
@@ -177,7 +177,7 @@ def test_rules_only_use_metrics_from_the_catalog() -> None:
     names = set()
     for f in rule_files():
         names |= set(re.findall(r"(?<![\w:])(sglang_tuning_[a-z0-9_]+)", f.read_text(encoding="utf-8")))
-    unknown = names - catalog.exposed_names()
+    unknown = names - exposed_names()
     assert not unknown, f"rules query metrics the catalog does not define: {sorted(unknown)}"
 
 
@@ -307,10 +307,10 @@ def test_short_window_copy_for_end_to_end_tests(tmp_path: Path) -> None:
         (tmp_path / Path(rel).name).write_text(text, encoding="utf-8")
     res = _run([str(PROMTOOL), "check", "rules", *map(str, sorted(tmp_path.glob("*.yaml")))])
     assert res.returncode == 0, res.stdout + res.stderr
-    for a in render_rules.all_alerts(table, opts):
+    for a in all_alerts(table, opts):
         assert a["for"] == "15s"
         assert "[10m" not in a["expr"]
-    assert any("[1m]" in a["expr"] for a in render_rules.all_alerts(table, opts))
+    assert any("[1m]" in a["expr"] for a in all_alerts(table, opts))
 
 
 def test_job_selectors_follow_the_options() -> None:
@@ -327,7 +327,7 @@ def test_job_selectors_follow_the_options() -> None:
 def test_workload_chooses_the_checks() -> None:
     """The latency recipe renders its own checks (batch size) and drops the throughput-only queue check."""
     table = load_table()
-    names = {a["alert"] for a in render_rules.all_alerts(table, RenderOptions(workload="latency"))}
+    names = {a["alert"] for a in all_alerts(table, RenderOptions(workload="latency"))}
     assert "SGLangLatencyBatchTooLarge" in names and "SGLangQueueEmpty" not in names
 
 

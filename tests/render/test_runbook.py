@@ -8,6 +8,7 @@ import re
 import pytest
 import yaml
 
+from helpers.lookups import all_alerts, anchors
 from helpers.paths import ROOT
 from sglang_tuning_exporter.guide.checks import load_table
 from sglang_tuning_exporter.render import rules as render_rules
@@ -26,7 +27,7 @@ def sections(markdown: str) -> dict[str, str]:
 
 def missing_sections(alert_names: set[str], markdown: str) -> set[str]:
     """Alerts whose runbook anchor does not exist."""
-    return {a for a in alert_names if anchor(a) not in render_runbook.anchors(markdown)}
+    return {a for a in alert_names if anchor(a) not in anchors(markdown)}
 
 
 def committed_alert_names() -> set[str]:
@@ -49,11 +50,11 @@ def test_every_committed_alert_has_a_section() -> None:
 def test_every_workloads_alerts_have_sections(workload: str) -> None:
     """Rules rendered for any workload link sections of the same runbook."""
     table = load_table()
-    alerts = render_rules.all_alerts(table, RenderOptions(workload=workload))
+    alerts = all_alerts(table, RenderOptions(workload=workload))
     text = RUNBOOK.read_text(encoding="utf-8")
     assert missing_sections({a["alert"] for a in alerts}, text) == set()
     for a in alerts:
-        assert a["annotations"]["runbook_url"].split("#", 1)[1] in render_runbook.anchors(text)
+        assert a["annotations"]["runbook_url"].split("#", 1)[1] in anchors(text)
 
 
 def test_the_lint_catches_an_alert_without_a_section() -> None:

@@ -10,6 +10,7 @@ import pytest
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
+from helpers.lookups import quantile
 from helpers.paths import ROOT
 from helpers.runners import get, replay
 from helpers.scenario_logs import LogWriter
@@ -17,7 +18,7 @@ from sglang_tuning_exporter.core.catalog import BY_NAME, CATALOG, DEPRECATED, PR
 from sglang_tuning_exporter.core.events import Event
 from sglang_tuning_exporter.core.model import Finding, Observation, Rank
 from sglang_tuning_exporter.pipeline.signals import SIGNAL_NAMES
-from sglang_tuning_exporter.pipeline.stats import hist_quantile, quantile
+from sglang_tuning_exporter.pipeline.stats import hist_quantile
 from sglang_tuning_exporter.sidecar.collector import (
     BuildInfo,
     TuningCollector,

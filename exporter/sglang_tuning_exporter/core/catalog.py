@@ -127,14 +127,6 @@ PROCESS_METRICS = ("process_cpu_seconds_total", "process_resident_memory_bytes",
 BY_NAME: dict[str, MetricSpec] = {m.name: m for m in CATALOG}
 
 
-def exposed_names() -> set[str]:
-    """Every sample name that can appear on our /metrics (info metrics carry `_info` already)."""
-    names: set[str] = set()
-    for m in CATALOG:
-        names.add(m.name)
-    return names
-
-
 GIB = float(1 << 30)  # SGLang's "GB" is get_available_gpu_memory() / 2**30
 # Per-rank gauges: catalog short name -> (observation name, scale).
 RANK_GAUGES: tuple[tuple[str, str, float], ...] = (

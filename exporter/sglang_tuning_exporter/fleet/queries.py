@@ -515,10 +515,6 @@ class Drift:
         """The `drift` entry of the report JSON."""
         return {"model_name": self.model_name, "arg": self.arg, "values": {k: list(v) for k, v in self.values.items()}}
 
-    def outliers(self) -> list[str]:
-        """Instances that are not on the most common value."""
-        return [i for _, insts in list(self.values.items())[1:] for i in insts]
-
 
 def find_drift(instances: Iterable[InstanceData]) -> list[Drift]:
     """Per model, every argument whose value is not the same on all servers that report it (pure)."""

@@ -361,16 +361,6 @@ def _evaluate_one(c: Check, sig: Mapping[str, float | None], rank: Rank, args: M
     return make(status, c.summary, evidence, flag=flag, current=s.current, suggested=s.suggested)
 
 
-def worst_by_check(findings: list[Finding]) -> dict[str, Finding]:
-    """The worst finding of each check across ranks (what pages)."""
-    out: dict[str, Finding] = {}
-    for f in findings:
-        cur = out.get(f.check)
-        if cur is None or STATUS_CODE[f.status] > STATUS_CODE[cur.status]:
-            out[f.check] = f
-    return out
-
-
 def worst_status(findings: list[Finding]) -> str:
     """The worst status among findings ('ok' when none)."""
     worst = "ok"

@@ -496,9 +496,3 @@ class EventConverter:
         events = events if isinstance(events, list) else list(events)
         self.log_clock.seed(e.time for e in events)
         return events
-
-
-def events_to_observations(events: Iterable[Event], clock: Callable[[], float] | None = None,
-                           server: ServerState | None = None) -> Iterator[Observation]:
-    """Observations for `events`; times from the log unless a clock is given (live data)."""
-    return EventConverter(clock, server).convert_all(events)

@@ -363,13 +363,6 @@ class Bucket:
 _Value = TypeVar("_Value", int, float)  # histogram keys: queue lengths (int) or batch sizes (float)
 
 
-def quantile(values: list[float], q: float) -> float:
-    """Nearest-rank quantile (q in 0-1) of a non-empty list."""
-    ordered = sorted(values)
-    idx = max(0, min(len(ordered) - 1, math.ceil(q * len(ordered)) - 1))
-    return ordered[idx]
-
-
 def hist_quantile(hist: Mapping[_Value, int], q: float) -> float | None:
     """Nearest-rank quantile of a value -> count histogram (the first value whose cumulative count
     reaches rank ceil(q * n); cumulative sums and the search run at C level)."""

@@ -395,6 +395,3 @@ def generate(table: CheckTable, options: RenderOptions | None = None) -> dict[st
     return {f"{RULES_DIR}/{g.file}": group_yaml(g) for g in groups(table, opts)}
 
 
-def all_alerts(table: CheckTable, options: RenderOptions | None = None) -> list[dict[str, Any]]:
-    """Every alerting rule body across groups (for the runbook and the tests)."""
-    return [r for g in rule_groups(table, options) for r in g["rules"] if "alert" in r]

@@ -7,7 +7,6 @@ line), the change to make (flag, direction, how the suggested value is computed)
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, replace
 
 from sglang_tuning_exporter.core.durations import duration_text, promql_duration
@@ -214,9 +213,3 @@ def generate(table: CheckTable, options: RenderOptions | None = None) -> str:
     return "\n".join(out).rstrip("\n") + "\n"
 
 
-_ANCHOR = re.compile(r'<a id="([^"]+)"></a>')
-
-
-def anchors(markdown: str) -> set[str]:
-    """Every explicit anchor id in a runbook text."""
-    return set(_ANCHOR.findall(markdown))

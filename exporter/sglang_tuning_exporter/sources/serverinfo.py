@@ -19,12 +19,10 @@ from sglang_tuning_exporter.core.model import finite_number
 from sglang_tuning_exporter.core.redact import redact_args, redact_text
 
 ENDPOINTS = ("/server_info", "/get_server_info", "/get_server_args")
-# Why a request failed: the `reason` label of sglang_tuning_source_failures_total (a fixed set).
-REASONS = ("connection", "timeout", "http_status", "too_large", "invalid", "internal")
 
 
 class HttpError(Exception):
-    """A failed HTTP request; `reason` is one of REASONS (connection refused, deadline, non-2xx...)."""
+    """A failed HTTP request; `reason` is the `reason` label of sglang_tuning_source_failures_total (docs/sidecar.md)."""
 
     def __init__(self, message: str, status: int | None = None, *, reason: str | None = None) -> None:
         super().__init__(message)
