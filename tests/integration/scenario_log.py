@@ -129,7 +129,7 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
              "runs out of memory", prefill_oom_at_tick=8,
              server_args={**_BASE_ARGS, "mem_fraction_static": 0.95}, counters=dict(_HEALTHY_COUNTERS)),
     # The Done-when of issue 25: the retraction storm's server restarted with --schedule-conservativeness 1.3:
-    # no retraction any more, but every first token now takes 0.7 s instead of 0.3 s (p95 0.39 -> 0.79 s).
+    # no retraction any more, but every first token now takes 0.7 s instead of 0.3 s (p95 0.39 s -> 0.79 s).
     Scenario("conservative_slow_ttft", "restarted with --schedule-conservativeness 1.3 (was 0.3): retractions "
              "stop, but the time to first token rises from 0.3 s to 0.7 s",
              server_args={**_BASE_ARGS, "schedule_conservativeness": 1.3},

@@ -91,7 +91,7 @@ def test_done_when(stack: tuple[Stack, WebhookReceiver]) -> None:
     assert change, f"no verdict on the change: {_changes(st)}\n{st.describe('latency')}"
     why = change["why"]
     assert change["verdict"] == "worse", why
-    assert "retractions_frequent critical -> ok" in why and "p95 TTFT 0.39 -> 0.79 s (+103 %)" in why, why
+    assert "retractions_frequent critical -> ok" in why and "p95 TTFT 0.39 s -> 0.79 s (+103 %)" in why, why
     assert "go back to --schedule-conservativeness 0.3" in why, why
 
     # (a) the sidecar's quantile now, and PromQL's over SGLang's buckets as Prometheus scraped them.
