@@ -90,13 +90,21 @@ def missing_binaries() -> list[str]:
             if path is None]
 
 
+STACK_SLO = {"ttft_p95_seconds": 2.0, "itl_p95_seconds": 0.1, "objective": 0.99}
+
+
 def render_rules(out_dir: Path, timing: Timing, config: Path | None = None) -> list[Path]:
     """The shipped rule files, rendered by our own `render` with only the windows and `for:` overridden
-    (and the exporter's `--config`, e.g. its `slo:`, where given)."""
+    and the exporter's `--config` (e.g. its `slo:`) where given, else an `slo:` of STACK_SLO."""
     out_dir.mkdir(parents=True, exist_ok=True)
+    if config is None:
+        # The SLO group too, so the dashboards' SLO row has its burn rates (the healthy server answers
+        # well inside these targets: no burn alert).
+        config = out_dir / "slo-config.yaml"
+        config.write_text(yaml.safe_dump({"slo": STACK_SLO}), encoding="utf-8")
     argv = python_module("sglang_tuning_exporter", "render", "--out", str(out_dir), "--rules-only",
                          "--override-window", f"{timing.window_s}s", "--override-for", f"{timing.for_s}s",
-                         *(("--config", str(config)) if config else ()))
+                         "--config", str(config))
     res = subprocess.run(argv, cwd=ROOT, env=python_env(), capture_output=True, text=True, timeout=120)
     files = sorted((out_dir / "alerts").glob("*.rules.yaml"))
     if res.returncode != 0 or not files:

@@ -14,6 +14,7 @@ import requests
 import yaml
 
 from conformance.promql import concrete
+from helpers.paths import ROOT
 from helpers.promql_lint import metric_names
 from helpers.tsdb import PROMTOOL, build_blocks, missing_prometheus, running_prometheus
 from sglang_tuning_exporter.guide.checks import load_table
@@ -198,3 +199,23 @@ def test_fast_burn_fires_in_a_real_prometheus_with_the_flag(tmp_path: Path) -> N
             assert values == [pytest.approx(expected, rel=0.02)], (title, tgt["expr"])
             seen += 1
         assert seen == 4 + 1 + 1 + 2  # server: 4 windows and the budget; fleet: the top 10 and the 1h/6h table
+
+
+def test_every_burn_alert_names_its_check_and_flag_and_has_a_runbook_section() -> None:
+    """Every SLO kind and severity: the annotations name the check most likely responsible, its flag and
+    direction (as the table has them), and the committed runbook (rendered without an slo:) has the section
+    the alert's runbook_url points at."""
+    from sglang_tuning_exporter.render.runbook import anchors
+
+    by_id = TABLE.by_id()
+    committed = anchors((ROOT / "alerts" / "runbook.md").read_text(encoding="utf-8"))
+    alerts = [r for g in groups(TABLE, RenderOptions(slo=SLO)) for r in (x.body for x in g.rules) if "alert" in r
+              and r["labels"]["check"].startswith("slo_")]
+    assert len(alerts) == len(slo.SLO_HISTOGRAMS) * len(slo.BURN_PAIRS)
+    for r in alerts:
+        target = next(t for t in slo.SLO_HISTOGRAMS if r["labels"]["check"] == f"slo_{slo.kind(t)}")
+        check = by_id[slo.SLO_HISTOGRAMS[target][2]]
+        notes = r["annotations"]
+        assert (notes["check"], notes["flag"], notes["action"]) == (check.id, check.flag, check.action)
+        assert f"Most likely: {check.id} ({check.flag})" in notes["description"]
+        assert notes["runbook_url"].split("#")[1] in committed, r["alert"]

@@ -27,7 +27,7 @@ COLUMNS = tuple(f"{lat}_p95_seconds" for lat in LATENCIES)  # ttft, itl, e2e, qu
 WORDS = {"ttft_p95_seconds": "p95 TTFT", "itl_p95_seconds": "p95 ITL", "e2e_p95_seconds": "p95 E2E",
          "queue_time_p95_seconds": "p95 queue time"}
 SLO_KEY = "slo:"  # answers under this prefix are SLO ratios, not signals
-RECORDED_RATIO = "instance:sglang_slo_{short}_slow_ratio:rate1h"  # render/rules.py's 1-hour recording rule
+RECORDED_RATIO = "instance:sglang_slo_{short}_slow_ratio:rate1h"  # render/slo.py's 1-hour recording rule
 
 
 def _le(v: float) -> str:
