@@ -14,6 +14,7 @@ import requests
 import yaml
 
 from conformance.promql import concrete
+from helpers.lookups import anchors
 from helpers.paths import ROOT
 from helpers.promql_lint import metric_names
 from helpers.tsdb import PROMTOOL, build_blocks, missing_prometheus, running_prometheus
@@ -205,8 +206,6 @@ def test_every_burn_alert_names_its_check_and_flag_and_has_a_runbook_section() -
     """Every SLO kind and severity: the annotations name the check most likely responsible, its flag and
     direction (as the table has them), and the committed runbook (rendered without an slo:) has the section
     the alert's runbook_url points at."""
-    from sglang_tuning_exporter.render.runbook import anchors
-
     by_id = TABLE.by_id()
     committed = anchors((ROOT / "alerts" / "runbook.md").read_text(encoding="utf-8"))
     alerts = [r for g in groups(TABLE, RenderOptions(slo=SLO)) for r in (x.body for x in g.rules) if "alert" in r
