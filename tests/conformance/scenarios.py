@@ -380,11 +380,40 @@ def latency_long_prompts() -> Scenario:
                     running=32, queue=300, ttft=3.0, itl=0.3, e2e=6.0, queue_time=0.05, tokens_per_request=4096)
 
 
+def _pool_metrics_text(full: float, swa: float, mamba: float, mamba_slots: tuple[float, float]) -> str:
+    """SGLang 0.5.23's scheduler gauges of a hybrid model: the per-pool usages (a pool the model lacks at 0),
+    mamba state slots (used, available), 40 waiting behind 6 running; token usage is the fullest pool."""
+    labels = 'engine_type="unified",model_name="m",moe_ep_rank="0",pp_rank="0",tp_rank="0"'
+    gauges = {"num_queue_reqs": 40, "num_running_reqs": 6, "token_usage": max(full, swa, mamba),
+              "full_token_usage": full, "swa_token_usage": swa, "mamba_usage": mamba,
+              "mamba_used_tokens": mamba_slots[0], "mamba_available_tokens": mamba_slots[1]}
+    return "".join(f"# TYPE sglang:{name} gauge\nsglang:{name}{{{labels}}} {value}\n" for name, value in gauges.items())
+
+
+def mamba_pool_metrics_only() -> Scenario:
+    """No log: SGLang's /metrics of a mamba model whose state pool is full (0.98) while the full-attention pool
+    is at 0.35 and 40 wait. The sidecar reads the per-pool gauges as the log's Decode lines; the native rule
+    reads the same gauges."""
+    history = [(t, _pool_metrics_text(0.35, 0.0, 0.98, (196, 4))) for t in range(0, 20 * 60 + 1, 15)]
+    return Scenario("mamba_pool_metrics_only", [], {"mamba_pool_full": "warning", "kv_underused": "ok"},
+                    {"mamba_bound_ratio": 1.0, "full_usage_mean": 0.35, "mamba_cache_size_seen": 200.0},
+                    metrics=history)
+
+
+def swa_pool_metrics_only() -> Scenario:
+    """No log: a sliding-window model's SWA pool at 0.97 while the full pool is at 0.40 and 40 wait; its mamba
+    gauge, exported at 0 (no such pool), judges the mamba check ok on every evaluator."""
+    history = [(t, _pool_metrics_text(0.40, 0.97, 0.0, (0, 0))) for t in range(0, 20 * 60 + 1, 15)]
+    return Scenario("swa_pool_metrics_only", [], {"swa_pool_full": "warning", "mamba_pool_full": "ok"},
+                    {"swa_bound_ratio": 1.0, "swa_usage_mean": 0.97, "full_usage_mean": 0.40}, metrics=history)
+
+
 ALL: list[Callable[[], Scenario]] = [healthy, storm, tp4, dp_hot_rank, restart_new_args, sidecar_restart,
                                      clock_jump, replayed_history, log_only, metrics_only, default_oom_prefill,
                                      request_slots_oom, decode_graph_capture_failed, prefill_graph_capture_failed,
                                      graphs_off_by_deepep, mamba_capped, kv_cut_cap, swa_pool_binds,
-                                     latency_slow_tokens_large_batch, latency_queued, latency_long_prompts]
+                                     latency_slow_tokens_large_batch, latency_queued, latency_long_prompts,
+                                     mamba_pool_metrics_only, swa_pool_metrics_only]
 
 
 def stamp_of(line: str, last: float) -> float:

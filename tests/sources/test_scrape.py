@@ -281,3 +281,36 @@ def test_ray_replicas_remembered_are_bounded(monkeypatch: pytest.MonkeyPatch) ->
         seen.append([o.rank.dp for o in res.observations])
     assert seen == [[0], [1], [2], [3], [4], [5]]
     assert len(interp._replicas) == 3
+
+
+HYBRID = (FIX / "sglang-0.5.23-metrics-hybrid-mamba.txt").read_text()  # 0.5.23's exposition, a mamba model's pools
+
+
+def _pool_gauges(text: str, interp: ScrapeInterpreter, now: float = 1.0) -> dict[str, float]:
+    names = {"full_token_usage", "swa_token_usage", "mamba_usage", "mamba_num"}
+    return {o.name: o.value for o in interp.interpret(parse_exposition(text, wanted), now).observations
+            if o.name in names}
+
+
+def test_hybrid_pool_gauges_become_the_decode_lines_fields() -> None:
+    """A mamba model's per-pool gauges are read as its Decode line's fields (full token usage, mamba num,
+    mamba usage); the SWA gauge SGLang exports at 0 on a model without that pool is not."""
+    got = _pool_gauges(HYBRID, ScrapeInterpreter())
+    assert got == {"full_token_usage": 0.35, "mamba_usage": 0.98, "mamba_num": 196.0}
+
+
+def test_pool_gauges_of_a_model_without_hybrid_pools_are_not_read() -> None:
+    """0.5.23 exports swa/mamba usage 0 and no slots on a plain model: no pool there, nothing read."""
+    assert _pool_gauges(REAL, ScrapeInterpreter()) == {}
+
+
+def test_a_pool_seen_once_counts_at_zero_usage_too() -> None:
+    """Once a rank showed its mamba pool, an idle scrape (usage 0, before 0.5.12: no slot gauges) still counts:
+    SGLang-native rules average the zeros too."""
+    old = "\n".join(line for line in HYBRID.splitlines() if "mamba_used_tokens" not in line
+                    and "mamba_available_tokens" not in line) + "\n"
+    idle = old.replace("} 0.98\n", "} 0.0\n")
+    assert "sglang:mamba_usage" in idle and _pool_gauges(idle, ScrapeInterpreter()) == {}  # idle, no slots: unknown
+    interp = ScrapeInterpreter()
+    assert _pool_gauges(old, interp)["mamba_usage"] == 0.98
+    assert _pool_gauges(idle, interp, 2.0) == {"full_token_usage": 0.35, "mamba_usage": 0.0}

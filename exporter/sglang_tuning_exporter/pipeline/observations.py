@@ -21,6 +21,7 @@ from sglang_tuning_exporter.core.versions import merge_version
 from sglang_tuning_exporter.pipeline.signals import SERVER_START
 from sglang_tuning_exporter.sources.logline import POOL_USAGES
 from sglang_tuning_exporter.sources.logmessages import POOL_TOO_SMALL
+from sglang_tuning_exporter.sources.scrape import POOL_GAUGES
 
 SECONDS_PER_LINE = 1.0  # the stand-in clock of a log without timestamps
 OFF_WARNED_S = 60.0  # a feature warned off this long before a `server_args` line belongs to that start
@@ -72,6 +73,28 @@ def pool_pairs(f: Mapping[str, Any]) -> list[tuple[str, float]]:
             out.append(("mamba_bound", 1.0))
         if swa is not None and swa >= POOL_FULL:
             out.append(("swa_bound", 1.0))
+    return out
+
+
+_SCRAPED_FIELDS = frozenset(POOL_GAUGES.values())
+
+
+def scraped_pool_pairs(observations: Iterable[Observation]) -> list[Observation]:
+    """A scrape's observations with each rank's pool gauges (sources/scrape.POOL_GAUGES) turned into the
+    hybrid-pool observations of a Decode line holding them and that rank's queue (pool_pairs)."""
+    out: list[Observation] = []
+    fields: dict[tuple[float, Rank], dict[str, float]] = {}
+    for o in observations:
+        if o.name in _SCRAPED_FIELDS:
+            fields.setdefault((o.time, o.rank), {})[o.name] = o.value
+            continue
+        out.append(o)
+    if fields:
+        for o in out:
+            if o.name == "num_queue_reqs" and (o.time, o.rank) in fields:
+                fields[(o.time, o.rank)]["num_queue_reqs"] = o.value
+        out.extend(Observation(t, name, v, rank, "metrics") for (t, rank), f in fields.items()
+                   for name, v in pool_pairs(f))
     return out
 
 

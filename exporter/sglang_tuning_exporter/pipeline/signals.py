@@ -33,6 +33,9 @@ PREFILL_SAMPLE_NAMES = {"prefill_num_queue_reqs": "num_queue_reqs",
 # Sums of a hybrid model's Decode lines (observations.pool_pairs): Bucket.pools by name.
 POOL_EVENT_NAMES = frozenset({"pool_samples", "full_usage_sum", "swa_samples", "swa_usage_sum", "mamba_bound",
                               "swa_bound", "mamba_num_sum", "mamba_usage_sum"})
+# The same sums from scrapes (observations.scraped_pool_pairs) are kept apart under this prefix: a rank's
+# window reads its log's sums when it holds any, else its scrapes' (one sample counted once).
+SCRAPED_POOL = "scraped:"
 # The observations of the counted event kinds (core/events.Count): Bucket.counts by name, each one's rate
 # `<name>_per_minute`.
 COUNT_NAMES = tuple(spec.count.name for spec in counted() if spec.count is not None)
@@ -218,6 +221,8 @@ def _pool_signals(total: Bucket, facts: dict[str, float], cap: float | None, out
                   enough: int) -> None:
     """Which limit binds running requests: the hybrid pools' share of samples and SGLang's own caps."""
     pools = total.pools
+    if not pools.get("pool_samples") and pools:
+        pools = {k[len(SCRAPED_POOL):]: v for k, v in pools.items() if k.startswith(SCRAPED_POOL)}
     n = pools.get("pool_samples", 0.0)
     out["pool_samples"] = n
     if n >= enough:

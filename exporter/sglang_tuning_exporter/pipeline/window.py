@@ -25,6 +25,7 @@ from sglang_tuning_exporter.pipeline.signals import (
     FACTS_KEPT_MIN,
     PREFILL_SAMPLE_NAMES,
     SAMPLE_NAMES,
+    SCRAPED_POOL,
     SERVER_START,
     SignalParams,
     compute_signals,
@@ -233,8 +234,9 @@ class Window:
                 b.disabled_steps += obs.value
             elif counted:
                 b.counts[name] = b.counts.get(name, 0.0) + obs.value
-            else:  # a hybrid-pool sum (POOL_EVENT_NAMES)
-                b.pools[name] = b.pools.get(name, 0.0) + obs.value
+            else:  # a hybrid-pool sum (POOL_EVENT_NAMES); a scrape's kept apart (SCRAPED_POOL)
+                key = name if obs.source == "log" else SCRAPED_POOL + name
+                b.pools[key] = b.pools.get(key, 0.0) + obs.value
         elif name.startswith(LATENCY_PREFIX):
             bucket = parse_latency_bucket(name)
             if bucket is not None:

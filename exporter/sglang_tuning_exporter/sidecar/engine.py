@@ -24,7 +24,7 @@ from sglang_tuning_exporter.core.model import Finding, Observation, Rank, Sample
 from sglang_tuning_exporter.core.redact import redact_text
 from sglang_tuning_exporter.core.timeparse import plausible_seconds
 from sglang_tuning_exporter.core.versions import merge_version
-from sglang_tuning_exporter.pipeline.observations import SERVER_EVENT_KINDS, server_update
+from sglang_tuning_exporter.pipeline.observations import SERVER_EVENT_KINDS, scraped_pool_pairs, server_update
 from sglang_tuning_exporter.sidecar.change_tracker import ChangeTracker
 from sglang_tuning_exporter.sidecar.jobs import InlineJobs, Jobs, Outcome
 from sglang_tuning_exporter.sidecar.outlierwarn import OutlierWarning
@@ -476,7 +476,7 @@ class Sidecar:
         kept: set[Rank] = set()
         dropped: set[Rank] = set()
         observations: list[Observation] = []
-        for o in result.observations:
+        for o in scraped_pool_pairs(result.observations):  # hybrid pools read as the log's Decode lines
             if o.rank not in kept:
                 if len(kept) >= max_ranks:
                     dropped.add(o.rank)

@@ -194,6 +194,16 @@ GAUGES: dict[str, str] = {
     "weight_memory_usage_gb": "weights_gb",  # 0.5.17+, set once at start-up
     "kv_cache_memory_usage_gb": "kv_cache_gb",  # 0.5.17+: the KV pools' size (the log's `KV Cache is allocated`)
 }
+# Hybrid models' per-pool gauges (full 0.5.10+, SWA 0.5.2+, mamba 0.5.5+, mamba state slots 0.5.12+), named
+# as the Decode line's fields (the pipeline reads them as such a line: observations.scraped_pool_pairs).
+POOL_GAUGES: dict[str, str] = {"full_token_usage": "full_token_usage", "swa_token_usage": "swa_token_usage",
+                               "mamba_usage": "mamba_usage", "mamba_used_tokens": "mamba_num"}
+# SGLang exports the SWA and mamba gauges at 0 on a model without that pool: a pool is there once its
+# usage is above 0 or its slots (used + available, 0.5.12+) are.
+_POOL_SLOTS: dict[str, str] = {"swa_used_tokens": "swa_token_usage", "swa_available_tokens": "swa_token_usage",
+                               "mamba_used_tokens": "mamba_usage", "mamba_available_tokens": "mamba_usage"}
+_POOL_READ = frozenset((*POOL_GAUGES, *_POOL_SLOTS))
+_MAX_POOL_RANKS = 4096  # ranks whose pools the interpreter remembers; the oldest is forgotten first
 # Gauges with one series per `phase` label summed into one observation per rank: the memory the captured
 # graphs took (0.5.17+; phases prefill, decode, target_verify, draft_*), the log's capture `mem usage`.
 PHASE_SUMS: dict[str, str] = {"graph_memory_usage_gb": "graph_memory_gb"}
@@ -221,7 +231,7 @@ _BUCKET_FAMILIES = {f"{base}_bucket": latency for base, latency in HISTOGRAMS.it
 _RANK_LABELS = (("dp_rank", "dp"), ("pp_rank", "pp"), ("tp_rank", "tp"), ("moe_ep_rank", "ep"))
 
 
-_WANTED = frozenset((*GAUGES, *PHASE_SUMS, *(k[0] for k in COUNTERS), *TOKENIZER_COUNTERS, *_BUCKET_FAMILIES))
+_WANTED = frozenset((*GAUGES, *_POOL_READ, *PHASE_SUMS, *(k[0] for k in COUNTERS), *TOKENIZER_COUNTERS, *_BUCKET_FAMILIES))
 
 
 def wanted(name: str) -> bool:
@@ -273,6 +283,8 @@ class ScrapeInterpreter:
     # is forgotten (replicas come and go), and an index is never given twice.
     _replicas: dict[tuple[str, str], int] = field(default_factory=dict)
     _next_replica: int = 0
+    # Ranks whose SWA or mamba pool was seen (its usage gauge name): from then on its gauge counts, zeros too.
+    _pools: dict[Rank, set[str]] = field(default_factory=dict)
 
     def _rank(self, labels: Mapping[str, str]) -> Rank:
         rank = rank_of(labels)
@@ -288,8 +300,9 @@ class ScrapeInterpreter:
         return Rank(dp=dp, pp=rank.pp, tp=rank.tp, ep=rank.ep)
 
     def reset(self) -> None:
-        """Forget counter baselines (e.g. after SGLang was found restarted by other means)."""
+        """Forget counter baselines and the pools seen (e.g. after SGLang was found restarted by other means)."""
         self._last.clear()
+        self._pools.clear()
 
     def interpret(self, exposition: Exposition, now: float) -> ScrapeResult:
         """Observations at time `now` from one exposition."""
@@ -300,6 +313,7 @@ class ScrapeInterpreter:
         model: str | None = None
         seen_new_retraction_counter: set[Rank] = set()
         phase_sums: dict[tuple[str, Rank], float] = {}
+        pools: dict[Rank, dict[str, float]] = {}  # rank -> its pool gauges (POOL_GAUGES) and slot sums
         # (latency, rank, le) -> cumulative count, summed over the labels that split it (is_streaming)
         hist: dict[tuple[str, Rank, float], float] = {}
         ranks: dict[tuple[tuple[str, str], ...], Rank] = {}  # label set -> rank: decided once per set
@@ -321,6 +335,15 @@ class ScrapeInterpreter:
             if base in GAUGES:
                 if math.isfinite(s.value):
                     obs.append(Observation(now, GAUGES[base], s.value, rank_of_set(s.labels, labels), "metrics"))
+                continue
+            if base in _POOL_READ:
+                if math.isfinite(s.value):
+                    per_rank = pools.setdefault(rank_of_set(s.labels, labels), {})
+                    if base in POOL_GAUGES:
+                        per_rank[POOL_GAUGES[base]] = s.value
+                    if base in _POOL_SLOTS:
+                        slots = _POOL_SLOTS[base] + ":slots"
+                        per_rank[slots] = per_rank.get(slots, 0.0) + s.value
                 continue
             if base in PHASE_SUMS:
                 if math.isfinite(s.value):
@@ -356,6 +379,7 @@ class ScrapeInterpreter:
                 else:
                     tokenizer[base] = tokenizer.get(base, 0.0) + s.value
         obs.extend(Observation(now, name, v, rank, "metrics") for (name, rank), v in phase_sums.items())
+        obs.extend(self._pool_gauges(pools, now))
         for base, by_source in tokenizer_by_source.items():
             # `total` when SGLang has no breakdown; otherwise sum the sources.
             tokenizer[base] = tokenizer.get(base, 0.0) + by_source.get(
@@ -384,6 +408,25 @@ class ScrapeInterpreter:
                 obs.append(Observation(now, name, delta, rank, "metrics"))
         return ScrapeResult(tuple(obs), model, restarted, exposition.garbage_lines,
                             max(exposition.sample_lines, len(exposition.samples)))
+
+    def _pool_gauges(self, pools: Mapping[Rank, Mapping[str, float]], now: float) -> list[Observation]:
+        """Each rank's pool gauges, those of a pool it has (see _POOL_SLOTS), as observations."""
+        out: list[Observation] = []
+        for rank, gauges in pools.items():
+            seen = self._pools.get(rank)
+            for usage in ("swa_token_usage", "mamba_usage"):
+                if gauges.get(usage, 0.0) > 0 or gauges.get(usage + ":slots", 0.0) > 0:
+                    if seen is None:
+                        if len(self._pools) >= _MAX_POOL_RANKS:
+                            del self._pools[next(iter(self._pools))]  # bounded: ranks come and go
+                        seen = self._pools[rank] = set()
+                    seen.add(usage)
+            if not seen:
+                continue  # a model without hybrid pools: nothing to read
+            for name, value in gauges.items():
+                if name == "full_token_usage" or (name == "mamba_num" and "mamba_usage" in seen) or name in seen:
+                    out.append(Observation(now, name, value, rank, "metrics"))
+        return out
 
     def _histogram_deltas(self, hist: Mapping[tuple[str, Rank, float], float], now: float,
                           obs: list[Observation]) -> bool:
