@@ -49,7 +49,8 @@ ALL_ON: dict[str, Any] = {
 def _render(values: dict[str, Any] | None = None) -> list[dict[str, Any]]:
     chart = helm.Chart.load(str(CHART_DIR))
     out = chart.render(values, name="demo", namespace="llm")
-    return [d for text in out.values() for d in yaml.safe_load_all(text) if d]
+    # libyaml's safe loader: the same documents, read at collection time several times faster
+    return [d for text in out.values() for d in yaml.load_all(text, Loader=yaml.CSafeLoader) if d]
 
 
 DEFAULT = _render()

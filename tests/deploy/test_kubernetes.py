@@ -35,7 +35,9 @@ GROUPS: list[dict[str, Any]] = [{"name": "sglang-tuning.example", "rules": [
 
 
 def _docs(files: dict[str, str]) -> dict[str, list[dict[str, Any]]]:
-    return {path: [d for d in yaml.safe_load_all(text) if d is not None] for path, text in files.items()}
+    # libyaml's safe loader: the same documents, several times faster
+    return {path: [d for d in yaml.load_all(text, Loader=yaml.CSafeLoader) if d is not None]
+            for path, text in files.items()}
 
 
 def _by_kind(files: dict[str, str]) -> dict[str, list[dict[str, Any]]]:
