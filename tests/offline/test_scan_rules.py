@@ -100,3 +100,61 @@ def test_c_sample_rules_equal_the_python_declaration(lines: list[Line]) -> None:
             assert c[key] == pytest.approx(py[key]), key
         else:
             assert c[key] == py[key], key
+
+
+# --- hybrid models: the pool sums of Decode lines with SWA or mamba usage (observations.pool_pairs) -----
+_hybrid = st.tuples(
+    st.sampled_from([0, 1, 5]),  # queue: waiting or not
+    st.sampled_from([None, 0.0, 0.5, 0.89, 0.9, 0.95]),  # full token usage, around POOL_FULL
+    st.sampled_from([None, 0.0, 0.5, 0.9, 1.0]),  # swa token usage
+    st.sampled_from([None, 0.0, 0.04, 0.05, 0.5, 0.9, 0.97]),  # mamba usage, around its size floor and POOL_FULL
+    st.sampled_from([None, 0, 7, 120]),  # mamba num
+).filter(lambda h: h[2] is not None or h[3] is not None)  # a hybrid line has a SWA or a mamba pool
+
+Hybrid = tuple[int, float | None, float | None, float | None, int | None]
+
+
+def _hybrid_text(lines: list[Hybrid]) -> str:
+    out = []
+    for i, (q, full, swa, mamba, num) in enumerate(lines):
+        parts = [f"[2025-03-01 10:{i // 60 % 60:02d}:{i % 60:02d} TP0] Decode batch, #running-req: 4"]
+        if full is not None:
+            parts.append(f"#full token: 100, full token usage: {full:.2f}")
+        if swa is not None:
+            parts.append(f"#swa token: 50, swa token usage: {swa:.2f}")
+        if num is not None:
+            parts.append(f"mamba num: {num}")
+        if mamba is not None:
+            parts.append(f"mamba usage: {mamba:.2f}")
+        parts.append(f"cuda graph: True, gen throughput (token/s): 12.50, #queue-req: {q}")
+        out.append(", ".join(parts))
+    return "\n".join(out) + "\n"
+
+
+@settings(max_examples=examples(150), deadline=None)
+@given(st.lists(_hybrid, min_size=1, max_size=60))
+def test_c_pool_sums_equal_the_python_declaration(lines: list[Hybrid]) -> None:
+    """Hybrid Decode lines are read in C (they went to the Python path, about 8x slower) and their pool
+    sums are pool_pairs' own, key by key (a key appears only where pool_pairs gives it)."""
+    from sglang_tuning_exporter.pipeline.observations import pool_pairs
+
+    text = _hybrid_text(lines)
+    res = Scanner(60.0, USAGE_GOOD, BAND).scan_bytes(text.encode())
+    assert res.fast == len(lines), "the accelerator did not read every hybrid line itself"
+    c: dict[str, float] = {}
+    for b in res.buckets.values():
+        for name, v in b.pools.items():
+            c[name] = c.get(name, 0.0) + v
+    py: dict[str, float] = {}
+    for q, full, swa, mamba, num in lines:
+        f: dict[str, Any] = {"num_queue_reqs": q}
+        for name, v in (("full_token_usage", full), ("swa_token_usage", swa), ("mamba_usage", mamba)):
+            if v is not None:
+                f[name] = float(f"{v:.2f}")
+        if num is not None:
+            f["mamba_num"] = num
+        for name, v in pool_pairs(f):
+            py[name] = py.get(name, 0.0) + v
+    assert set(c) == set(py)
+    for name in py:
+        assert c[name] == pytest.approx(py[name]), name

@@ -208,3 +208,27 @@ def test_generated_lines_with_carriage_returns_diagnose_alike(monkeypatch: pytes
         data = ("\n".join(lines) + "\n").encode()
         c, py = _diagnosed_both(data, monkeypatch)
         assert c == py, data
+
+
+@pytest.mark.skipif(SCAN is None, reason="the C accelerator is not built here or turned off")
+def test_hybrid_decode_lines_diagnose_alike(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A hybrid model's log (SWA and mamba pools, full pool near and past full, queues): the C reader sums its
+    Decode lines itself now (they went to Python) and the signals, pool signals included, are the same."""
+    import random
+
+    rnd = random.Random(5)
+    lines = []
+    for i in range(600):
+        stamp = f"[2025-03-01 10:{i // 60 % 60:02d}:{i % 60:02d} DP{i % 2} TP0]"
+        pools = [f"#full token: 100, full token usage: {rnd.choice([0.3, 0.85, 0.9, 0.95]):.2f}"] * (i % 3 != 0)
+        pools += [f"#swa token: 50, swa token usage: {rnd.choice([0.2, 0.9, 1.0]):.2f}"] * (i % 4 != 1)
+        pools += [f"mamba num: {rnd.randint(0, 300)}, mamba usage: {rnd.choice([0.01, 0.05, 0.6, 0.93]):.2f}"] * (
+            i % 4 != 2 or not pools[-1:])
+        lines.append(f"{stamp} Decode batch, #running-req: {rnd.randint(1, 64)}, " + ", ".join(pools)
+                     + f", cuda graph: True, gen throughput (token/s): 10.00, #queue-req: {rnd.choice([0, 3])}")
+    data = ("\n".join(lines) + "\n").encode()
+    res = Scanner(60.0, 0.9).scan_bytes(data)
+    assert res.fast == len(lines), "the C reader handed hybrid lines back"
+    c, py = _diagnosed_both(data, monkeypatch)
+    assert c == py
+    assert py[0]["pool_samples"] > 0 and 0 < py[0]["mamba_bound_ratio"] < 1, py[0]  # the pools were judged

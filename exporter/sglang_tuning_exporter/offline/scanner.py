@@ -29,7 +29,7 @@ from sglang_tuning_exporter.core.timeparse import (
     has_date,
     plausible_seconds,
 )
-from sglang_tuning_exporter.pipeline.observations import EventConverter, number
+from sglang_tuning_exporter.pipeline.observations import MAMBA_SIZE_MIN, POOL_FULL, EventConverter, number
 from sglang_tuning_exporter.pipeline.signals import SignalParams
 from sglang_tuning_exporter.pipeline.stats import Bucket, Freezer, FrozenHist
 from sglang_tuning_exporter.pipeline.window import EventKey, Window
@@ -76,6 +76,20 @@ class ChunkResult:
     oversized: int = 0  # lines longer than the scanner's max_line_bytes: skipped (an empty line instead)
     implausible_times: int = 0  # stamps the scanner's log clock took at a neighbour's time in this chunk
     implausible_example: str | None = None  # the first of them (LogClock.example)
+
+
+# The pool sums of hybrid Decode lines the C accelerator read, as observations.pool_pairs names them: each
+# present where pool_pairs would have given it (the count that says so; None: the sum's own count).
+_POOL_SUMS = (("pool_samples", None), ("full_usage_sum", "full_n"), ("swa_samples", None),
+              ("swa_usage_sum", "swa_samples"), ("mamba_num_sum", "mamba_n"), ("mamba_usage_sum", "mamba_n"),
+              ("mamba_bound", None), ("swa_bound", None))
+
+
+def _add_pools(pools: dict[str, float], totals: dict[str, float]) -> None:
+    """Add the accelerator's hybrid-pool sums into a bucket's pools (Bucket.pools: name -> sum)."""
+    for name, count in _POOL_SUMS:
+        if totals[count or name]:
+            pools[name] = pools.get(name, 0.0) + totals[name]
 
 
 class Scanner:
@@ -143,6 +157,8 @@ class Scanner:
                     b.decode.add_totals(t, queue, running, missed, capped)
                     if t["graph_n"]:
                         self._conv.note_version_floor("0.4.7")  # as converting one such line does
+                    if t["pool_samples"]:
+                        _add_pools(b.pools, t)
                 else:
                     b.prefill.add_totals(t, queue, running, missed, capped)
                     b.prefill_new += t["new_sum"]
@@ -334,7 +350,7 @@ class Scanner:
                                                                 self.res, self.usage_good, *self.band,
                                                                 self._last_t or 0.0, BACKWARD_TOLERANCE_S, self.origin,
                                                                 EARLIEST_PLAUSIBLE, LATEST_PLAUSIBLE, self.max_line_bytes,
-                                                                self._held())
+                                                                self._held(), POOL_FULL, MAMBA_SIZE_MIN)
                 reader._next = n
                 res.fast += nd + np_
                 if nd or np_:

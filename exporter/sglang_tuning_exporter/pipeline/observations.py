@@ -48,6 +48,7 @@ def batch_usage(f: Mapping[str, Any]) -> float | None:
 
 # A hybrid pool counts as full at the guide's `token usage > 0.9` (docs/signals.md, "Hybrid pools").
 POOL_FULL = 0.9
+MAMBA_SIZE_MIN = 0.05  # below this mamba usage, mamba num / usage is too coarse to size the state pool
 
 
 def pool_pairs(f: Mapping[str, Any]) -> list[tuple[str, float]]:
@@ -65,7 +66,7 @@ def pool_pairs(f: Mapping[str, Any]) -> list[tuple[str, float]]:
     if swa is not None:
         out += [("swa_samples", 1.0), ("swa_usage_sum", swa)]
     used = number(f.get("mamba_num"))
-    if used is not None and mamba is not None and mamba >= 0.05:
+    if used is not None and mamba is not None and mamba >= MAMBA_SIZE_MIN:
         out += [("mamba_num_sum", used), ("mamba_usage_sum", mamba)]  # their quotient: the state pool's size
     room = full is None or full < POOL_FULL
     if queue > 0 and room:

@@ -499,7 +499,9 @@ enum { D_RUN, D_USAGE, D_GRAPH, D_TP, D_QUEUE };
 enum { P_NEW, P_CACHED, P_USAGE, P_RUN, P_QUEUE };
 #define ACC_FIELDS(X) X(t_min) X(t_max) X(queue_n) X(queue_zero) X(queue_over) X(queue_under) \
     X(running_n) X(kv_n) X(kv_under) X(usage_sum) X(usage_max) X(capped_base) X(graph_n) X(graph_miss) \
-    X(tp_n) X(tp_sum) X(new_sum) X(new_n) X(cached_sum)
+    X(tp_n) X(tp_sum) X(new_sum) X(new_n) X(cached_sum) \
+    X(pool_samples) X(full_n) X(full_usage_sum) X(swa_samples) X(swa_usage_sum) X(mamba_n) X(mamba_num_sum) \
+    X(mamba_usage_sum) X(mamba_bound) X(swa_bound)
 #define ACC_ENUM(name) A_##name,
 enum { ACC_FIELDS(ACC_ENUM) ACC_N };
 #define ACC_NAME(name) #name,
@@ -507,7 +509,10 @@ static const char *const acc_names[] = {ACC_FIELDS(ACC_NAME)};
 
 static signed char col_of[2][MAX_KEYS];  /* column of each key's canonical name, or -1 */
 static signed char pool_of[MAX_KEYS];    /* pool-usage index of each key's canonical name, or -1 */
-static int columns_ready;
+/* A hybrid model's Decode fields observations.pool_pairs reads, in configure_columns' order. */
+enum { H_FULL, H_SWA, H_MAMBA, H_MAMBA_NUM, N_HYBRID };
+static signed char hybrid_of[MAX_KEYS];  /* hybrid role of each key's canonical name, or -1 */
+static int columns_ready, hybrid_ready;
 
 /* Days from 1970-01-01 to y-m-d in the proleptic Gregorian calendar (what calendar.timegm uses). */
 static long long days_from_civil(long long y, long long m, long long d) {
@@ -540,6 +545,7 @@ typedef struct {
     double backward;  /* timeparse.BACKWARD_TOLERANCE_S */
     Py_ssize_t max_line;  /* a longer line is handed back (Python skips and counts it) */
     PyObject *hold;       /* a set of (dp, pp) whose window holds an open sample, or NULL */
+    double pool_full, mamba_floor;  /* observations.POOL_FULL and MAMBA_SIZE_MIN; NaN: hybrid lines to Python */
 } Params;
 
 /* Whether the line's replica has a sample open in the Python window: its next line completes or
@@ -811,14 +817,17 @@ static int line_accumulate(const char *s, const Line *L, const Params *P, PyObje
     int ki = L->kind == kind_decode ? 0 : 1;
     const Num *vals[N_COLS] = {NULL};
     const Num *pools[N_POOLS] = {NULL};
+    const Num *hy[N_HYBRID] = {NULL};
     for (int i = 0; i < L->n; i++) {
         int k = L->key[i];
         if (col_of[ki][k] >= 0) vals[(int)col_of[ki][k]] = &L->val[i];
         if (pool_of[k] >= 0) pools[(int)pool_of[k]] = &L->val[i];
+        if (hybrid_of[k] >= 0) hy[(int)hybrid_of[k]] = &L->val[i];
     }
-    /* A Decode line of a hybrid model (a SWA or mamba pool, pools 1 and 2 in POOL_USAGES' order) also feeds
-     * the hybrid-pool sums (observations.pool_pairs): Python reads it. */
-    if (ki == 0 && (pools[1] != NULL || pools[2] != NULL)) return STOP;
+    /* A Decode line of a hybrid model (a SWA or mamba pool) also feeds the hybrid-pool sums
+     * (observations.pool_pairs): summed below with the thresholds Python hands over, else Python reads it. */
+    int hybrid = ki == 0 && (hy[H_SWA] != NULL || hy[H_MAMBA] != NULL);
+    if (hybrid && !(hybrid_ready && P->pool_full == P->pool_full && P->mamba_floor == P->mamba_floor)) return STOP;
     int uc = ki == 0 ? D_USAGE : P_USAGE;
     if (vals[uc] == NULL) { /* token_usage derived from the fullest pool, as the parser does */
         for (int p = 0; p < N_POOLS; p++)
@@ -906,6 +915,27 @@ static int line_accumulate(const char *s, const Line *L, const Params *P, PyObje
         if (vals[D_TP] != NULL) {
             A[A_tp_n] += 1.0;
             A[A_tp_sum] += vals[D_TP]->d;
+        }
+        if (hybrid) { /* observations.pool_pairs(line), with its thresholds */
+            const Num *full = hy[H_FULL], *swa = hy[H_SWA], *mamba = hy[H_MAMBA], *used = hy[H_MAMBA_NUM];
+            A[A_pool_samples] += 1.0;
+            if (full != NULL) {
+                A[A_full_n] += 1.0;
+                A[A_full_usage_sum] += full->d;
+            }
+            if (swa != NULL) {
+                A[A_swa_samples] += 1.0;
+                A[A_swa_usage_sum] += swa->d;
+            }
+            if (used != NULL && mamba != NULL && mamba->d >= P->mamba_floor) {
+                A[A_mamba_n] += 1.0;
+                A[A_mamba_num_sum] += (double)used->i;
+                A[A_mamba_usage_sum] += mamba->d;
+            }
+            if (q > 0 && (full == NULL || full->d < P->pool_full)) { /* requests wait, full attention has room */
+                if (mamba != NULL && mamba->d >= P->pool_full) A[A_mamba_bound] += 1.0;
+                if (swa != NULL && swa->d >= P->pool_full) A[A_swa_bound] += 1.0;
+            }
         }
     } else {
         if (vals[P_NEW] != NULL) {
@@ -1034,9 +1064,11 @@ static PyObject *scan_buckets(PyObject *self, PyObject *args) {
     P.until = 1e300;
     P.max_line = PY_SSIZE_T_MAX;
     P.hold = NULL;
-    if (!PyArg_ParseTuple(args, "y*nLO!O!O!dddd|dddddnO", &buf, &pos, &n, &PyList_Type, &out, &PyDict_Type,
+    P.pool_full = P.mamba_floor = NAN;
+    if (!PyArg_ParseTuple(args, "y*nLO!O!O!dddd|dddddnOdd", &buf, &pos, &n, &PyList_Type, &out, &PyDict_Type,
                           &groups[0], &PyDict_Type, &groups[1], &P.res, &P.usage_good, &P.band_lo, &P.band_hi,
-                          &latest, &P.backward, &P.origin, &P.earliest, &P.until, &P.max_line, &P.hold))
+                          &latest, &P.backward, &P.origin, &P.earliest, &P.until, &P.max_line, &P.hold,
+                          &P.pool_full, &P.mamba_floor))
         return NULL;
     if (P.hold == Py_None) P.hold = NULL;
     if (P.hold != NULL && !PyAnySet_Check(P.hold)) {
@@ -1069,7 +1101,7 @@ static void clear_config(void) {
     n_markers = 0;
     memset(pair_bits, 0, sizeof pair_bits);
     configured = 0;
-    columns_ready = 0;
+    columns_ready = hybrid_ready = 0;
     rhead_len = 0;
 }
 
@@ -1177,14 +1209,26 @@ static int name_index(PyObject *name, PyObject *names) {
     return -1;
 }
 
-/* configure_columns(decode_names, prefill_names): the canonical field names of the column roles
- * (decode: running, usage, graph, throughput, queue; prefill: new, cached, usage, running, queue). */
+/* configure_columns(decode_names, prefill_names[, hybrid_names]): the canonical field names of the column
+ * roles (decode: running, usage, graph, throughput, queue; prefill: new, cached, usage, running, queue)
+ * and of a hybrid Decode line's pool fields (full usage, SWA usage, mamba usage, mamba num). */
 static PyObject *configure_columns(PyObject *self, PyObject *args) {
     (void)self;
-    PyObject *names[2];
-    if (!PyArg_ParseTuple(args, "O!O!", &PyTuple_Type, &names[0], &PyTuple_Type, &names[1])) return NULL;
+    PyObject *names[2], *hybrid = NULL;
+    if (!PyArg_ParseTuple(args, "O!O!|O!", &PyTuple_Type, &names[0], &PyTuple_Type, &names[1], &PyTuple_Type,
+                          &hybrid))
+        return NULL;
     if (!ready()) return NULL;
-    columns_ready = 0;
+    columns_ready = hybrid_ready = 0;
+    if (hybrid != NULL && PyTuple_GET_SIZE(hybrid) != N_HYBRID) {
+        PyErr_Format(PyExc_ValueError, "configure_columns: %d hybrid names", N_HYBRID);
+        return NULL;
+    }
+    for (int k = 0; k < n_keys; k++) {
+        int h = hybrid != NULL ? name_index(keys[k].name, hybrid) : -1;
+        if (h < -1) return NULL;
+        hybrid_of[k] = (signed char)h;
+    }
     for (int ki = 0; ki < 2; ki++) {
         if (PyTuple_GET_SIZE(names[ki]) != N_COLS) {
             PyErr_Format(PyExc_ValueError, "configure_columns: %d names per kind", N_COLS);
@@ -1210,6 +1254,7 @@ static PyObject *configure_columns(PyObject *self, PyObject *args) {
         }
     }
     columns_ready = 1;
+    hybrid_ready = hybrid != NULL;
     Py_RETURN_NONE;
 }
 

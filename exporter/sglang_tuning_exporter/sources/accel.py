@@ -29,6 +29,9 @@ _CONV_CODES: dict[Any, int] = {int: 0, float: 1, logline.to_bool: 2, logline.to_
 # without running or queue goes through the Python path.
 DECODE_COLUMNS = ("num_running_reqs", "token_usage", "cuda_graph", "gen_throughput", "num_queue_reqs")
 PREFILL_COLUMNS = ("num_new_tokens", "num_cached_tokens", "token_usage", "num_running_reqs", "num_queue_reqs")
+# A hybrid model's Decode fields the pool sums read (pipeline/observations.pool_pairs, whose thresholds the
+# scanner hands to each scan_buckets call): full, SWA and mamba usage, mamba num.
+HYBRID_COLUMNS = ("full_token_usage", "swa_token_usage", "mamba_usage", "mamba_num")
 
 
 def configure(mod: ModuleType) -> None:
@@ -43,7 +46,7 @@ def configure(mod: ModuleType) -> None:
                    key=lambda kv: kv[1] != "num_retracted_reqs")
     mod.configure_retract(ev.RETRACT, logmessages.RETRACT_HEAD_STD, rkeys,
                           ("new_token_ratio_before", "new_token_ratio_after"))
-    mod.configure_columns(DECODE_COLUMNS, PREFILL_COLUMNS)
+    mod.configure_columns(DECODE_COLUMNS, PREFILL_COLUMNS, HYBRID_COLUMNS)
 
 
 # What the rest of the package calls; `_scan.c`'s histograms are int32 ('i') or int64 ('q') arrays.
