@@ -345,7 +345,7 @@ static int parse_pairs(const char *s, Py_ssize_t b, Py_ssize_t e, Line *L, const
 }
 
 /* `KV cache pool is full. Retract requests. #retracted_reqs: N, ...(, #new_token_ratio: a -> b)` after
- * the prefix (ending at h) into L, as logparse._retract reads it: EMIT or STOP. */
+ * the prefix (ending at h) into L, as logmessages.retract_line reads it: EMIT or STOP. */
 static int parse_retract(const char *s, Py_ssize_t len, Py_ssize_t h, Line *L) {
     L->has_fwd = 0;
     L->n = 0;
@@ -1259,7 +1259,7 @@ static PyObject *configure_columns(PyObject *self, PyObject *args) {
 }
 
 /* configure_retract(kind, head, keys, ratio_names): SGLang's standard retraction line, as
- * logparse._retract reads it. head: the text after the prefix; keys: [(raw, name)] (ints), the first
+ * logmessages.retract_line reads it. head: the text after the prefix; keys: [(raw, name)] (ints), the first
  * being the one an event must have; ratio_names: (before, after). */
 static PyObject *configure_retract(PyObject *self, PyObject *args) {
     (void)self;
