@@ -115,6 +115,26 @@ def naive(path: Path) -> int:
     return found
 
 
+def best_of(run: Callable[[], object], repeat: int) -> float:
+    """The best wall time of `repeat` runs of `run` (this machine's timings wander)."""
+    times = []
+    for _ in range(max(1, repeat)):
+        t0 = time.perf_counter()
+        run()
+        times.append(time.perf_counter() - t0)
+    return min(times)
+
+
+def clean_up(tmp: Path, keep: bool) -> None:
+    """Remove the generated logs and their folder, unless they are to be kept (then say where)."""
+    if keep:
+        print(f"logs kept in {tmp}")
+        return
+    for p in tmp.iterdir():
+        p.unlink()
+    tmp.rmdir()
+
+
 def main() -> int:
     """Generate (or reuse) the log, time both, print the figures."""
     ap = argparse.ArgumentParser(description=__doc__)
@@ -137,12 +157,7 @@ def main() -> int:
     print(f"generated {a.lines} lines, {log.stat().st_size / 1e6:.0f} MB in {time.perf_counter() - t0:.1f} s")
 
     def best(run: Callable[[], object]) -> float:
-        times = []
-        for _ in range(max(1, a.repeat)):
-            t0 = time.perf_counter()
-            run()
-            times.append(time.perf_counter() - t0)
-        return min(times)
+        return best_of(run, a.repeat)
 
     def two_field() -> None:
         search = bench_parse.NAIVE.search
@@ -181,11 +196,7 @@ def main() -> int:
     print(f"ratio bench_parse two-field naive / diagnose: {t_two / t_diag:.2f} (target >= 1.5)")
     firing = [f for f in res.findings if f.status in ("warning", "critical")]
     print(f"findings firing: {sorted({f.check for f in firing})}")
-    if not a.keep:
-        log.unlink()
-        tmp.rmdir()
-    else:
-        print(f"log kept at {log}")
+    clean_up(tmp, a.keep)
     return 0
 
 

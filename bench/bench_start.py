@@ -19,10 +19,9 @@ import os
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
-from bench_diagnose import NAIVE_ONE, generate
+from bench_diagnose import NAIVE_ONE, best_of, clean_up, generate
 
 import sglang_tuning_exporter
 
@@ -51,14 +50,11 @@ def child_env() -> dict[str, str]:
 
 def best(argv: list[str], repeat: int) -> float:
     """The best wall time of `repeat` runs of `argv` (stdout discarded; a failure stops the bench)."""
-    times = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
+    def run() -> None:
         proc = subprocess.run(argv, env=child_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, check=False)
-        times.append(time.perf_counter() - t0)
         if proc.returncode not in (0, 3):
             raise SystemExit(f"{argv[:4]} exited {proc.returncode}: {proc.stderr.decode()[-400:]}")
-    return min(times)
+    return best_of(run, repeat)
 
 
 def main() -> int:
@@ -83,12 +79,7 @@ def main() -> int:
     whole = best([*diagnose, "--format", "json", str(big)], max(1, args.repeat // 2))
     print(f"whole process, {args.lines:,} lines: naive one-regex loop {naive:.2f} s; diagnose {whole:.2f} s: "
           f"{naive / whole:.2f}x (target >= 1.5x)")
-    if not args.keep:
-        for p in (small, big):
-            p.unlink()
-        tmp.rmdir()
-    else:
-        print(f"logs kept in {tmp}")
+    clean_up(tmp, args.keep)
     return 0
 
 

@@ -190,15 +190,8 @@ def file_text(r: FileDiagnosis, table: CheckTable, *, color: bool = False) -> st
             tag = f"{_ANSI[f.status]}{tag}{_RESET}"
         lines.append("")
         lines.append(f"  [{tag}] {f.check} on {rank_text(f.rank)}: {f.summary}")
-        lines.append(f"    change:    {change_text(f)}")
-        lines.append(f"    evidence:  {f.evidence}")
-        win = _window_of(r, f)
-        if win:
-            lines.append(f"    window:    {win}")
-        if f.guide:
-            lines.append(f"    guide:     \"{f.guide}\"")
-        if f.tradeoff:
-            lines.append(f"    trade-off: {f.tradeoff}")
+        lines.extend(f"    {label.lower() + ':':<10} " + (f'"{value}"' if label == "Guide" else value)
+                     for label, value in _parts(r, f))
     lines.append("")
     return "\n".join(lines)
 
@@ -216,6 +209,13 @@ def plan_lines(doc: dict[str, Any]) -> list[str]:
 def not_judged(doc: dict[str, Any]) -> list[tuple[str, str]]:
     """(check, why) for each check without a verdict."""
     return sorted((doc.get("coverage") or {}).get("unknown_why", {}).items())
+
+
+def _parts(r: FileDiagnosis, f: Finding) -> list[tuple[str, str]]:
+    """What every format shows of a firing finding, labelled: change and evidence, then its window,
+    guide quote and trade-off where it has them."""
+    more = (("Window", _window_of(r, f)), ("Guide", f.guide), ("Trade-off", f.tradeoff))
+    return [("Change", change_text(f)), ("Evidence", f.evidence), *((k, v) for k, v in more if v)]
 
 
 def _window_of(r: FileDiagnosis, f: Finding) -> str:
@@ -275,15 +275,8 @@ def file_markdown(r: FileDiagnosis, table: CheckTable) -> str:
     for f in firing:
         out.append(f"### {f.status.upper()}: `{f.check}` on {md_text(rank_text(f.rank))}")
         out.append("")
-        out.append(f"- **Change:** {_md_code(change_text(f))}")
-        out.append(f"- **Evidence:** {md_text(f.evidence)}")
-        win = _window_of(r, f)
-        if win:
-            out.append(f"- **Window:** {md_text(win)}")
-        if f.guide:
-            out.append(f"- **Guide:** {md_text(f.guide)}")
-        if f.tradeoff:
-            out.append(f"- **Trade-off:** {md_text(f.tradeoff)}")
+        out.extend(f"- **{label}:** " + (_md_code(value) if label == "Change" else md_text(value))
+                   for label, value in _parts(r, f))
         out.append("")
     out.append("")
     return "\n".join(out)
@@ -386,11 +379,8 @@ def file_html(r: FileDiagnosis, table: CheckTable, index: int | None = None) -> 
         body.append(f'<div class="finding" style="border-color:{colour}">'
                     f'<h3><span style="color:{colour}">{e(f.status.upper())}</span> '
                     f"<code>{e(f.check)}</code> on {e(rank_text(f.rank))}</h3>"
-                    f"<p><b>Change:</b> <code>{e(change_text(f))}</code></p>"
-                    f"<p><b>Evidence:</b> {e(f.evidence)}</p>"
-                    + (f"<p><b>Window:</b> {e(_window_of(r, f))}</p>" if _window_of(r, f) else "")
-                    + (f"<p><b>Guide:</b> {e(f.guide)}</p>" if f.guide else "")
-                    + (f"<p><b>Trade-off:</b> {e(f.tradeoff)}</p>" if f.tradeoff else "")
+                    + "".join(f"<p><b>{label}:</b> " + (f"<code>{e(value)}</code>" if label == "Change" else e(value))
+                              + "</p>" for label, value in _parts(r, f))
                     + "</div>")
     body.append('<h3>Signals over time</h3><div class="charts">')
     for key, title in CHARTS:
