@@ -75,7 +75,7 @@ def test_plan_reads_both_sglang_spellings_and_our_metrics() -> None:
     assert "sglang_tuning_queue_requests{}" in expr
     assert 'sglang:num_queue_reqs{priority=""}' in expr and 'sglang_num_queue_reqs{priority=""}' in expr
     assert expr.index("sglang_tuning_queue_requests") < expr.index("sglang:num_queue_reqs")  # ours wins
-    assert "[604800s:300s]" in expr
+    assert "[168h:5m]" in expr
     assert "sglang:num_retracted_requests_total" in q["retractions_per_minute"]
     assert "sglang_total_retracted_reqs" in q["retractions_per_minute"]
 

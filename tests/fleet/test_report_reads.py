@@ -112,4 +112,4 @@ def test_a_range_just_longer_than_the_window_still_reads_the_sidecar(prometheus:
     got = report_json(prometheus, tmp_path, length="620s", end=END - 20)
     assert signals(got, SHORT)["queue_empty_ratio"] == 0.9
     (note,) = got["notes"]
-    assert "before the range's start" in note and "280 s" in note
+    assert "before the range's start" in note and "reach back 4.7 min" in note  # 280 s

@@ -28,7 +28,7 @@ from sglang_tuning_exporter.core.catalog import (
     SIGNAL_FAMILY_UNITS,
     SIGNAL_UNITS,
 )
-from sglang_tuning_exporter.core.durations import duration_text
+from sglang_tuning_exporter.core.durations import duration_text, promql_duration
 from sglang_tuning_exporter.core.model import Rank, ServerState, value_text
 from sglang_tuning_exporter.core.recording import recorded
 from sglang_tuning_exporter.core.redact import redact_text, redact_value
@@ -92,8 +92,8 @@ def series(metric: str, selector: str, matchers: str = "") -> str:
 
 
 def duration(seconds: float) -> str:
-    """A PromQL duration in whole seconds (`604800s`)."""
-    return f"{max(1, round(seconds))}s"
+    """A PromQL duration in core/durations' one spelling (`168h`, `5m`), at least a second (`[0s]` is no range)."""
+    return promql_duration(max(1.0, seconds))
 
 
 @dataclass(frozen=True, slots=True)
