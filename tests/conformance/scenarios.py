@@ -309,8 +309,9 @@ def swa_pool_binds() -> Scenario:
 # the same time, so each quantile is PromQL's interpolation inside that time's bucket.
 _LATENCY_BOUNDS = (0.01, 0.02, 0.04, 0.06, 0.1, 0.2, 0.4, 0.6, 1.0, 2.0, 4.0, 6.0, 8.0, 10.0)
 _TOKENIZER = 'engine_type="unified",model_name="m"'
-# The scheduler's series without rank labels: the log's lines (no rank prefix) and the scrape then name one rank.
-_SCHEDULER = 'engine_type="unified",model_name="m"'
+# The scheduler's series with the rank labels SGLang 0.5.23 puts on them at TP=1; its log's lines carry no
+# rank prefix: the sidecar reads both as one rank (docs/sidecar.md, "One server, one rank").
+_SCHEDULER = 'engine_type="unified",model_name="m",moe_ep_rank="0",pp_rank="0",tp_rank="0"'
 LATENCY_CHECKS = ("latency_high_batch_large", "latency_queue_dominates", "ttft_long_prompts")
 # diagnose and a replay read a log: no histogram, so no latency verdict (advisor.LATENCY_UNSEEN).
 _UNSEEN = {c: "SGLang's latency histograms were not read" for c in LATENCY_CHECKS}

@@ -400,7 +400,9 @@ def test_server_info_facts_reach_every_rank_without_a_log(dp_size: int) -> None:
     sc, t = _metrics_only(dp_size)
     signals = sc.advisor.window.signals(t)  # type: ignore[attr-defined]
     ranks = sorted(signals)
-    assert ranks == [Rank(dp=dp if dp_size > 1 else None, pp=0) for dp in range(dp_size)]
+    # No sizes in this server info: a dimension at 0 on every series (pp here; tp at TP=1) is not named
+    # (docs/sidecar.md, "One server, one rank").
+    assert ranks == [Rank(dp=dp if dp_size > 1 else None) for dp in range(dp_size)]
     for i, rank in enumerate(ranks):
         sig = signals[rank]
         assert sig["max_running_requests"] == 64 * (i + 1) and sig["cuda_graph_max_bs_captured"] == 8 * (i + 1)
@@ -413,7 +415,7 @@ def test_server_info_facts_reach_every_rank_without_a_log(dp_size: int) -> None:
         assert name in fams, name
         assert len(fams[name].samples) == dp_size, name
     by_tp = {s.labels["tp_rank"]: s.value for s in fams["sglang_tuning_max_running_requests"].samples}
-    assert by_tp == {str(dp): 64.0 * (dp + 1) for dp in range(dp_size)}
+    assert by_tp == ({"": 64.0} if dp_size == 1 else {str(dp): 64.0 * (dp + 1) for dp in range(dp_size)})
 
 
 def test_following_a_closed_standard_input_is_a_listed_problem(monkeypatch: pytest.MonkeyPatch) -> None:

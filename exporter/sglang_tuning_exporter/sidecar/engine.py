@@ -28,6 +28,7 @@ from sglang_tuning_exporter.pipeline.observations import SERVER_EVENT_KINDS, scr
 from sglang_tuning_exporter.sidecar.change_tracker import ChangeTracker
 from sglang_tuning_exporter.sidecar.jobs import InlineJobs, Jobs, Outcome
 from sglang_tuning_exporter.sidecar.outlierwarn import OutlierWarning
+from sglang_tuning_exporter.sidecar.ranknames import RankNames
 from sglang_tuning_exporter.sidecar.state import LiveState
 from sglang_tuning_exporter.sources.scrape import (
     COUNTED,
@@ -126,21 +127,6 @@ class MetricsInput:
     info_get: HttpGet | None = None  # server info's own getter (a smaller body cap); None: `get`
 
 
-def _rank_normaliser(args: Mapping[str, Any]) -> Callable[[Rank], Rank]:
-    """SGLang labels every rank dimension (`pp_rank="0"`) while its log names a dimension only when
-    its size is above 1 (0.4.7+): drop size-1 dimensions so both sources agree on the rank."""
-    single = {dim for dim, key in (("pp", "pp_size"), ("tp", "tp_size"), ("ep", "ep_size"))
-              if args.get(key) == 1}
-
-    def norm(rank: Rank) -> Rank:
-        if not single:
-            return rank
-        return Rank(dp=rank.dp, pp=None if "pp" in single else rank.pp, tp=None if "tp" in single else rank.tp,
-                    ep=None if "ep" in single else rank.ep)
-
-    return norm
-
-
 @dataclass(frozen=True, slots=True)
 class _Scraped:
     """What a scrape job hands back to the loop: a failure, or the interpreted exposition (observations
@@ -186,6 +172,7 @@ class Sidecar:
     _fetched: set[str] = field(default_factory=set)  # running jobs past their request (parsing: not late)
     _info_tried: bool = False  # the first scrape waits for the first server-info answer (rank sizes)
     _outliers: OutlierWarning = field(default_factory=OutlierWarning)  # says so when stamps are outliers
+    _rank_names: RankNames = field(default_factory=RankNames)  # scraped ranks named as the log names them
 
     def __post_init__(self) -> None:
         if self.metrics is not None:
@@ -330,6 +317,7 @@ class Sidecar:
         self._apply_config_events(events)
         self.state.add_events(events, now)
         if events:
+            self._rank_names.note_events(events)
             self._observe(events, now)
             self._note_version_floor()
             self._warn_outliers()  # the log clock judged these lines' stamps while converting them
@@ -496,7 +484,8 @@ class Sidecar:
             return
         for limit, n in scraped.cuts:
             self.state.count_truncations("metrics", limit, n)
-        norm = _rank_normaliser(self.state.server_state().args)
+        self._rank_names.note_ranks(o.rank for o in result.observations)
+        norm = self._rank_names.normaliser(self.state.server_state().args)
         # With a working log, counted events come from its lines: the scrape's counter deltas
         # would count the same retractions and batches twice.
         log_up = self.log_input is not None and bool(self.state.source_up("log"))
