@@ -149,3 +149,31 @@ def test_restarts_counts_the_marks_of_every_word(tmp_path: Path, marks: list[str
     log = tmp_path / "x.log"
     log.write_bytes(gzip.compress(data) if gz else data)
     assert changes.restarts(str(log)) is want
+
+
+@pytest.mark.parametrize("second", [1, 1.3, None])
+def test_a_parallel_read_counts_the_marks_itself(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                 second: float | None) -> None:
+    """The workers count the section marks of their ranges while the parent merges: whether the input
+    restarts is known without another pass over the file (a second of the 1M-line benchmark's), the same
+    answer and the same changes as that pass gives."""
+    from sglang_tuning_exporter.offline import diagnose
+
+    log = tmp_path / "x.log"
+    text = _restart_log(1, second if second is not None else 1)
+    if second is None:  # one startup only
+        text = text[:text.index("server_args=", text.index("server_args=") + 1)].rsplit("\n", 1)[0] + "\n"
+    log.write_text(text, encoding="utf-8")
+    monkeypatch.setattr(diagnose, "PARALLEL_MIN_BYTES", 1)
+    monkeypatch.setattr(diagnose, "MIN_CHUNK_BYTES", 1)
+    monkeypatch.setattr(diagnose, "CHUNK_BYTES", 4096)
+    r = diagnose.diagnose_source(str(log), TABLE, Config(), "docs-2025", "throughput", {}, jobs=2)
+    assert r.error is None and r.section_marks == text.count("server_args=")
+    want = changes.changes_of([str(log)], TABLE, Config(), "docs-2025", "throughput", {}) if second else []
+
+    def no_second_pass(path: str) -> bool:
+        raise AssertionError("read the file again for its marks")
+
+    monkeypatch.setattr(changes, "restarts", no_second_pass)
+    assert changes.file_changes(r, TABLE, Config(), "docs-2025", "throughput", {}) == want
+    assert bool(want) is (second == 1.3)

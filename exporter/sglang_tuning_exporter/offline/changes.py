@@ -34,15 +34,13 @@ from sglang_tuning_exporter.guide.checks import CheckTable
 from sglang_tuning_exporter.guide.config import Config
 from sglang_tuning_exporter.offline import formats as diagnose_formats
 from sglang_tuning_exporter.offline.diagnosis import Diagnosis, FileDiagnosis
-from sglang_tuning_exporter.offline.scanner import Scanner
+from sglang_tuning_exporter.offline.scanner import SECTION_MARKS, Scanner, count_marks
 from sglang_tuning_exporter.sources.logfiles import LineBlocks
 from sglang_tuning_exporter.sources.tail import MAX_LINE_BYTES
 
-# Where a section starts: a startup's arguments, or arguments changed without a restart. No word overlaps
-# another, so their counts add up to MARKS' matches.
-MARK_WORDS = (b"server_args=", b"Config updated via context override: ", b"Global server args updated! ")
-MARKS = re.compile(b"|".join(re.escape(w) for w in MARK_WORDS))
-LONGEST_MARK = max(map(len, MARK_WORDS))
+# Where a section starts (scanner.SECTION_MARKS): a startup's arguments, or arguments changed without a restart.
+MARKS = re.compile(b"|".join(re.escape(w) for w in SECTION_MARKS))
+LONGEST_MARK = max(map(len, SECTION_MARKS))
 BLOCK_BYTES = 1 << 20  # bytes read at once from an input read for its sections
 
 
@@ -108,11 +106,11 @@ def restarts(path: str) -> bool:
                 with gzip.open(path, "rb") as gz:
                     while block := gz.read(1 << 20):
                         buf = carry + block
-                        seen += _marks_in(buf)
+                        seen += count_marks(buf)
                         if seen >= 2:
                             return True
                         carry = buf[-(LONGEST_MARK - 1):]  # a mark cut by the block's end is found whole next
-                        seen -= _marks_in(carry)  # counted again with the next block
+                        seen -= count_marks(carry)  # counted again with the next block
                 return False
             fh.seek(0)
             try:
@@ -120,24 +118,18 @@ def restarts(path: str) -> bool:
             except (OSError, ValueError):  # an empty file
                 return False
             with m:
-                return _marks_in(m, 2) >= 2
+                return count_marks(m, enough=2) >= 2
     except (OSError, EOFError, gzip.BadGzipFile):
         return False
 
 
-def _marks_in(buf: bytes | mmap.mmap, enough: int = -1) -> int:
-    """How many section marks `buf` holds (at most `enough` counted when it is positive): each word looked for
-    with find, several times faster over a large log than MARKS, whose alternation the regex engine tries at
-    every byte (a second of the benchmark's 1M-line log with one mark)."""
-    seen = 0
-    for word in MARK_WORDS:
-        at = buf.find(word)
-        while at >= 0:
-            seen += 1
-            if seen == enough:
-                return seen
-            at = buf.find(word, at + len(word))
-    return seen
+
+def _restarts(r: FileDiagnosis) -> bool:
+    """Whether a diagnosed input restarts: from the marks its parallel read counted, else read for them
+    (standard input cannot be read again)."""
+    if r.source == "-":
+        return False
+    return r.section_marks >= 2 if r.section_marks is not None else restarts(r.source)
 
 
 def sections_of(paths: Sequence[str], table: CheckTable, cfg: Config, profile: str, workload: str,
@@ -193,7 +185,7 @@ def render(results: Sequence[FileDiagnosis], fmt: str, *, table: CheckTable, col
         found = changes_of(files, table, cfg, profile, workload, overrides)
     else:
         for r in results:
-            if r.source != "-" and restarts(r.source):
+            if _restarts(r):
                 r.document["changes"] = ch = changes_of([r.source], table, cfg, profile, workload, overrides)
                 found.extend(ch)
     if same_server and len(results) == 1 and len(files) == 1:
@@ -226,7 +218,7 @@ def file_changes(r: FileDiagnosis, table: CheckTable, cfg: Config, profile: str,
     """One input's changes (it restarts with other arguments), into its document with the last change's
     verdict; what `render` does per input when the inputs are not read as one server."""
     found: list[dict[str, Any]] = []
-    if r.source != "-" and restarts(r.source):
+    if _restarts(r):
         r.document["changes"] = found = changes_of([r.source], table, cfg, profile, workload, overrides)
     if same_server:
         r.document.setdefault("changes", found)

@@ -80,6 +80,7 @@ class FileDiagnosis:
     # Per rank, each check's status in the log's last window (findings hold each check's worst window).
     final_statuses: dict[Rank, dict[str, str]] = field(default_factory=dict)
     final_signals: dict[Rank, dict[str, float | None]] = field(default_factory=dict)
+    section_marks: int | None = None  # scanner.SECTION_MARKS in the input, where its reader counted them
 
 
 class ClockSetBack(Exception):
@@ -117,6 +118,7 @@ class Diagnosis:
         self.evaluations = 0
         self.lines = self.events = self.fast = self.unparsed = self.nul = 0
         self.oversized = 0  # lines longer than the reader's limit, skipped
+        self.section_marks: int | None = 0  # None once a chunk was read without counting them
         self.implausible = 0  # stamps the scanners' log clocks took at a neighbour's time (fast path)
         self.implausible_example: str | None = None
         self.series = {k: Series(k) for k, _ in CHARTS}  # the charts drawn, no more
@@ -221,6 +223,8 @@ class Diagnosis:
         self.unparsed += chunk.unparsed
         self.nul += chunk.nul_lines
         self.oversized += chunk.oversized
+        marks = self.section_marks
+        self.section_marks = None if marks is None or chunk.section_marks is None else marks + chunk.section_marks
         self.implausible += chunk.implausible_times
         if self.implausible_example is None:
             self.implausible_example = chunk.implausible_example
@@ -252,7 +256,8 @@ class Diagnosis:
         return FileDiagnosis(source=source, document=doc, findings=findings, lines=self.lines, events=self.events,
                              fast_lines=self.fast, unparsed=self.unparsed, synthetic_time=self.conv.synthetic_time,
                              evaluations=self.evaluations, series=self.series,
-                             final_statuses=self.last_statuses, final_signals=self.last_signals)
+                             final_statuses=self.last_statuses, final_signals=self.last_signals,
+                             section_marks=self.section_marks)
 
 
     def _with_plan_values(self, findings: list[Finding], judged_on: list[Any], server: ServerState) -> list[Finding]:
