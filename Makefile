@@ -16,7 +16,7 @@ stack-status:
 stack-down:
 	$(PYTHON) scripts/stack.py down
 
-test-fast:  ## unit tests only: no real Prometheus, promtool, browser or serve process (tests/helpers/marker_rule.py), no `slow` test, a fifth of the property-test examples
+test-fast:  ## unit tests only: no real Prometheus, promtool, browser or serve process (tests/helpers/marker_rule.py), no `slow` test, a tenth of the property-test examples
 	$(PYTHON) -m pytest -q -p no:cacheprovider -n 2 -m "not integration and not browser and not slow" --hypothesis-profile=fast
 
 test-integration:  ## only the end-to-end suite

@@ -133,7 +133,9 @@ def test_prometheus_rule_holds_exactly_the_alerts_of_the_rule_files() -> None:
     assert _groups(DEFAULT) == {g["name"]: g for g in shipped}
 
 
-@pytest.mark.parametrize("profile", list(TABLE.profiles))
+# A chart render per workload and profile: make test-fast renders the default profile's, the full run every one.
+@pytest.mark.parametrize("profile", [pytest.param(p, marks=() if p == TABLE.default_profile() else pytest.mark.slow)
+                                     for p in TABLE.profiles])
 def test_every_profile_and_workload_picks_its_rules(profile: str) -> None:
     """guideProfile/workload values select the rule groups `render --guide-profile --workload` writes."""
     for workload in TABLE.workloads:

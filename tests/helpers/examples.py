@@ -1,4 +1,4 @@
-"""How many examples a property test draws: its full count in `python -m pytest` (CI), a fifth of it under
+"""How many examples a property test draws: its full count in `python -m pytest` (CI), a tenth of it under
 `make test-fast`, which loads the `fast` hypothesis profile (tests/conftest.py registers it)."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 from hypothesis import settings
 
 FULL = 100  # hypothesis' own max_examples: the profile the full run keeps
-FAST = 20  # the `fast` profile's max_examples (and the count of a property test that names none)
+FAST = 10  # the `fast` profile's max_examples (and the count of a property test that names none)
 
 
 def examples(n: int) -> int:

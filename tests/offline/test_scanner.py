@@ -197,7 +197,7 @@ def test_generated_lines_with_carriage_returns_diagnose_alike(monkeypatch: pytes
     from helpers.mixed_logs import POOL
 
     rnd = random.Random(11)
-    for _ in range(examples(120)):  # a fifth under make test-fast
+    for _ in range(examples(120)):  # a tenth under make test-fast
         lines = []
         for _ in range(rnd.randint(1, 8)):
             p = rnd.choice(POOL).replace("{r}", str(rnd.randint(0, 2)))

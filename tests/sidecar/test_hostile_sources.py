@@ -485,6 +485,7 @@ def _flooding_sidecar(keys: int) -> tuple[Sidecar, list[int]]:
     return build_sidecar(cfg, timer=lambda: 0.0, http_get=http, advisor=_advisor()), fetches
 
 
+@pytest.mark.slow  # 600,000 argument names: seconds (make test-fast skips it)
 def test_a_flood_of_server_args_keeps_the_state_bounded() -> None:
     """150,000 new argument names per server-info fetch (an adversarial run grew the sidecar from 77 to
     949 MB in 60 s, then the page answered 500): the arguments kept stay within MAX_SERVER_ARGS, the real

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import functools
 import string
 from collections.abc import Iterator
 from pathlib import Path
@@ -518,10 +519,16 @@ def _fill(fmt: str, values: dict[str, Any]) -> str:
     return "".join(out)
 
 
+@functools.cache
+def _catalogue_formats() -> frozenset[str]:
+    """The format strings of the release audit's catalogue (read once, with libyaml's safe loader)."""
+    text = (ROOT / "audit" / "sglang-catalogue.yaml").read_text(encoding="utf-8")
+    return frozenset(s["format"] for s in yaml.load(text, Loader=yaml.CSafeLoader)["sites"])
+
+
 def _release_formats(start: str) -> list[str]:
     """The format strings of the release audit's catalogue that start so (the wheels' own text)."""
-    sites = yaml.safe_load((ROOT / "audit" / "sglang-catalogue.yaml").read_text(encoding="utf-8"))["sites"]
-    found = sorted({s["format"] for s in sites if s["format"].startswith(start)})
+    found = sorted(f for f in _catalogue_formats() if f.startswith(start))
     assert found, start
     return found
 
