@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -198,6 +199,20 @@ def test_dashboards_and_report_agree(name: str, histories: dict[str, tuple[Scena
     assert compared or not sc.statuses, f"the report judged none of {sorted(sc.statuses)} for {sc.name}"
     if sc.log_only:  # SGLang's histograms reached the sidecar: the report judges every latency check stated
         assert set(sc.statuses) <= judged, f"the report did not judge {sorted(set(sc.statuses) - judged)}"
+    if sc.metrics:
+        # SGLang's own instance alone (no sidecar series on it) is judged as the native rules judge it: each stated
+        # check with a native rule, the latency checks from the histograms and the hybrid pools from the gauges.
+        (native,) = [i for i in found if i["instance"] == SGLANG_INSTANCE.format(sc.name)]
+        by_alert = {c.id: c.alert for c in TABLE.checks}
+        want = {c: st for c, st in sc.statuses.items() if by_alert[c] in NATIVE_ALERTS and st != "unknown"}
+        got = {c: _worst(native["findings"], c) for c in want}
+        assert got == want, f"report on {native['instance']} (SGLang's metrics only): {got}, want {want}"
+
+
+def _worst(findings: list[dict[str, Any]], check: str) -> str | None:
+    """The worst status of `check` over an instance's findings (None: not judged at all)."""
+    found = [f["status"] for f in findings if f["check"] == check]
+    return max(found, key=lambda st: STATUS_CODE[st]) if found else None
 
 
 LEVELS = {-1.0: "unknown", 0.0: "ok", 1.0: "warning", 2.0: "critical"}

@@ -20,6 +20,7 @@ from typing import Any
 
 from sglang_tuning_exporter.core.catalog import LATENCIES, LATENCY_HISTOGRAMS
 from sglang_tuning_exporter.core.durations import duration_text
+from sglang_tuning_exporter.fleet import native
 from sglang_tuning_exporter.fleet import queries as fleet
 from sglang_tuning_exporter.fleet.promapi import Sample
 
@@ -46,7 +47,7 @@ def slo_queries(w: fleet.Window, slo: Mapping[str, float]) -> list[fleet.Planned
             continue
         lat = target.removesuffix("_p95_seconds")
         families = [name for name, which in LATENCY_HISTOGRAMS.items() if which == lat]
-        spelled = [p + f for f in families for p in fleet.SGLANG_SPELLINGS]
+        spelled = [p + f for f in families for p in native.SPELLINGS]  # Ray Serve's too
         good = " or ".join(f"sum by (instance) (increase({fleet.series(m + '_bucket', w.selector, _le(slo[target]))}[{r}]))"
                            for m in spelled)
         every = " or ".join(f"sum by (instance) (increase({fleet.series(m + '_count', w.selector)}[{r}]))"

@@ -28,22 +28,28 @@ from sglang_tuning_exporter.core.catalog import (
     SIGNAL_FAMILY_UNITS,
     SIGNAL_UNITS,
 )
-from sglang_tuning_exporter.core.durations import duration_text, promql_duration
+from sglang_tuning_exporter.core.durations import duration_text
 from sglang_tuning_exporter.core.model import Rank, ServerState, value_text
 from sglang_tuning_exporter.core.recording import recorded
 from sglang_tuning_exporter.core.redact import redact_text, redact_value
 from sglang_tuning_exporter.core.versions import merge_version
+from sglang_tuning_exporter.fleet import native
 from sglang_tuning_exporter.fleet.promapi import Sample, Series
+from sglang_tuning_exporter.fleet.promql import GROUP as GROUP
+from sglang_tuning_exporter.fleet.promql import SGLANG_SPELLINGS as SGLANG_SPELLINGS
+from sglang_tuning_exporter.fleet.promql import PlannedQuery as PlannedQuery
+from sglang_tuning_exporter.fleet.promql import Window as Window
+from sglang_tuning_exporter.fleet.promql import duration as duration
+from sglang_tuning_exporter.fleet.promql import series as series
+from sglang_tuning_exporter.fleet.promql import sources as _sources
 from sglang_tuning_exporter.guide.advisor import MIN_AGG, STARTUP_SIGNALS
 from sglang_tuning_exporter.guide.config import Config
-from sglang_tuning_exporter.pipeline.signals import SignalParams
+from sglang_tuning_exporter.pipeline.signals import SignalParams, share_server_latency
 
-GROUP = "instance, dp_rank, pp_rank"
 SIDECAR_WINDOW_S = Config().window_s  # the sidecar's window unless the report's --config says another
 TF = '"true|false"'
 FACT_LOOKBACK = "1h"  # startup constants are re-exposed on every scrape; an hour bridges scrape gaps
 NEW = '"new"'
-SGLANG_SPELLINGS = ("sglang:", "sglang_")
 # Server arguments that differ between healthy servers by design; never reported as drift.
 DRIFT_IGNORED_ARGS = frozenset({"port", "nccl_port", "random_seed", "base_gpu_id", "dist_init_addr",
                                 "node_rank", "metrics_port", "host"})
@@ -83,45 +89,6 @@ def parse_selector(text: str | None) -> str:
                 raise SelectorError(f"selector {text!r}: expected ',' at {inner[pos:pos + 20]!r}")
             pos += 1
     return ",".join(parts)
-
-
-def series(metric: str, selector: str, matchers: str = "") -> str:
-    """`metric{matchers,selector}`; works for names with a colon."""
-    inner = ",".join(p for p in (matchers, selector) if p)
-    return f"{metric}{{{inner}}}"
-
-
-def duration(seconds: float) -> str:
-    """A PromQL duration in core/durations' one spelling (`168h`, `5m`), at least a second (`[0s]` is no range)."""
-    return promql_duration(max(1.0, seconds))
-
-
-@dataclass(frozen=True, slots=True)
-class Window:
-    """The reviewed range, the subquery resolution and the user's label matchers (already parsed)."""
-
-    start: float
-    end: float
-    step_s: float
-    selector: str = ""
-
-    @property
-    def length_s(self) -> float:
-        """Seconds between start and end."""
-        return self.end - self.start
-
-
-@dataclass(frozen=True, slots=True)
-class PlannedQuery:
-    """One instant query of the plan and the signal it yields."""
-
-    key: str
-    expr: str
-
-
-def _sources(*exprs: str) -> str:
-    """Join per-source aggregations with `or`: the first source that has an instance wins for it."""
-    return " or ".join(f"({e})" for e in exprs)
 
 
 def _sglang(name: str, sel: str, matchers: str = "") -> list[str]:
@@ -275,6 +242,8 @@ def plan(w: Window, params: SignalParams | None = None, window_s: float = SIDECA
             *(capped(a, b, c, d) for a, b, c, d in zip(running_sg, cap_sg, usage_sg, queue_sg, strict=True)))),
         PlannedQuery("decode_batch_p90", _sources(
             *[f"max by ({GROUP}) (quantile_over_time(0.9, {x}[{r}]))" for x in (running_ours, *running_sg)])),
+        # SGLang's latency histograms and hybrid-pool gauges (fleet/native.py), under their signal names.
+        *native.queries(w),
         PlannedQuery("oom", f"max by ({GROUP}, phase) (increase({series('sglang_tuning_oom_events_total', sel)}[{r}]))"),
         # The sidecar's own windowed signals, what its alert rules judge: they win over the queries above for
         # the instances that export them (collect), which serve SGLang's own metrics and older sidecars.
@@ -391,9 +360,10 @@ PROMETHEUS_WORDS: dict[str, str] = {
                               "(sglang_tuning_retractions_total, sglang:num_retracted_requests_total)",
     "oom": "no OOM series in Prometheus (sglang_tuning_oom_events_total: OOMs are counted only by a sidecar "
            "that reads the log)",
-    "latency": "no latency quantile series in Prometheus (sglang_tuning_signal_seconds: exported by a sidecar "
-               "that reads SGLang's /metrics histograms)",
-    **{f"{lat}_requests": f"requests in Prometheus' {lat} latency series (sglang_tuning_signal_amount)"
+    "latency": "no latency quantile series in Prometheus (neither SGLang's latency histograms, e.g. "
+               "sglang:time_to_first_token_seconds_bucket, nor sglang_tuning_signal_seconds)",
+    **{f"{lat}_requests": f"requests in Prometheus' {lat} latency series (SGLang's histogram or "
+                          "sglang_tuning_signal_amount)"
        for lat in LATENCIES},
 }
 
@@ -467,7 +437,7 @@ def collect(results: Mapping[str, Sequence[Sample]]) -> dict[str, InstanceData]:
                 # increase() extrapolates to the range's edges: events are whole.
                 v = _value(s.value)
                 sig[f"oom_{s.labels.get('phase') or 'unknown'}_count"] = None if v is None else float(round(v))
-            elif key == "sidecar_signals":
+            elif key == "sidecar_signals" or key in native.KEYS:
                 which, v = s.labels.get("signal"), _value(s.value)
                 if which and (v is not None or which not in sig):
                     sig[which] = v
@@ -585,4 +555,10 @@ def derive_signals(d: InstanceData) -> dict[Rank, dict[str, float | None]]:
         if s.get("cuda_graph_ceiling_ratio") is None and cap and captured is not None:
             s["cuda_graph_ceiling_ratio"] = captured / cap
         out[rank] = s
+    # SGLang's TTFT/ITL/E2E come from its tokenizer (no scheduler rank): each rank takes its server's, and what
+    # combines them with the rank's batch and queue is derived, as the sidecar does; a sidecar's own values stay.
+    shared = {rank: dict(s) for rank, s in out.items()}
+    share_server_latency(shared)
+    for rank, s in shared.items():
+        out[rank].update({k: v for k, v in s.items() if v is not None and out[rank].get(k) is None})
     return out

@@ -11,26 +11,20 @@ import re
 from sglang_tuning_exporter.core.catalog import PREFIX, SAMPLE_COUNT_OF, SIGNAL_UNITS
 from sglang_tuning_exporter.core.durations import promql_duration
 from sglang_tuning_exporter.guide.checks import Check, CheckTable
+from sglang_tuning_exporter.guide.native import add_matcher, respell
+from sglang_tuning_exporter.guide.native import fill as fill_template
 from sglang_tuning_exporter.render.options import HOST_LABEL, RenderOptions, selector_labels
 
 # level name -> severity label; a check with two levels gets two alerts of the same name.
 LEVEL_ORDER = ("warning", "critical")
-# SGLang's QueueCount gauges carry per-priority series under priority scheduling; the total is priority="".
-PRIORITY_TOTAL_METRICS = frozenset({"num_queue_reqs", "num_running_reqs"})
 # Labels that identify one rank of one server on the exporter's per-rank series.
 RANK_JOIN = ("instance", "model_name", "dp_rank", "pp_rank")  # the same labels on exporter and SGLang series
 HOST_REGEX = "(.+?)(?::[0-9]+)?"  # label_replace anchors it: "gpu-a:30000" -> "gpu-a", "[::1]:9470" -> "[::1]"
 
 
 _OURS = re.compile(r"(?<![\w:])(sglang_tuning_[a-z0-9_]+)(\{[^}]*\})?")
-_NATIVE = re.compile(r"(?<![\w:])sglang:([a-z0-9_]+)(\{[^}]*\})?")
 
 # ----------------------------------------------------------------------------- selectors
-
-
-def _add_matcher(braces: str | None, matcher: str) -> str:
-    inner = (braces or "{}")[1:-1].strip()
-    return "{" + (f"{matcher}," + inner if inner else matcher) + "}"
 
 
 def job_matcher(job: str) -> str:
@@ -41,9 +35,9 @@ def scoped(braces: str | None, job: str, opts: RenderOptions) -> str | None:
     """A selector's braces with the job matcher, then the `selector` option's matchers in front
     (`{cluster="prod",job="x",...}`); None (no braces) when there is nothing to add."""
     if job:
-        braces = _add_matcher(braces, job)
+        braces = add_matcher(braces, job)
     if opts.selector:
-        braces = _add_matcher(braces, opts.selector)
+        braces = add_matcher(braces, opts.selector)
     return braces
 
 
@@ -68,7 +62,7 @@ def add_selector(query: str, selector: str) -> str:
     selector of the dashboards has braces: they all carry the dashboard variables)."""
     if not selector:
         return query
-    return _BRACES.sub(lambda m: _add_matcher(m.group(0), selector), query)
+    return _BRACES.sub(lambda m: add_matcher(m.group(0), selector), query)
 
 
 def record_selector(name: str, opts: RenderOptions) -> str:
@@ -103,15 +97,7 @@ SPELLINGS = ("sglang:", "sglang_", "ray_sglang_")
 def native(expr: str, opts: RenderOptions, spelling: str) -> str:
     """Rewrite `sglang:x` selectors to one spelling (a prefix of SPELLINGS), with the SGLang job matcher."""
     job = job_matcher(opts.sglang_job)
-
-    def sub(m: re.Match[str]) -> str:
-        name, braces = m.group(1), m.group(2)
-        if name in PRIORITY_TOTAL_METRICS and "priority" not in (braces or ""):
-            braces = _add_matcher(braces, 'priority=""')
-        braces = scoped(braces, job, opts)
-        return f"{spelling}{name}{braces or ''}"
-
-    return _NATIVE.sub(sub, expr)
+    return respell(expr, spelling, lambda braces: scoped(braces, job, opts))
 
 
 # ----------------------------------------------------------------------------- check helpers
@@ -136,11 +122,9 @@ def for_of(check_for_s: float, opts: RenderOptions) -> str:
 
 def fill(template: str, check: Check, table: CheckTable, opts: RenderOptions) -> str:
     band = table.profiles[profile_of(table, opts)].queue_band
-    out = (template.replace("{window}", promql_duration(window_of(check, opts)))
-           .replace("{band_low}", num(band[0])).replace("{band_high}", num(band[1]))
-           .replace("{min_samples}", num(check.min_samples)))
     # The guard's value (a config may override it): the same number on the exporter and native side.
-    return out.replace("{guard}", num(check.guard[0].value)) if check.guard else out
+    return fill_template(template, window=promql_duration(window_of(check, opts)), band=(num(band[0]), num(band[1])),
+                         min_samples=num(check.min_samples), guard=num(check.guard[0].value) if check.guard else None)
 
 
 def num(v: float) -> str:
