@@ -281,13 +281,15 @@ def dashboard_values(prom: PromHistory, at: float) -> dict[str, dict[Labels, flo
 # ----------------------------------------------------------------------------- the fleet report
 
 
-def fleet_report(prom: PromHistory, start: float, end: float) -> dict[str, Any]:
-    """The report's JSON document (`report --format json`) run against that Prometheus over [start, end]."""
-    out = prom.tmp / f"report-{round(start)}-{round(end)}.json"
+def fleet_report(prom: PromHistory, start: float, end: float, selector: str = "") -> dict[str, Any]:
+    """The report's JSON document (`report --format json`) run against that Prometheus over [start, end], on the
+    series `selector` picks (all without one)."""
+    out = prom.tmp / f"report-{round(start)}-{round(end)}-{len(selector)}.json"
     parser = argparse.ArgumentParser(prog="report")
     report.add_arguments(parser)
     code = report.run(parser.parse_args(["--prometheus.url", prom.url, "--range", f"{round(end - start)}s",
-                                         "--end", f"{end:.3f}", "--format", "json", "--output", str(out)]))
+                                         "--end", f"{end:.3f}", "--format", "json", "--output", str(out),
+                                         *(["--selector", selector] if selector else [])]))
     if code != 0:
         raise AssertionError(f"report exited with {code}")
     doc: dict[str, Any] = json.loads(out.read_text(encoding="utf-8"))

@@ -32,6 +32,9 @@ CHANGE_AT = END - 4 * 3600.0
 LATE_AT = END - 300.0  # a change too late to judge: no full slice after it
 A = fh.BASE_ARGS
 IMPROVED, STORM, WORSE, LATE, HEALTHY, SLOWER = (f"10.9.5.{i}:9470" for i in range(1, 7))
+# A server scraped as two targets: its sidecar reads only the log (no latency of its own), its SGLang's /metrics
+# carry the TTFT histogram; the report makes them one row and guards the change with SGLang's quantiles.
+PAIRED, PAIRED_SGLANG = "10.9.5.7:9470", "10.9.5.7:30000"
 
 
 def _history() -> list[tuple[list[fh.InstanceSpec], float, float]]:
@@ -49,6 +52,10 @@ def _history() -> list[tuple[list[fh.InstanceSpec], float, float]]:
                                   latency={"ttft_p95": 0.8, "itl_p95": 0.03}, **storm))
     after.append(fh.InstanceSpec(SLOWER, model_name=fh.MODEL_B, args={**A, "schedule_conservativeness": 1.3},
                                  latency={"ttft_p95": 1.6, "itl_p95": 0.03}))
+    before += [fh.InstanceSpec(PAIRED, "retraction_storm", model_name=fh.MODEL_B, args=A, **storm),  # type: ignore[arg-type]
+               fh.InstanceSpec(PAIRED_SGLANG, source="sglang:", model_name=fh.MODEL_B, histograms={"ttft": 0.8})]
+    after += [fh.InstanceSpec(PAIRED, model_name=fh.MODEL_B, args={**A, "schedule_conservativeness": 1.3}),
+              fh.InstanceSpec(PAIRED_SGLANG, source="sglang:", model_name=fh.MODEL_B, histograms={"ttft": 1.6})]
     late = fh.InstanceSpec(LATE, model_name=fh.MODEL_B, args=A)
     late_after = fh.InstanceSpec(LATE, model_name=fh.MODEL_B, args={**A, "mem_fraction_static": 0.9})
     return [(steady, start, stop), (before, start, CHANGE_AT), (after, CHANGE_AT, stop),
@@ -109,6 +116,21 @@ def test_fewer_retractions_but_doubled_ttft_is_worse_and_says_the_trade(doc: dic
     assert (c["before"]["signals"]["ttft_p95_seconds"], c["after"]["signals"]["ttft_p95_seconds"]) == (0.8, 1.6)
     assert "p95 TTFT 0.8 s -> 1.6 s (+100 %)" in c["why"] and "go back to --schedule-conservativeness 1" in c["why"]
     assert "retractions_frequent critical -> ok" in c["why"]
+
+
+def test_a_sidecar_and_its_sglang_are_one_row_whose_verdict_reads_sglangs_histograms(doc: dict[str, Any]) -> None:
+    """The sidecar reads only the log; SGLang's TTFT histogram is on its own target (same host, same model):
+    one row, which names SGLang's target, and the change that ended the storm but doubled TTFT is `worse`."""
+    names = [i["instance"] for i in doc["instances"]]
+    assert PAIRED in names and PAIRED_SGLANG not in names
+    (inst,) = [i for i in doc["instances"] if i["instance"] == PAIRED]
+    assert inst["sglang_instance"] == PAIRED_SGLANG and inst["latency"]["ttft_p95_seconds"] is not None
+    (c,) = changes(doc, PAIRED)
+    assert (c["flag"], c["from"], c["to"], c["verdict"]) == ("--schedule-conservativeness", 1, 1.3, "worse")
+    assert c["checks"]["retractions_frequent"] == {"before": "critical", "after": "ok"}
+    assert c["before"]["signals"]["ttft_p95_seconds"] == pytest.approx(fh.histogram_p95(0.8))
+    assert c["after"]["signals"]["ttft_p95_seconds"] == pytest.approx(fh.histogram_p95(1.6))
+    assert "p95 TTFT" in c["why"] and "(+100 %)" in c["why"], c["why"]
 
 
 def test_a_change_without_data_after_it_is_inconclusive(doc: dict[str, Any]) -> None:

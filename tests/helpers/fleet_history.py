@@ -47,6 +47,21 @@ class InstanceSpec:
     args: dict[str, float] = field(default_factory=dict)
     # the sidecar's windowed latency quantiles it exports (sglang_tuning_signal_seconds), e.g. {"ttft_p95": 0.8}
     latency: dict[str, float] = field(default_factory=dict)
+    # SGLang's own latency histograms (source sglang: / sglang_): latency -> seconds every request takes, 10
+    # requests a second, e.g. {"ttft": 0.8}
+    histograms: dict[str, float] = field(default_factory=dict)
+
+
+HISTOGRAM_FAMILIES = {"ttft": "time_to_first_token_seconds", "itl": "inter_token_latency_seconds",
+                      "e2e": "e2e_request_latency_seconds", "queue_time": "queue_time_seconds"}
+HISTOGRAM_BOUNDS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0)
+
+
+def histogram_p95(seconds: float) -> float:
+    """What histogram_quantile(0.95, ...) reads when every request takes `seconds`: 95 % into its bucket."""
+    hi = next(b for b in HISTOGRAM_BOUNDS if b >= seconds)
+    lo = max((b for b in HISTOGRAM_BOUNDS if b < hi), default=0.0)
+    return lo + 0.95 * (hi - lo)
 
 
 BASE_ARGS = {"mem_fraction_static": 0.88, "schedule_conservativeness": 1.0, "chunked_prefill_size": 8192.0,
@@ -206,6 +221,21 @@ def _write_sglang(w: _Writer, prefix: str, specs: list[InstanceSpec], times: lis
     for s in specs:
         for dp in _ranks(s):
             w.emit(prefix + "max_running_requests", _labels(s, dp), [(t, 1024.0) for t in slow])
+    for lat, family in HISTOGRAM_FAMILIES.items():
+        timed = [s for s in specs if lat in s.histograms]
+        if not timed:
+            continue
+        name = prefix + family
+        count = [(t, 10.0 * (t - start)) for t in times]  # the tokenizer's: no DP rank
+        w.family(name + "_count", "unknown")
+        for s in timed:
+            w.emit(name + "_count", _labels(s, None), count)
+        w.family(name + "_bucket", "unknown")
+        for s in timed:
+            for le in (*HISTOGRAM_BOUNDS, float("inf")):
+                bound = "+Inf" if le == float("inf") else repr(le)
+                w.emit(name + "_bucket", _labels(s, None, f'le="{bound}"'),
+                       [(t, n if le >= s.histograms[lat] else 0.0) for t, n in count])
 
 
 def _write_recorded(w: _Writer, specs: list[InstanceSpec], times: list[float]) -> None:

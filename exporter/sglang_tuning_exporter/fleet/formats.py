@@ -62,6 +62,12 @@ def cell_status(inst: InstanceReport, check: str) -> str:
     return "unknown" if statuses else ""
 
 
+def paired_with(inst: InstanceReport) -> str | None:
+    """The SGLang target merged into this sidecar's row (fleet/pairing.py), if any."""
+    paired = inst.parts.get("sglang_instance")
+    return str(paired) if paired else None
+
+
 def mistuned(report: FleetReport) -> list[InstanceReport]:
     """Servers with at least one warning or critical finding, critical first (then by SLO burn when the
     report ranks by it, else by name)."""
@@ -142,7 +148,8 @@ def render_markdown(report: FleetReport) -> str:
     for inst in bad:
         out.append(f"### {_code(inst.instance)} — {inst.status}")
         out.append("")
-        out.append(f"Model {_code(inst.model_name or '?')}, SGLang {md_text(inst.version or '?')}.")
+        out.append(f"Model {_code(inst.model_name or '?')}, SGLang {md_text(inst.version or '?')}."
+                   + (f" SGLang's own metrics from {_code(paired)} (same host)." if (paired := paired_with(inst)) else ""))
         out.append("")
         out += _plan_markdown(inst)
         out += ["| check | rank | status | change | evidence |", "|---|---|---|---|---|"]
@@ -366,7 +373,9 @@ def render_html(report: FleetReport) -> str:
                  _td(f.tradeoff)] for f in inst.firing()]
         parts.append(f'<section class="server" id="{_e("srv-" + inst.instance)}">'
                      f"<h3><code>{_e(inst.instance)}</code> — {_e(inst.status)}</h3>"
-                     f"<p>Model <code>{_e(inst.model_name or '?')}</code>, SGLang {_e(inst.version or '?')}.</p>"
+                     f"<p>Model <code>{_e(inst.model_name or '?')}</code>, SGLang {_e(inst.version or '?')}."
+                     + (f" SGLang's own metrics from <code>{_e(paired)}</code> (same host)."
+                        if (paired := paired_with(inst)) else "") + "</p>"
                      + (f"<p><i>{_e(inst.parts['verdict'])}</i></p>" if inst.parts.get("verdict") else "")
                      + ("<ol class=\"plan\">" + "".join(
                          f"<li><code>{_e(plan_step_change(s))}</code> {_e(s.get('why', ''))}. "

@@ -31,6 +31,7 @@ from sglang_tuning_exporter.core.flags import (
 from sglang_tuning_exporter.core.model import Finding, rank_key
 from sglang_tuning_exporter.fleet import changes as fleet_changes
 from sglang_tuning_exporter.fleet import latency as fleet_latency
+from sglang_tuning_exporter.fleet import pairing
 from sglang_tuning_exporter.fleet import queries as fleet
 from sglang_tuning_exporter.fleet.document import FleetReport, InstanceReport, natural_key
 from sglang_tuning_exporter.fleet.promapi import PromConfig, PrometheusClient, PrometheusError, Sample, Series
@@ -185,11 +186,20 @@ def build_report(client: PrometheusClient, window: fleet.Window, guide: Guide, *
         jobs += [("chart:" + name, functools.partial(client.range, expr, window.start, window.end, step))
                  for name, expr in fleet.chart_queries(window)]
     answers = run_queries(jobs, concurrency)
-    data = fleet.collect({k: v for k, v in answers.items() if ":" not in k})
-    ratios = fleet_latency.slo_ratios(answers)
+    results = {k: v for k, v in answers.items() if ":" not in k}
+    data = fleet.collect(results)
+    # A server scraped as two targets (its SGLang and its sidecar) is one row (fleet/pairing.py).
+    pairs = pairing.pair(data, pairing.sidecar_instances(results))
+    data = pairing.merge(data, pairs)
+    ratios = pairing.merge_by_instance(fleet_latency.slo_ratios(answers), pairs)
     charts = fleet.charts_by_instance({k[6:]: v for k, v in answers.items() if k.startswith("chart:")})
-    changes = judge_changes(client, window, guide, data, answers.get("changes:args", []), concurrency)
+    for native, sidecar in pairs.items():
+        charts[sidecar] = {**charts.pop(native, {}), **charts.get(sidecar, {})}
+    changes = judge_changes(client, window, guide, data, answers.get("changes:args", []), concurrency, pairs)
     instances = evaluate_fleet(data, guide.evaluate, guide.server_args, window.length_s, guide.parts)
+    paired = {sidecar: native for native, sidecar in pairs.items()}
+    instances = [dataclasses.replace(i, parts={**i.parts, "sglang_instance": paired[i.instance]})
+                 if i.instance in paired else i for i in instances]
     if guide.table is not None:
         instances = [dataclasses.replace(i, parts={**i.parts, "changes": changes.get(i.instance, []),
                                                    **last_change_part(changes.get(i.instance, []))})
@@ -218,21 +228,24 @@ def last_change_part(changes: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def judge_changes(client: PrometheusClient, window: fleet.Window, guide: Guide, data: Mapping[str, fleet.InstanceData],
-                  arg_series: list[Series], concurrency: int) -> dict[str, list[dict[str, Any]]]:
+                  arg_series: list[Series], concurrency: int,
+                  pairs: Mapping[str, str] | None = None) -> dict[str, list[dict[str, Any]]]:
     """Instance -> `changes[]`: flag changes seen in the args range query, judged on slices of the range
-    (the plan again, as range queries, only for the servers that changed and only when some did)."""
+    (the plan again, as range queries, only for the servers that changed and only when some did, with the SGLang
+    targets `pairs` merges into them)."""
     if guide.table is None:
         return {}
     found = {k: v for k, v in fleet_changes.detect_changes(arg_series, guide.table).items() if k in data}
     if not found:
         return {}
-    sw = fleet_changes.slice_window(window, found)
+    pairs = pairs or {}
+    sw = fleet_changes.slice_window(window, [*found, *pairing.partners(pairs, found)])
     first, last, step = fleet_changes.slice_times(window)
     if first > last:
         return {name: fleet_changes.judge_instance(cs, [], guide.table) for name, cs in found.items()}
     jobs: list[tuple[str, Callable[[], list[Series]]]] = [
         (q.key, functools.partial(client.range, q.expr, first, last, step)) for q in fleet.plan(sw, guide.params, guide.window_s)]
-    slices = fleet_changes.fold_slices(run_queries(jobs, concurrency))
+    slices = pairing.merge_slices(fleet_changes.fold_slices(run_queries(jobs, concurrency)), pairs)
     args = fleet_changes.args_at(arg_series)
     out: dict[str, list[dict[str, Any]]] = {}
     for name, cs in found.items():

@@ -1,6 +1,7 @@
 """SGLang's own metrics as checks.yaml writes them (`promql.sglang`: `sglang:name{...}`): one rewrite to a
-spelling a server exposes and one filling of the placeholders, shared by the native alert rules (render/) and
-the fleet report's native path (fleet/), so both judge a check by the same expression."""
+spelling a server exposes, one filling of the placeholders and the host part that joins a sidecar's target to
+its SGLang's, shared by the native alert rules (render/) and the fleet report's native path (fleet/), so both
+judge a check by the same expression and pair the same targets."""
 
 from __future__ import annotations
 
@@ -10,6 +11,10 @@ from collections.abc import Callable
 # SGLang's QueueCount gauges carry per-priority series under priority scheduling; the total is priority="".
 PRIORITY_TOTAL_METRICS = frozenset({"num_queue_reqs", "num_running_reqs"})
 SELECTOR = re.compile(r"(?<![\w:])sglang:([a-z0-9_]+)(\{[^}]*\})?")
+# The host part of an `instance` ("gpu-a:30000" -> "gpu-a", "[::1]:9470" -> "[::1]"; anchored, as label_replace
+# anchors it): a sidecar runs beside its SGLang (same pod IP or host), so their two targets share it. The native
+# rules are silenced by it where the sidecar covers a server; the fleet report merges the two rows by it.
+HOST_REGEX = "(.+?)(?::[0-9]+)?"
 
 
 def add_matcher(braces: str | None, matcher: str) -> str:

@@ -11,7 +11,7 @@ import re
 from sglang_tuning_exporter.core.catalog import PREFIX, SAMPLE_COUNT_OF, SIGNAL_UNITS
 from sglang_tuning_exporter.core.durations import promql_duration
 from sglang_tuning_exporter.guide.checks import Check, CheckTable
-from sglang_tuning_exporter.guide.native import add_matcher, respell
+from sglang_tuning_exporter.guide.native import HOST_REGEX, add_matcher, respell
 from sglang_tuning_exporter.guide.native import fill as fill_template
 from sglang_tuning_exporter.render.options import HOST_LABEL, RenderOptions, selector_labels
 
@@ -19,7 +19,6 @@ from sglang_tuning_exporter.render.options import HOST_LABEL, RenderOptions, sel
 LEVEL_ORDER = ("warning", "critical")
 # Labels that identify one rank of one server on the exporter's per-rank series.
 RANK_JOIN = ("instance", "model_name", "dp_rank", "pp_rank")  # the same labels on exporter and SGLang series
-HOST_REGEX = "(.+?)(?::[0-9]+)?"  # label_replace anchors it: "gpu-a:30000" -> "gpu-a", "[::1]:9470" -> "[::1]"
 
 
 _OURS = re.compile(r"(?<![\w:])(sglang_tuning_[a-z0-9_]+)(\{[^}]*\})?")
