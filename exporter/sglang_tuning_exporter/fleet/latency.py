@@ -1,6 +1,7 @@
 """What users feel, per server of the fleet report: the p95 latencies the sidecar measured (its windowed
-`sglang_tuning_signal_seconds`, read like every other signal) and, when `--config` has `slo:`, how fast each
-server burns its error budget over the range; servers are ranked by their worst burn.
+`sglang_tuning_signal_seconds`, read like every other signal), else SGLang's histograms' (fleet/native.py),
+and, when `--config` has `slo:`, how fast each server burns its error budget over the range; servers are
+ranked by their worst burn.
 
 Burn = the share of requests slower than the SLO target over the whole range / the error budget
 (1 - objective): 1 spends the budget exactly, 10 ten times too fast. The share comes from SGLang's own
