@@ -16,8 +16,8 @@ stack-status:
 stack-down:
 	$(PYTHON) scripts/stack.py down
 
-test-fast:  ## unit tests only: no real Prometheus, promtool, browser or serve process (tests/helpers/marker_rule.py), no `slow` test, a tenth of the property-test examples
-	$(PYTHON) -m pytest -q -p no:cacheprovider -n 2 -m "not integration and not browser and not slow" --hypothesis-profile=fast
+test-fast:  ## unit tests only: no real Prometheus, promtool, browser or serve process (tests/helpers/marker_rule.py), no `slow` test, a tenth of the property-test examples; three workers on two cores: a third of the tests' time is spent waiting on socket timeouts
+	$(PYTHON) -m pytest -q -p no:cacheprovider -n 3 -m "not integration and not browser and not slow" --hypothesis-profile=fast
 
 test-integration:  ## only the end-to-end suite
 	$(PYTHON) -m pytest -m integration tests/integration
