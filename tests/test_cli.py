@@ -72,4 +72,5 @@ def test_offline_commands_import_no_http_template_or_prometheus_code(command: st
     # Start-up (bench/bench_start.py): a one-job run loads no process pool, logging or statistics
     # (statistics pulls fractions and decimal); offline/parallel.py holds the pool.
     assert not top & {"multiprocessing", "concurrent", "logging", "statistics"}, top
+    assert "hashlib" not in top  # the accelerator's source digest is a CRC-32 (zlib is loaded anyway)
     assert "sglang_tuning_exporter.offline.parallel" not in ours

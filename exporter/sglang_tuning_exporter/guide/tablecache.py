@@ -1,25 +1,19 @@
 """The packaged checks table read without YAML: setup.py writes checks.yaml's document as JSON beside it
-(`_checks.json`, with the digest of the text it came from) at build time, and every start reads that
+(`_checks.json`, with the text it came from) at build time, and every start reads that
 instead of importing and running a YAML parser (about 40 ms of a `diagnose` start).
 
-The cache is used only when its digest is the digest of the checks.yaml read now: an edited table (an
-editable install not rebuilt) is parsed as YAML, the same document either way. Only the standard library
+The cache holds the checks.yaml text it was made from and is used only when that is the text read now: an
+edited table (an editable install not rebuilt) is parsed as YAML, the same document either way. Only the standard library
 is imported here: setup.py loads this file on its own, before the package is installed.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 from pathlib import Path
 from typing import Any
 
 CACHE_NAME = "_checks.json"  # beside checks.yaml; written at build time, not in git
-
-
-def digest(text: str) -> str:
-    """The digest of a checks.yaml text the cache records."""
-    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
 
 
 def yaml_document(text: str) -> Any:
@@ -34,7 +28,7 @@ def cache_text(text: str, document: Any) -> str | None:
     """The cache of `document` (what yaml_document made of `text`), or None when JSON cannot hold that
     document exactly (a non-text key, a NaN): then no cache is written and starts read the YAML."""
     try:
-        out = json.dumps({"digest": digest(text), "document": document}, ensure_ascii=False, allow_nan=False)
+        out = json.dumps({"text": text, "document": document}, ensure_ascii=False, allow_nan=False)
     except (TypeError, ValueError):  # a NaN or infinity, a value JSON has no type for
         return None
     return out if json.loads(out)["document"] == document else None
@@ -47,7 +41,7 @@ def cached_document(text: str, cache: Path) -> Any | None:
         held = json.loads(cache.read_bytes())
     except (OSError, ValueError):
         return None
-    if not isinstance(held, dict) or held.get("digest") != digest(text):
+    if not isinstance(held, dict) or held.get("text") != text:
         return None
     return held.get("document")
 

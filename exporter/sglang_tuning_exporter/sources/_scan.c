@@ -1361,7 +1361,7 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_scan", "C accelerat
 PyMODINIT_FUNC PyInit__scan(void) {
     PyObject *m = PyModule_Create(&module);
     if (m == NULL) return NULL;
-    /* the digest of the _scan.c this was built from (setup.py): accel.load refuses a build from another */
+    /* the digest of the _scan.c this was built from (setup.py: its CRC-32 and length): accel.load refuses a build from another */
     if (PyModule_AddStringConstant(m, "SOURCE", SCAN_SOURCE) < 0) goto fail;
     PyObject *names = PyTuple_New(ACC_N);
     if (names == NULL) goto fail;
