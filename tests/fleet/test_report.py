@@ -513,3 +513,23 @@ def test_a_fleet_without_latency_says_so_in_one_line_not_a_table_of_unknowns() -
     md = report_formats.render(sample_report(), "markdown")
     section = md.split("## Latency", 1)[1].split("## Mis-tuned servers", 1)[0]
     assert "No latency known on any of the 3 servers" in section and "| p95 TTFT |" not in section
+
+
+def test_a_merged_row_names_sglangs_target_in_every_format() -> None:
+    """A sidecar's row with its SGLang target merged in (fleet/pairing.py) says so after the model; hostile
+    text stays inert."""
+    import dataclasses
+
+    from helpers.schemas import assert_valid
+
+    base = sample_report()
+    merged = tuple(dataclasses.replace(i, parts={**i.parts, "sglang_instance": "10.0.0.2:30000<b>"})
+                   if i.status in ("warning", "critical") else i for i in base.instances)
+    report = dataclasses.replace(base, instances=merged)
+    assert any("sglang_instance" in i.parts for i in merged)
+    assert "SGLang's own metrics from `10.0.0.2:30000<b>` (same host)." in report_formats.render(report, "markdown")
+    assert "SGLang's own metrics from <code>10.0.0.2:30000&lt;b&gt;</code> (same host)." in report_formats.render(
+        report, "html")
+    doc = json.loads(report_formats.render(report, "json"))
+    assert_valid(doc, "report")
+    assert {i.get("sglang_instance") for i in doc["instances"]} >= {"10.0.0.2:30000<b>"}
