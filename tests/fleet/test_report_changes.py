@@ -189,3 +189,21 @@ def test_detect_changes_bridges_gaps_and_skips_untracked_args() -> None:
 
 def test_instance_matcher_escapes_regex_and_string() -> None:
     assert fleet_changes.instance_matcher(["10.0.0.1:9470"]) == 'instance=~"10\\\\.0\\\\.0\\\\.1:9470"'
+
+
+def test_the_args_range_query_answers_only_the_arguments_that_changed(prometheus: str) -> None:
+    """Every argument of every server over the range made the answer grow with the fleet (1000 servers x 7 days
+    passed the 64 MiB cap); only the (instance, arg) series whose value changed come back, at every step."""
+    from sglang_tuning_exporter.fleet.promapi import PromConfig, PrometheusClient
+
+    w = fleet.Window(start=END - LENGTH_S, end=END, step_s=60.0)
+    client = PrometheusClient(PromConfig(url=prometheus, timeout_s=30.0))
+    got = {(s.labels["instance"], s.labels["arg"]): s.points
+           for s in client.range(fleet_changes.args_query(w), w.start, w.end, w.step_s)}
+    assert set(got) == {
+        (IMPROVED, "schedule_conservativeness"), (SLOWER, "schedule_conservativeness"),
+        (PAIRED, "schedule_conservativeness"), (WORSE, "cuda_graph_max_bs"), (LATE, "mem_fraction_static")}
+    # Each with every point the unfiltered query gives it (both sides of the change).
+    every = {(s.labels["instance"], s.labels["arg"]): s.points for s in client.range(
+        "max by (instance, arg) (sglang_tuning_server_arg)", w.start, w.end, w.step_s)}
+    assert len(every) > 40 and got == {k: every[k] for k in got}

@@ -34,8 +34,13 @@ Evaluate = Callable[[Mapping[Any, dict[str, float | None]], fleet.InstanceData, 
 
 
 def args_query(w: fleet.Window) -> str:
-    """The range query whose changes of value are the flag changes (one series per instance and arg)."""
-    return f"max by (instance, arg) ({fleet.series('sglang_tuning_server_arg', w.selector)})"
+    """The range query whose changes of value are the flag changes (one series per instance and arg), only
+    for the arguments whose value changed within the range: every argument of every server over a week at
+    1000 servers answered more than the 64 MiB cap. `changes(...) @ end` is evaluated once, over the same
+    steps as the range query (a value before a gap compared with the one after it, as detect_changes does)."""
+    args = f"max by (instance, arg) ({fleet.series('sglang_tuning_server_arg', w.selector)})"
+    moved = f"changes(({args})[{fleet.duration(w.length_s)}:{fleet.duration(w.step_s)}] @ {w.end:.3f}) > 0"
+    return f"{args} and on (instance, arg) ({moved})"
 
 
 @dataclass(frozen=True, slots=True)
