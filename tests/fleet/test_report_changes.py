@@ -162,9 +162,9 @@ def test_markdown_and_html_have_the_sections(prometheus: str, tmp_path: Path) ->
 
 
 def test_no_change_in_range_costs_one_query(prometheus: str, doc: dict[str, Any], tmp_path: Path) -> None:
-    """`queries` counts every query sent: the instant plan and the server facts, plus one range query for the
-    flag changes; only when a server changed in the range, the plan once more as range queries over the
-    slices, whatever the number of changed servers (here 3 of them, or 1)."""
+    """`queries` counts every query sent: the instant plan and the server facts, plus one instant query naming the
+    servers whose flags moved; only when a server changed in the range, one range query of their arguments and
+    the plan once more as range queries over the slices, whatever the number of changed servers (here 5, or 1)."""
     w = fleet.Window(start=END - LENGTH_S, end=END, step_s=60.0)
     instant = len(fleet.plan(w)) + len(fleet.identity_queries(w)) + 1
     sliced = len(fleet.plan(w))
@@ -173,9 +173,9 @@ def test_no_change_in_range_costs_one_query(prometheus: str, doc: dict[str, Any]
     quiet = json.loads(text)
     assert quiet["lagging"] == [] and all(i["changes"] == [] for i in quiet["instances"])
     assert quiet["queries"] == instant
-    assert doc["queries"] == instant + sliced
+    assert doc["queries"] == instant + 1 + sliced
     code, text = run_report(prometheus, tmp_path, "json", "--selector", f'{{instance="{IMPROVED}"}}')
-    assert json.loads(text)["queries"] == instant + sliced
+    assert json.loads(text)["queries"] == instant + 1 + sliced
 
 
 def test_detect_changes_bridges_gaps_and_skips_untracked_args() -> None:
@@ -191,19 +191,22 @@ def test_instance_matcher_escapes_regex_and_string() -> None:
     assert fleet_changes.instance_matcher(["10.0.0.1:9470"]) == 'instance=~"10\\\\.0\\\\.0\\\\.1:9470"'
 
 
-def test_the_args_range_query_answers_only_the_arguments_that_changed(prometheus: str) -> None:
+def test_only_the_arguments_that_moved_are_read_over_time(prometheus: str) -> None:
     """Every argument of every server over the range made the answer grow with the fleet (1000 servers x 7 days
-    passed the 64 MiB cap); only the (instance, arg) series whose value changed come back, at every step."""
+    passed the 64 MiB cap): an instant query names the (instance, arg) whose value changed, and the range query
+    reads only those servers, each argument with every point the unfiltered query gives it."""
     from sglang_tuning_exporter.fleet.promapi import PromConfig, PrometheusClient
 
     w = fleet.Window(start=END - LENGTH_S, end=END, step_s=60.0)
     client = PrometheusClient(PromConfig(url=prometheus, timeout_s=30.0))
-    got = {(s.labels["instance"], s.labels["arg"]): s.points
-           for s in client.range(fleet_changes.args_query(w), w.start, w.end, w.step_s)}
-    assert set(got) == {
+    moved = client.instant(fleet_changes.moved_query(w), w.end)
+    assert {(s.labels["instance"], s.labels["arg"]) for s in moved} == {
         (IMPROVED, "schedule_conservativeness"), (SLOWER, "schedule_conservativeness"),
         (PAIRED, "schedule_conservativeness"), (WORSE, "cuda_graph_max_bs"), (LATE, "mem_fraction_static")}
-    # Each with every point the unfiltered query gives it (both sides of the change).
+    names = fleet_changes.moved_instances(moved)
+    got = {(s.labels["instance"], s.labels["arg"]): s.points
+           for s in client.range(fleet_changes.args_query(w, names), w.start, w.end, w.step_s)}
     every = {(s.labels["instance"], s.labels["arg"]): s.points for s in client.range(
         "max by (instance, arg) (sglang_tuning_server_arg)", w.start, w.end, w.step_s)}
-    assert len(every) > 40 and got == {k: every[k] for k in got}
+    assert {i for i, _ in got} == set(names) and len(every) > len(got) > 0
+    assert got == {k: v for k, v in every.items() if k[0] in names}

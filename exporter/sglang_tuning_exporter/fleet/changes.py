@@ -2,12 +2,13 @@
 "Changes and their effect") and the servers that still lag a peer's improvement.
 
 Pure: the report (fleet/report.py) runs the queries named here and hands the answers back.  A change is a
-`sglang_tuning_server_arg` series taking another value within [start, end].  Its verdict is guide/changes.py's
+`sglang_tuning_server_arg` series taking another value within [start, end] (an instant query names the servers
+whose arguments moved; only theirs are read over time).  Its verdict is guide/changes.py's
 `judge` on slices of the range: the report's own plan, run as range queries whose step is the slice length
 (each point covers the slice before it), folded per slice like the instant report, evaluated by the same
-advisor, and split at the change time.  The number of queries does not depend on the fleet size: one range
-query finds the changes, and only when there are some does the plan run again, once, restricted to the
-servers that changed.
+advisor, and split at the change time.  The number of queries does not depend on the fleet size: one instant
+query finds the servers that changed, and only when there are some does one range query read their arguments
+and the plan run again, once, restricted to them.
 """
 
 from __future__ import annotations
@@ -33,14 +34,25 @@ MAX_SLICES = 200  # a week splits into 50-minute slices: the judge compares a fe
 Evaluate = Callable[[Mapping[Any, dict[str, float | None]], fleet.InstanceData, float], list[Finding]]
 
 
-def args_query(w: fleet.Window) -> str:
-    """The range query whose changes of value are the flag changes (one series per instance and arg), only
-    for the arguments whose value changed within the range: every argument of every server over a week at
-    1000 servers answered more than the 64 MiB cap. `changes(...) @ end` is evaluated once, over the same
-    steps as the range query (a value before a gap compared with the one after it, as detect_changes does)."""
-    args = f"max by (instance, arg) ({fleet.series('sglang_tuning_server_arg', w.selector)})"
-    moved = f"changes(({args})[{fleet.duration(w.length_s)}:{fleet.duration(w.step_s)}] @ {w.end:.3f}) > 0"
-    return f"{args} and on (instance, arg) ({moved})"
+def moved_query(w: fleet.Window) -> str:
+    """The instant query naming the (instance, arg) whose value changed within the range: a series whose value
+    moved (across a gap too), or one whose old and new values sit in two series (other target labels). Only
+    those servers' arguments are then read over time: every argument of 1000 servers over 7 days answered more
+    than the 64 MiB cap, and took seconds to compute."""
+    s, r, at = fleet.series("sglang_tuning_server_arg", w.selector), fleet.duration(w.length_s), f"{w.end:.3f}"
+    return (f"(max by (instance, arg) (changes({s}[{r}] @ {at})) > 0) or (count by (instance, arg) "
+            f'(count_values by (instance, arg) ("value", last_over_time({s}[{r}] @ {at}))) > 1)')
+
+
+def moved_instances(samples: Iterable[Sample]) -> list[str]:
+    """The servers the moved query names."""
+    return sorted({name for s in samples if (name := s.labels.get("instance"))})
+
+
+def args_query(w: fleet.Window, instances: Iterable[str]) -> str:
+    """The range query whose changes of value are the flag changes (one series per instance and arg), for the
+    servers whose arguments moved."""
+    return f"max by (instance, arg) ({fleet.series('sglang_tuning_server_arg', w.selector, instance_matcher(instances))})"
 
 
 @dataclass(frozen=True, slots=True)
@@ -211,6 +223,21 @@ def find_lagging(changes: Mapping[str, Sequence[Mapping[str, Any]]],
     return out
 
 
-__all__ = ["SOURCE", "ArgChange", "Lagging", "args_at", "args_query", "detect_changes", "find_lagging",
-           "fold_slices", "instance_matcher", "judge_instance", "slice_seconds", "slice_times", "slice_window",
-           "summaries"]
+__all__ = [
+    "SOURCE",
+    "ArgChange",
+    "Lagging",
+    "args_at",
+    "args_query",
+    "detect_changes",
+    "find_lagging",
+    "fold_slices",
+    "instance_matcher",
+    "judge_instance",
+    "moved_instances",
+    "moved_query",
+    "slice_seconds",
+    "slice_times",
+    "slice_window",
+    "summaries",
+]

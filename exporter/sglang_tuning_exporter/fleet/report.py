@@ -180,8 +180,7 @@ def build_report(client: PrometheusClient, window: fleet.Window, guide: Guide, *
     jobs: list[tuple[str, Callable[[], list[Sample] | list[Series]]]] = [
         (q.key, functools.partial(client.instant, q.expr, window.end)) for q in planned]
     if guide.table is not None:
-        jobs.append(("changes:args", functools.partial(client.range, fleet_changes.args_query(window),
-                                                       window.start, window.end, window.step_s)))
+        jobs.append(("changes:moved", functools.partial(client.instant, fleet_changes.moved_query(window), window.end)))
     if with_charts:
         jobs += [("chart:" + name, functools.partial(client.range, expr, window.start, window.end, step))
                  for name, expr in fleet.chart_queries(window)]
@@ -195,7 +194,7 @@ def build_report(client: PrometheusClient, window: fleet.Window, guide: Guide, *
     charts = fleet.charts_by_instance({k[6:]: v for k, v in answers.items() if k.startswith("chart:")})
     for native, sidecar in pairs.items():
         charts[sidecar] = {**charts.pop(native, {}), **charts.get(sidecar, {})}
-    changes = judge_changes(client, window, guide, data, answers.get("changes:args", []), concurrency, pairs)
+    changes = judge_changes(client, window, guide, data, answers.get("changes:moved", []), concurrency, pairs)
     instances = evaluate_fleet(data, guide.evaluate, guide.server_args, window.length_s, guide.parts)
     paired = {sidecar: native for native, sidecar in pairs.items()}
     instances = [dataclasses.replace(i, parts={**i.parts, "sglang_instance": paired[i.instance]})
@@ -228,13 +227,15 @@ def last_change_part(changes: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def judge_changes(client: PrometheusClient, window: fleet.Window, guide: Guide, data: Mapping[str, fleet.InstanceData],
-                  arg_series: list[Series], concurrency: int,
+                  moved: list[Sample], concurrency: int,
                   pairs: Mapping[str, str] | None = None) -> dict[str, list[dict[str, Any]]]:
-    """Instance -> `changes[]`: flag changes seen in the args range query, judged on slices of the range
-    (the plan again, as range queries, only for the servers that changed and only when some did, with the SGLang
-    targets `pairs` merges into them)."""
-    if guide.table is None:
+    """Instance -> `changes[]`: flag changes of the servers whose arguments moved (`moved`), read from their
+    arguments over the range and judged on slices of it (the plan again, as range queries, only for the servers
+    that changed and only when some did, with the SGLang targets `pairs` merges into them)."""
+    names = [n for n in fleet_changes.moved_instances(moved) if n in data]
+    if guide.table is None or not names:
         return {}
+    arg_series = client.range(fleet_changes.args_query(window, names), window.start, window.end, window.step_s)
     found = {k: v for k, v in fleet_changes.detect_changes(arg_series, guide.table).items() if k in data}
     if not found:
         return {}
