@@ -17,7 +17,7 @@ import requests
 
 from helpers import fleet_history as fh
 from helpers.runners import report_json, report_output
-from helpers.tsdb import backfilled_prometheus
+from helpers.tsdb import backfilled_prometheus, write_openmetrics
 
 pytestmark = pytest.mark.integration
 
@@ -85,15 +85,7 @@ def _write(out_dir: Path) -> list[Path]:
     emit("instance:sglang_slo_ttft_slow_ratio:rate1h", f'instance="{RECORDED}",model_name="{fh.MODEL_A}"',
          [(t, 0.2) for t in times])
     emit("sglang_tuning_queue_requests", _labels(RECORDED), [(t, 30.0) for t in times])
-    out_dir.mkdir(parents=True, exist_ok=True)
-    path = out_dir / "latency.om"
-    with path.open("w", encoding="utf-8") as f:
-        for name, series in rows.items():
-            f.write(f"# TYPE {name} gauge\n")
-            for head, values in series:
-                f.writelines(f"{head} {v:.12g} {t:.0f}\n" for t, v in values)
-        f.write("# EOF\n")
-    return [path]
+    return write_openmetrics(out_dir / "latency.om", {(name, "gauge"): series for name, series in rows.items()})
 
 
 @pytest.fixture(scope="module")

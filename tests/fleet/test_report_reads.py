@@ -16,7 +16,7 @@ import pytest
 
 from helpers import fleet_history as fh
 from helpers.runners import report_json
-from helpers.tsdb import backfilled_prometheus
+from helpers.tsdb import backfilled_prometheus, write_openmetrics
 
 pytestmark = pytest.mark.integration
 
@@ -59,15 +59,7 @@ def _write(out_dir: Path) -> list[Path]:
     ratio(SHORT, 0, "queue_empty_ratio", 0.9)
     emit("sglang_tuning_queue_requests", "gauge", "sglang_tuning_queue_requests", _labels(SHORT),
          [(t, 40.0) for t in times])
-    out_dir.mkdir(parents=True, exist_ok=True)
-    path = out_dir / "reads.om"
-    with path.open("w", encoding="utf-8") as f:
-        for (family, kind), series in rows.items():
-            f.write(f"# TYPE {family} {kind}\n")
-            for head, values in series:
-                f.writelines(f"{head} {v:.12g} {t:.0f}\n" for t, v in values)
-        f.write("# EOF\n")
-    return [path]
+    return write_openmetrics(out_dir / "reads.om", rows)
 
 
 @pytest.fixture(scope="module")

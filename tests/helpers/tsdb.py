@@ -10,7 +10,7 @@ import contextlib
 import shutil
 import subprocess
 import tempfile
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 
 import pytest
@@ -89,6 +89,22 @@ def running_victoria_metrics(data_dir: Path) -> contextlib.AbstractContextManage
                 "-retentionPeriod=100y", "-search.maxStalenessInterval=5m", "-search.latencyOffset=0s",
                 "-search.disableCache", "-loggerLevel=ERROR"]
     return _on_loopback("victoria-metrics", argv, "/health")
+
+
+Series = Sequence[tuple[str, Sequence[tuple[float, float]]]]  # (`name{labels}`, [(time s, value)])
+
+
+def write_openmetrics(path: Path, families: Mapping[tuple[str, str], Series]) -> list[Path]:
+    """An OpenMetrics file for `promtool tsdb create-blocks-from openmetrics`: each (family, type) with its
+    series, values at 12 significant digits, times in whole seconds."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w", encoding="utf-8") as f:
+        for (family, kind), series in families.items():
+            f.write(f"# TYPE {family} {kind}\n")
+            for head, values in series:
+                f.writelines(f"{head} {v:.12g} {t:.0f}\n" for t, v in values)
+        f.write("# EOF\n")
+    return [path]
 
 
 @contextlib.contextmanager
