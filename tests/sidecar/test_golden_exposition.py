@@ -8,19 +8,18 @@ from __future__ import annotations
 import argparse
 import shutil
 import subprocess
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from helpers.paths import FIXTURES, GOLDEN
+from helpers.recorded_sglang import recorded_sglang
 from sglang_tuning_exporter.sidecar.collector import BuildInfo
 from sglang_tuning_exporter.sidecar.engine import Sidecar
 from sglang_tuning_exporter.sidecar.serve import build_sidecar, log_input_for, make_web
 from sglang_tuning_exporter.sidecar.serveconfig import add_serve_flags, build_config
 from sglang_tuning_exporter.sources.logreader import EventReader
-from sglang_tuning_exporter.sources.serverinfo import HttpError
 
 FIX = FIXTURES
 BUILD = BuildInfo("0.0.0-golden", "3.x", "0000000")
@@ -59,16 +58,6 @@ def _args(*argv: str) -> argparse.Namespace:
     return p.parse_args(list(argv))
 
 
-def _http(texts: list[str]) -> Callable[[str, float], bytes]:
-    def get(url: str, timeout: float) -> bytes:
-        if url.endswith("/metrics"):
-            return (texts.pop(0) if len(texts) > 1 else texts[0]).encode()
-        if url.endswith("/server_info"):
-            return SERVER_INFO
-        raise HttpError("HTTP 404", 404)
-    return get
-
-
 def _sidecar(mode: str) -> Sidecar:
     argv = ["--sglang.scrape-interval", "15s"]
     if mode in ("logs", "both"):
@@ -79,7 +68,7 @@ def _sidecar(mode: str) -> Sidecar:
     log_input = None
     if mode in ("logs", "both"):
         log_input = log_input_for(ListFollower(LOG.read_text().splitlines(), 2), EventReader())
-    return build_sidecar(cfg, timer=lambda: 0.0, http_get=_http([METRICS, METRICS_LATER]),
+    return build_sidecar(cfg, timer=lambda: 0.0, http_get=recorded_sglang([METRICS, METRICS_LATER], SERVER_INFO),
                          log_input=log_input)
 
 

@@ -4,19 +4,18 @@ latency quantiles (sglang_tuning_signal_seconds), equal to the window's over the
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from helpers.paths import FIXTURES
+from helpers.recorded_sglang import recorded_sglang
 from helpers.runners import serve_args
 from sglang_tuning_exporter.core.model import Rank
 from sglang_tuning_exporter.pipeline.window import Window
 from sglang_tuning_exporter.sidecar.serve import build_sidecar, make_web
 from sglang_tuning_exporter.sidecar.serveconfig import build_config
 from sglang_tuning_exporter.sources.scrape import ScrapeInterpreter, parse_exposition, wanted
-from sglang_tuning_exporter.sources.serverinfo import HttpError
 
 REAL = (FIXTURES / "metrics" / "sglang-0.5.23-metrics.txt").read_text()
 SERVER_INFO = (FIXTURES / "sglang-0.5.23-server_info-toplevel.json").read_bytes()
@@ -33,19 +32,9 @@ def scrape(i: int) -> str:
     return re.sub(r'^(sglang:\w+_seconds_bucket\{.*le=")([^"]+)(".*\}) (\S+)$', grow, REAL, flags=re.M)
 
 
-def http(texts: list[str]) -> Callable[[str, float], bytes]:
-    def get(url: str, timeout: float) -> bytes:
-        if url.endswith("/metrics"):
-            return (texts.pop(0) if len(texts) > 1 else texts[0]).encode()
-        if url.endswith("/server_info"):
-            return SERVER_INFO
-        raise HttpError("HTTP 404", 404)
-    return get
-
-
 def test_sidecar_exports_the_window_quantiles_of_rising_ttft() -> None:
     cfg = build_config(serve_args("--sglang.url", "http://127.0.0.1:30000", "--sglang.scrape-interval", "15s"))
-    sc = build_sidecar(cfg, timer=lambda: 0.0, http_get=http([scrape(i) for i in range(SCRAPES)]))
+    sc = build_sidecar(cfg, timer=lambda: 0.0, http_get=recorded_sglang([scrape(i) for i in range(SCRAPES)], SERVER_INFO))
     for i in range(SCRAPES):
         sc.tick(T0 + i * 15.0)
     body = make_web(cfg, sc, clock=lambda: T0 + (SCRAPES - 1) * 15.0,
