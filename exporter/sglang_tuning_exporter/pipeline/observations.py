@@ -31,8 +31,9 @@ _AFTER_POOL_STAGES = ("memory_pool_end", "cuda_graph_begin", "cuda_graph_end", "
 # Server-args keys that are also startup facts (numbers only).
 # Sample(...) without NamedTuple's Python-level __new__ (one per log line): all 12 fields, in order.
 _new_sample = functools.partial(tuple.__new__, Sample)
-# The counted event kinds (core/events.Count): kind -> what one of its events counts.
-_COUNT_OF: dict[str, Count] = {spec.name: spec.count for spec in counted() if spec.count is not None}
+# The counted event kinds (core/events.Count): kind -> what one of its events counts (the window here,
+# the sidecar's raw counters in sidecar/state.py).
+COUNT_OF: dict[str, Count] = {spec.name: spec.count for spec in counted() if spec.count is not None}
 _ARG_FACTS = {"max_running_requests": "max_running_requests", "chunked_prefill_size": "chunked_prefill_size",
               "context_length": "context_len"}
 
@@ -97,6 +98,11 @@ def scraped_pool_pairs(observations: Iterable[Observation]) -> list[Observation]
         out.extend(Observation(t, name, v, rank, "metrics") for (t, rank), f in fields.items()
                    for name, v in pool_pairs(f))
     return out
+
+
+def count_amount(count: Count, f: Mapping[str, Any]) -> Any:
+    """What one event of a counted kind adds to `count.name`: its `amount` field's value, or 1 a line."""
+    return 1 if count.amount is None else f.get(count.amount)
 
 
 def number(v: Any) -> float | None:
@@ -272,9 +278,9 @@ class EventConverter:
             self.note_version_floor("0.5.7")
         elif kind == "startup_memory" and "decode" in str(f.get("graph", "")).lower():
             self.note_version_floor("0.5.14")  # `Capture target decode CUDA graph` naming
-        count = _COUNT_OF.get(kind)
+        count = COUNT_OF.get(kind)
         if count is not None:
-            add(count.name, 1 if count.amount is None else f.get(count.amount))
+            add(count.name, count_amount(count, f))
         if kind == "decode":
             self._batch_sample(f, add, "")
             add("gen_throughput", f.get("gen_throughput"))

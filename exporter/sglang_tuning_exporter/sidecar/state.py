@@ -14,10 +14,10 @@ from typing import Any
 
 from sglang_tuning_exporter.core import limits
 from sglang_tuning_exporter.core.catalog import RANK_GAUGES
-from sglang_tuning_exporter.core.events import Count, Event, counted
+from sglang_tuning_exporter.core.events import Event
 from sglang_tuning_exporter.core.model import Finding, Observation, Rank, Sample, ServerState
 from sglang_tuning_exporter.core.redact import redact_text
-from sglang_tuning_exporter.pipeline.observations import oom_phase
+from sglang_tuning_exporter.pipeline.observations import COUNT_OF, count_amount, oom_phase
 from sglang_tuning_exporter.pipeline.signals import FACT_NAMES
 from sglang_tuning_exporter.pipeline.window import server_facts_for
 from sglang_tuning_exporter.sources.scrape import COUNTED
@@ -25,9 +25,8 @@ from sglang_tuning_exporter.sources.scrape import COUNTED
 SOURCES = ("log", "metrics", "server_info")
 # Observation names kept as "latest value" gauges per rank: exactly the ones the collector exports.
 GAUGE_NAMES = frozenset(obs for _, obs, _ in RANK_GAUGES)
-# The counted event kinds (core/events.Count): kind -> what one event adds to its counter `<name>_total`.
-_COUNT_OF: dict[str, Count] = {spec.name: spec.count for spec in counted() if spec.count is not None}
-_COUNTED_KINDS = frozenset({"decode", "retract", "prefill", "oom", *_COUNT_OF})
+# The counted event kinds (observations.COUNT_OF) each add to their counter `<name>_total`.
+_COUNTED_KINDS = frozenset({"decode", "retract", "prefill", "oom", *COUNT_OF})
 _DECODE_TRUE, _DECODE_FALSE, _DECODE_UNKNOWN = (("decode_samples", v) for v in ("true", "false", "unknown"))
 _PREFILL_KEYS = (("num_new_tokens", ("prefill_tokens", "new")), ("num_cached_tokens", ("prefill_tokens", "cached")))
 
@@ -311,8 +310,8 @@ class LiveState:
                     self._count(rank, "oom_events", oom_phase(f), 1)  # the window's rule
                     hit[1] = counters.get(rank)
                 else:  # a counted kind: as the window counts it (observations.EventConverter.convert)
-                    count = _COUNT_OF[kind]
-                    v = 1 if count.amount is None else f.get(count.amount)
+                    count = COUNT_OF[kind]
+                    v = count_amount(count, f)
                     if isinstance(v, (int, float)) and not isinstance(v, bool):
                         self._count(rank, count.name, "", float(v))
                         hit[1] = counters.get(rank)
