@@ -19,6 +19,7 @@ from sglang_tuning_exporter.fleet.promapi import Sample
 from sglang_tuning_exporter.fleet.report import (
     FleetReport,
     InstanceReport,
+    evaluate_fleet,
     natural_key,
     parse_duration,
     parse_time,
@@ -533,3 +534,25 @@ def test_a_merged_row_names_sglangs_target_in_every_format() -> None:
     doc = json.loads(report_formats.render(report, "json"))
     assert_valid(doc, "report")
     assert {i.get("sglang_instance") for i in doc["instances"]} >= {"10.0.0.2:30000<b>"}
+
+
+def test_secret_server_args_and_labels_never_reach_any_format() -> None:
+    """A secret argument's series (from an exporter that did not redact it) and label values carrying a
+    credential reach no format of the report, drift included: the value reads `***` (core/redact)."""
+    data = fleet.collect({
+        "args": [s(424242, instance="a:1", arg="api_key"), s(515151, instance="b:1", arg="api_key"),
+                 s(616161, instance="a:1", arg="ssl_keyfile_password"), s(0.8, instance="a:1", arg="mem_fraction_static")],
+        "info": [s(1, instance="a:1", version="0.5.23", model_name="https://bob:hunter2@hf.co/m",
+                   schedule_policy="lpm")],
+        "models": [s(1, instance="b:1", model_name="https://bob:hunter2@hf.co/m")],
+    })
+    instances = evaluate_fleet(data, lambda sig, d, w: [finding("queue_empty", "warning")], {}, 86400.0)
+    rep = FleetReport(prometheus="http://prom:9090", start=END - 86400, end=END, queries=1, profile="docs-2025",
+                      workload="throughput", selector="", instances=tuple(instances),
+                      drift=tuple(fleet.find_drift(data.values())), checks=("queue_empty",))
+    for fmt in ("markdown", "html", "json"):
+        text = report_formats.render(rep, fmt)
+        assert not re.search("424242|515151|616161|hunter2", text), fmt
+    doc = json.loads(report_formats.render(rep, "json"))
+    assert doc["instances"][0]["args"]["api_key"] == "***" and doc["instances"][1]["args"]["api_key"] == "***"
+    assert doc["instances"][0]["model_name"] == doc["instances"][1]["model_name"] != ""
