@@ -171,6 +171,26 @@ def test_connection_refused_is_clear() -> None:
         PrometheusClient(PromConfig(url=f"http://127.0.0.1:{port}", timeout_s=2)).instant("up", 1.0)
 
 
+def test_credentials_in_the_url_are_sent_but_never_shown(server: tuple[str, Recorder],
+                                                        capsys: pytest.CaptureFixture[str]) -> None:
+    """`--prometheus.url http://user:pass@host` authenticates, yet the password reaches no error line and no
+    report: the client's `base` (what pages, JSON and errors show) reads `***@` (core/redact)."""
+    url, rec = server
+    rec.answers.append(Canned(500, "boom", "text/plain"))
+    with_userinfo = url.replace("http://", "http://alice:s3cret@")
+    client = PrometheusClient(PromConfig(url=with_userinfo))
+    with pytest.raises(PrometheusError) as info:
+        client.instant("up", 1.0)
+    assert rec.seen[0][1]["Authorization"] == "Basic " + base64.b64encode(b"alice:s3cret").decode()
+    assert "s3cret" not in str(info.value) and "s3cret" not in client.base and "***@127.0.0.1" in client.base
+    port = free_port()  # a Prometheus that is down, and a URL the usage check refuses
+    for argv in (["--prometheus.url", f"http://alice:s3cret@127.0.0.1:{port}"],
+                 ["--prometheus.url", "alice:s3cret@prometheus:9090"]):
+        assert main(["report", *argv, "--range", "1h", "--format", "json", "--prometheus.timeout", "2s"]) in (1, 2)
+        out = capsys.readouterr()
+        assert "s3cret" not in out.err + out.out, out.err
+
+
 def test_timeout_is_clear() -> None:
     """A server that accepts but never answers hits the timeout, reported with the flag to raise."""
     with socket.socket() as s:

@@ -18,6 +18,7 @@ from urllib.parse import urlencode
 
 from sglang_tuning_exporter.core import limits, outbound
 from sglang_tuning_exporter.core.durations import duration_text
+from sglang_tuning_exporter.core.redact import redact_text
 
 USER_AGENT = "sglang-tuning-exporter-report"
 
@@ -81,7 +82,8 @@ class PrometheusClient:
     def __init__(self, config: PromConfig) -> None:
         """Build from `config` (auth, headers, TLS)."""
         self.config = config
-        self.base = config.url.rstrip("/")
+        self.url = config.url.rstrip("/")  # what requests go to (user:pass@ in it authenticates)
+        self.base = redact_text(self.url)  # what errors, pages and JSON show: never the URL's credentials
         self.queries = 0
         self._lock = threading.Lock()  # queries may be sent from several threads
         headers = {"User-Agent": USER_AGENT, "Accept": "application/json", **dict(config.headers)}
@@ -95,7 +97,7 @@ class PrometheusClient:
 
     def _context(self) -> ssl.SSLContext | None:
         """The TLS context of an https URL, built once (CA, client certificate, or no verification)."""
-        if not self.base.lower().startswith("https:"):
+        if not self.url.lower().startswith("https:"):
             return None
         with self._lock:
             if self._tls is None:
@@ -153,7 +155,7 @@ class PrometheusClient:
             self.queries += 1
         cfg, cap = self.config, limits.MAX_PROMETHEUS_ANSWER_BYTES
         try:
-            answer = outbound.request(self.base + path, method="POST", body=urlencode(params).encode(),
+            answer = outbound.request(self.url + path, method="POST", body=urlencode(params).encode(),
                                       headers=self.headers, timeout_s=cfg.timeout_s, max_bytes=cap,
                                       context=self._context(), accept_gzip=True)
         except outbound.OutboundError as exc:

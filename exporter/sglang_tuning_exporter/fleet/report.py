@@ -29,6 +29,7 @@ from sglang_tuning_exporter.core.flags import (
     read_secret,
 )
 from sglang_tuning_exporter.core.model import Finding, rank_key
+from sglang_tuning_exporter.core.redact import redact_text
 from sglang_tuning_exporter.fleet import changes as fleet_changes
 from sglang_tuning_exporter.fleet import latency as fleet_latency
 from sglang_tuning_exporter.fleet import pairing
@@ -338,7 +339,9 @@ def prom_config(args: argparse.Namespace) -> PromConfig:
     if not url:
         problems.append("--prometheus.url is required (or set SGLANG_TUNING_PROMETHEUS_URL)")
     elif not is_http_url(url):
-        problems.append(f"--prometheus.url {url!r} is not an http:// or https:// URL with a host")
+        # Shown without anything before an `@` (a password, even in a URL without a scheme).
+        problems.append(f"--prometheus.url {redact_text(url.rpartition('@')[2])!r} is not an http:// or https:// "
+                        "URL with a host")
     password = args.prometheus_password
     if args.prometheus_password_file:
         password = check(lambda: _read_secret(args.prometheus_password_file, "password file"))
