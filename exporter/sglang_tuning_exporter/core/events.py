@@ -95,8 +95,13 @@ SERVER_ARGS_REJECTED = declare(KindSpec("server_args_rejected", {"key": "argumen
 SETTING_FORCED = declare(KindSpec("setting_forced", {
     "features": "chunked_prefill, mixed_chunk, radix_cache", "reason": "text", "setting": "argument",
     "to": "number", "from": "number"}))
-# `Request length is longer than the KV cache pool size or the max context length. Truncated. ...`
-REQUEST_TRUNCATED = declare(KindSpec("request_truncated", {"input_len": "tokens", "max_req_input_len": "tokens"}))
+# `Request length is longer than the KV cache pool size or the max context length. Truncated.
+# len(req.origin_input_ids)=N, max_req_input_len=M.` (managers/utils.py, --allow-auto-truncate)
+REQUEST_TRUNCATED = declare(KindSpec(
+    "request_truncated", {"input_len": "tokens", "max_req_input_len": "tokens"},
+    pattern=r"Request length is longer than the KV cache pool size or the max context length\. Truncated\."
+            r"(?: len\(req\.origin_input_ids\)=(?P<input_len>\d+), max_req_input_len=(?P<max_req_input_len>\d+))?",
+    gate="Request length is longer"))
 # SGLang chose the cap itself (speculative decoding's 48, a model family's value)
 MAX_RUNNING_DEFAULT = declare(KindSpec("max_running_default", {"value": "requests", "reason": "text"}))
 

@@ -50,7 +50,7 @@ from sglang_tuning_exporter.sources.logmessages import (
     timings_line,
     version_line,
 )
-from sglang_tuning_exporter.sources.logsettings import forced_line, runtime_update_line, truncated_line
+from sglang_tuning_exporter.sources.logsettings import forced_line, runtime_update_line
 
 # ---------------------------------------------------------------------------------------------
 # Handlers: each returns an Event, None (not its line) or UNPARSED (its head, unreadable body).
@@ -188,7 +188,6 @@ _DISPATCH: tuple[tuple[str, Callable[[str, int], ParseResult]], ...] = (
     ("forced as chunk cache", forced_line),
     ("SWA ring: ", forced_line),
     ("Expanding multimodal decode CUDA graph", forced_line),
-    ("Request length is longer", truncated_line),
     ("server_args", server_args_line),
     ("xception", error_line),
     ("Traceback", error_line),

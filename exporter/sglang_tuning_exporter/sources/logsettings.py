@@ -1,6 +1,5 @@
 """The parser's handlers of SGLang's messages about its settings: arguments changed without a restart
-(POST /set_internal_state) or refused, settings SGLang forces itself, and requests it truncates to fit them
-(each `(line, n) -> result`). Pure."""
+(POST /set_internal_state) or refused, and settings SGLang forces itself (each `(line, n) -> result`). Pure."""
 
 from __future__ import annotations
 
@@ -62,20 +61,6 @@ _RESIZED = re.compile(r"(?i)(?P<chunk>chunked prefill size is adjusted (?:from (
                       r"(?P<g_to>\d+)")
 _RESIZED_SETTING = (("c", "chunked_prefill_size"), ("r", "chunked_prefill_size"), ("s", "swa_max_total_num_tokens"),
                     ("g", "cuda_graph_max_bs"))
-# `Request length is longer than the KV cache pool size or the max context length. Truncated.
-# len(req.origin_input_ids)=N, max_req_input_len=M.` (managers/utils.py, --allow-auto-truncate)
-_TRUNCATED = re.compile(r"Request length is longer than the KV cache pool size or the max context length\. Truncated\."
-                        r"(?: len\(req\.origin_input_ids\)=(\d+), max_req_input_len=(\d+))?")
-
-
-def truncated_line(s: str, n: int) -> ParseResult:
-    m = _TRUNCATED.search(s)
-    if m is None:
-        return None
-    fields: dict[str, Any] = {}
-    if m.group(1) is not None:
-        fields.update(input_len=int(m.group(1)), max_req_input_len=int(m.group(2)))
-    return make_event(n, ev.REQUEST_TRUNCATED, s[:m.start()], fields)
 
 
 def forced_line(s: str, n: int) -> ParseResult:
