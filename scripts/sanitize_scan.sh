@@ -12,9 +12,8 @@ cp -r exporter/sglang_tuning_exporter "$tmp/"
 rm -f "$tmp"/sglang_tuning_exporter/sources/_scan*.so
 inc=$($PYTHON -c 'import sysconfig; print(sysconfig.get_paths()["include"])')
 suffix=$($PYTHON -c 'import sysconfig; print(sysconfig.get_config_var("EXT_SUFFIX"))')
-# as setup.py builds it in (accel.source_digest: CRC-32 and length)
-digest=$($PYTHON -c 'import sys, zlib; d = open(sys.argv[1], "rb").read(); print(f"{zlib.crc32(d):08x}{len(d):08x}")' \
-    exporter/sglang_tuning_exporter/sources/_scan.c)
+# the digest setup.py builds in, by accel's own rule (the copy has no _scan module to load yet)
+digest=$(PYTHONPATH="$tmp" $PYTHON -c 'from sglang_tuning_exporter.sources.accel import source_digest; print(source_digest())')
 gcc -O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all -shared -fPIC \
     -DSCAN_SOURCE="\"$digest\"" -I"$inc" exporter/sglang_tuning_exporter/sources/_scan.c -o "$tmp/sglang_tuning_exporter/sources/_scan$suffix"
 preload=$(gcc -print-file-name=libasan.so):$(gcc -print-file-name=libubsan.so)
