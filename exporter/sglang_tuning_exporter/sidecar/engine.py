@@ -127,6 +127,11 @@ class MetricsInput:
     info_get: HttpGet | None = None  # server info's own getter (a smaller body cap); None: `get`
 
 
+def _internal(exc: BaseException) -> str:
+    """A source's detail for an unforeseen exception (redacted before the cut: a cut secret escapes it)."""
+    return f"internal error: {type(exc).__name__}: {redact_text(str(exc))[:200]}"
+
+
 @dataclass(frozen=True, slots=True)
 class _Scraped:
     """What a scrape job hands back to the loop: a failure, or the interpreted exposition (observations
@@ -237,7 +242,7 @@ class Sidecar:
             exc = outcome.error
             log.debug("source %s failed", source, exc_info=exc)
             self._record(source, ok=False, duration_s=self._mono - started, now=now, reason="internal",
-                         detail=f"internal error: {type(exc).__name__}: {redact_text(str(exc))[:200]}")
+                         detail=_internal(exc))
             return
         step = self._apply_server_info if source == "server_info" else self._apply_scrape
         self._guarded(source, now, functools.partial(step, outcome.value))
@@ -263,8 +268,7 @@ class Sidecar:
             step(now)
         except Exception as exc:  # a bug or an input nobody foresaw: this source is down, the rest go on
             log.debug("source %s failed", source, exc_info=True)
-            detail = f"internal error: {type(exc).__name__}: {redact_text(str(exc))[:200]}"
-            self._record(source, ok=False, duration_s=self.timer() - start, now=now, detail=detail,
+            self._record(source, ok=False, duration_s=self.timer() - start, now=now, detail=_internal(exc),
                          reason="internal")
 
     def _record(self, source: str, *, ok: bool, duration_s: float | None, now: float, detail: str = "",
