@@ -9,26 +9,18 @@ import time
 from collections.abc import Callable
 
 from helpers.paths import FIXTURES
+from helpers.recorded_sglang import recorded_sglang
 from helpers.runners import serve_args
 from sglang_tuning_exporter.core.model import Rank
 from sglang_tuning_exporter.sidecar.engine import Sidecar
 from sglang_tuning_exporter.sidecar.serve import build_sidecar, log_input_for
 from sglang_tuning_exporter.sidecar.serveconfig import build_config
 from sglang_tuning_exporter.sources.logreader import EventReader
-from sglang_tuning_exporter.sources.serverinfo import HttpError
 
-HYBRID = (FIXTURES / "metrics" / "sglang-0.5.23-metrics-hybrid-mamba.txt").read_bytes()  # mamba 0.98, full 0.35
+HYBRID = (FIXTURES / "metrics" / "sglang-0.5.23-metrics-hybrid-mamba.txt").read_text()  # mamba 0.98, full 0.35
 SERVER_INFO = (FIXTURES / "sglang-0.5.23-server_info-toplevel.json").read_bytes()
 T0 = float(calendar.timegm((2026, 11, 28, 10, 0, 0)))
 POOL_SIGNALS = ("pool_samples", "mamba_bound_ratio", "full_usage_mean", "mamba_cache_size_seen", "swa_bound_ratio")
-
-
-def _http(url: str, timeout: float) -> bytes:
-    if url.endswith("/metrics"):
-        return HYBRID
-    if url.endswith("/server_info"):
-        return SERVER_INFO
-    raise HttpError("HTTP 404", 404)
 
 
 class _Lines:
@@ -60,7 +52,7 @@ def _run(*, log: list[str] | None, metrics: bool, ticks: int = 13) -> Sidecar:
     log_input = None
     if metrics:
         argv += ["--sglang.url", "http://127.0.0.1:30000"]
-        http = _http
+        http = recorded_sglang([HYBRID], SERVER_INFO)
     if log is not None:
         argv += ["--sglang.log-file", "/nonexistent/sglang.log", "--from-start"]
         log_input = log_input_for(_Lines(log), EventReader())
