@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import re
 from collections.abc import Iterable, Mapping, Sequence
+from typing import TypeVar
 
 from sglang_tuning_exporter.core.model import Rank
 from sglang_tuning_exporter.fleet.promapi import Sample
@@ -24,6 +25,7 @@ _HOST = re.compile(HOST_REGEX)
 # Answers only a sidecar's own series give: its windowed signals and the server facts it exports.
 SIDECAR_KEYS = ("sidecar_signals", "args", "info")
 Signals = dict[Rank, dict[str, float | None]]
+V = TypeVar("V")
 
 
 def host_of(instance: str) -> str:
@@ -66,8 +68,9 @@ def merge(data: Mapping[str, InstanceData], pairs: Mapping[str, str]) -> dict[st
     return out
 
 
-def merge_by_instance(values: Mapping[str, Mapping[str, float]], pairs: Mapping[str, str]) -> dict[str, dict[str, float]]:
-    """Per-instance values (SLO ratios) with each paired target's folded into its sidecar's, the sidecar's winning."""
+def merge_by_instance(values: Mapping[str, Mapping[str, V]], pairs: Mapping[str, str]) -> dict[str, dict[str, V]]:
+    """Per-instance values (SLO ratios, charts) with each paired target's folded into its sidecar's, the
+    sidecar's winning."""
     out = {name: dict(v) for name, v in values.items() if name not in pairs}
     for native, sidecar in pairs.items():
         if native in values:

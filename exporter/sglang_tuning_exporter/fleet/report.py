@@ -192,9 +192,8 @@ def build_report(client: PrometheusClient, window: fleet.Window, guide: Guide, *
     pairs = pairing.pair(data, pairing.sidecar_instances(results))
     data = pairing.merge(data, pairs)
     ratios = pairing.merge_by_instance(fleet_latency.slo_ratios(answers), pairs)
-    charts = fleet.charts_by_instance({k[6:]: v for k, v in answers.items() if k.startswith("chart:")})
-    for native, sidecar in pairs.items():
-        charts[sidecar] = {**charts.pop(native, {}), **charts.get(sidecar, {})}
+    charts = pairing.merge_by_instance(
+        fleet.charts_by_instance({k[6:]: v for k, v in answers.items() if k.startswith("chart:")}), pairs)
     changes = judge_changes(client, window, guide, data, answers.get("changes:moved", []), concurrency, pairs)
     instances = evaluate_fleet(data, guide.evaluate, guide.server_args, window.length_s, guide.parts)
     paired = {sidecar: native for native, sidecar in pairs.items()}
