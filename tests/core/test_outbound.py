@@ -75,3 +75,10 @@ def test_user_info_in_the_url_is_basic_auth_and_never_printed() -> None:
         with pytest.raises(outbound.OutboundError) as exc:
             outbound.request(url + "/slow", timeout_s=0.2, max_bytes=1 << 20)
     assert "alice" not in str(exc.value) and "cret" not in str(exc.value)
+
+
+def test_a_url_that_is_not_http_is_named_without_its_secrets() -> None:
+    """The one-line error names what was configured, its user info and secret-looking query values redacted."""
+    with pytest.raises(outbound.OutboundError, match="not an http") as exc:
+        outbound.request("ftp://alice:pw@host/m?token=s3cret&x=1", timeout_s=1.0, max_bytes=100)
+    assert "s3cret" not in str(exc.value) and "pw" not in str(exc.value) and "x=1" in str(exc.value)

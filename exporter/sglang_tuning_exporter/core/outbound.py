@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from urllib.parse import unquote, urljoin, urlsplit
 
 from sglang_tuning_exporter.core.durations import duration_text
+from sglang_tuning_exporter.core.redact import redact_text
 
 REDIRECTS = (301, 302, 303, 307, 308)
 MAX_REDIRECTS = 3
@@ -200,7 +201,8 @@ def _exchange(url: str, method: str, headers: Mapping[str, str], body: bytes | N
     parts = urlsplit(url)
     where = f"{method} {origin(url)}{parts.path or '/'}"
     if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise OutboundError(f"{method} {url.rpartition('@')[2][:200]}", "not an http(s) URL", "connection")
+        raise OutboundError(f"{method} {redact_text(url.rpartition('@')[2])[:200]}", "not an http(s) URL",
+                            "connection")
     try:
         port = parts.port
     except ValueError:
