@@ -10,6 +10,7 @@ import json
 from sglang_tuning_exporter.core.model import value_text
 from sglang_tuning_exporter.guide.checks import Check, CheckTable
 from sglang_tuning_exporter.render.expressions import fill, job_matcher, num, profile_of, with_host
+from sglang_tuning_exporter.render.grafana import SERVER_UID
 from sglang_tuning_exporter.render.options import HOST_LABEL, RenderOptions, selector_labels
 
 # ----------------------------------------------------------------------------- annotations
@@ -146,8 +147,8 @@ def alert_annotations(check: Check, table: CheckTable, opts: RenderOptions, thre
     }
 
 
-# The per-server dashboard (render/dashboards.SERVER_UID; dashboards import render, not the other way round).
-SERVER_DASHBOARD = "d/sglang-tuning-server/sglang-tuning-server"
+# The per-server dashboard's path (Grafana's `d/<uid>/<slug>`; its slug is its uid).
+SERVER_DASHBOARD = f"d/{SERVER_UID}/{SERVER_UID}"
 # Dashboard variables filled from the alert's labels when it has them (the Kubernetes scope, then the server).
 DASHBOARD_VARS = ("cluster", "namespace", "pod", "instance")
 

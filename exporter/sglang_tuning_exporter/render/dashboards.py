@@ -24,6 +24,7 @@ from sglang_tuning_exporter.render.grafana import (
     PRIORITY_TOTAL,
     RANK_SEL,
     RATE,
+    SERVER_UID,
     STATUS_MAPPINGS,
     STATUS_STEPS,
     Cell,
@@ -122,7 +123,6 @@ def bands_from_table(table: CheckTable, profile: str | None = None) -> GuideBand
 
 
 
-SERVER_UID = "sglang-tuning-server"
 FLEET_UID = "sglang-tuning-fleet"
 
 

@@ -13,6 +13,8 @@ from typing import Any
 SCHEMA_VERSION = 39  # Grafana 11.x; newer Grafana migrates it on load
 DATASOURCE = {"type": "prometheus", "uid": "${datasource}"}
 TAGS = ["sglang", "sglang-tuning"]
+# The per-server dashboard's uid: the dashboards declare it, the alerts' dashboard_url links to it.
+SERVER_UID = "sglang-tuning-server"
 
 # Every per-rank selector carries the dashboard variables; SGLang's scheduler labels are join keys.
 # The Kubernetes scope of a kube-prometheus mixin: `cluster`, `namespace`, `pod` variables, "All" (`.*`) by
