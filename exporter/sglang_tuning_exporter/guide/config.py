@@ -211,7 +211,7 @@ def _guard(raw: Any, check: Check, where: str, problems: list[str]) -> dict[str,
     for name, v in raw.items():
         if name not in names:
             problems.append(f"{where}guard.{name}: not a guard of this check (its guards: {', '.join(names) or 'none'})")
-        elif not is_number(v) or not math.isfinite(v):
+        elif not is_number(v):  # finite, not a bool
             problems.append(f"{where}guard.{name}: must be a finite number, got {v!r}")
         else:
             out[str(name)] = float(v)
