@@ -142,8 +142,7 @@ def exporter_signal_expr(check: Check, table: CheckTable, opts: RenderOptions, *
     if judged:
         expr = with_enough_samples(expr, check)
         for name, _ in check.moot_when:
-            expr = (f"({expr}) unless on (instance) "
-                    f'(max by (instance) (sglang_tuning_signal_amount{{signal="{name}"}}) > 0)')
+            expr = f"({expr}) unless on (instance) (max by (instance) ({signal_series(name)}) > 0)"
     return ours(expr, opts)
 
 
@@ -153,10 +152,14 @@ def with_enough_samples(expr: str, check: Check) -> str:
     count = SAMPLE_COUNT_OF.get(check.signal)
     if count is None:
         return expr
-    family, label, _ = SIGNAL_UNITS[count]
     # The count is a sibling series of the signal: same rank labels, another `signal`.
-    return (f"({expr}) and ignoring (signal) "
-            f'({PREFIX}{family}{{signal="{label}"}} >= {num(check.min_samples)})')
+    return f"({expr}) and ignoring (signal) ({signal_series(count)} >= {num(check.min_samples)})"
+
+
+def signal_series(signal: str) -> str:
+    """The exporter's series of one signal of docs/signals.md, in its unit's family (catalog.SIGNAL_UNITS)."""
+    family, label, _ = SIGNAL_UNITS[signal]
+    return f'{PREFIX}{family}{{signal="{label}"}}'
 
 
 def native_signal_exprs(check: Check, table: CheckTable, opts: RenderOptions) -> tuple[str, ...]:
@@ -178,8 +181,7 @@ def exporter_has_signal(check: Check, table: CheckTable, opts: RenderOptions) ->
     silenced where the sidecar has the signal: a guard it reads as not met is its verdict, not a gap)."""
     if not check.guard:
         return exporter_signal_expr(check, table, opts, judged=False)
-    family, label, _ = SIGNAL_UNITS[check.signal]
-    return ours(f'{PREFIX}{family}{{signal="{label}"}}', opts)
+    return ours(signal_series(check.signal), opts)
 
 
 def native_record_name(check: Check, opts: RenderOptions) -> str:
