@@ -149,7 +149,8 @@ def rule_files(table: CheckTable, opts: RenderOptions) -> dict[str, str]:
             groups = render_rules.rule_groups(table, replace(base, profile=profile, workload=workload))
             own = [g for g in groups if g["name"] not in COMMON_GROUPS]
             out[f"files/rules/{profile}/{workload}.json"] = _json({"groups": own})
-            out["files/rules/common.json"] = _json({"groups": [g for g in groups if g["name"] in COMMON_GROUPS]})
+            if "files/rules/common.json" not in out:  # the same for every profile and workload: written once
+                out["files/rules/common.json"] = _json({"groups": [g for g in groups if g["name"] in COMMON_GROUPS]})
     return out
 
 
