@@ -155,8 +155,8 @@ DASHBOARD_VARS = ("cluster", "namespace", "pod", "instance")
 
 def dashboard_url(opts: RenderOptions) -> str:
     """Go template: the per-server dashboard over the last 3 hours, its variables set to the alert's labels."""
-    fill = "".join(f"{{{{ with $labels.{v} }}}}&var-{v}={{{{ . | urlquery }}}}{{{{ end }}}}" for v in DASHBOARD_VARS)
-    return f"{opts.grafana_url.rstrip('/')}/{SERVER_DASHBOARD}?from=now-3h&to=now{fill}"
+    var_params = "".join(f"{{{{ with $labels.{v} }}}}&var-{v}={{{{ . | urlquery }}}}{{{{ end }}}}" for v in DASHBOARD_VARS)
+    return f"{opts.grafana_url.rstrip('/')}/{SERVER_DASHBOARD}?from=now-3h&to=now{var_params}"
 
 
 def anchor(alert: str) -> str:
