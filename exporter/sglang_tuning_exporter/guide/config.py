@@ -37,6 +37,7 @@ _TOP = {"guide_profile", "workload", "window_s", "max_ranks", "expire_s", "signa
 SLO_BUCKETS = {"ttft_p95_seconds": (0.1, 0.2, 0.4, 0.6, 0.8, 1.0, 2.0, 4.0, 6.0, 8.0, 10.0, 20.0, 40.0, 60.0),
                "itl_p95_seconds": (0.002, 0.004, 0.006, 0.008, 0.01, 0.015, 0.02, 0.025, 0.03, 0.035, 0.04, 0.06,
                                    0.08, 0.1, 0.2, 0.4, 0.6, 0.8, 1.0, 2.0)}
+DEFAULT_OBJECTIVE = 0.99  # `slo.objective` when unset (the config, the SLO rules and the chart's default)
 _SIGNAL_KEYS = {"usage_good", "capped_fraction", "min_samples"}
 _CHECK_KEYS = {"enabled", "thresholds", "min_samples", "window_s", "for_s", "guard"}
 
@@ -236,7 +237,7 @@ def _slo(raw: Any, problems: list[str]) -> dict[str, float]:
                             f"({', '.join(f'{b:g}' for b in bounds)}), got {v:g}")
             continue
         out[key] = v
-    objective = raw.get("objective", 0.99)
+    objective = raw.get("objective", DEFAULT_OBJECTIVE)
     if not is_number(objective) or not 0 < objective < 1:
         problems.append(f"slo.objective: must be a ratio between 0 and 1 (0.99 = 99 % of requests), got {objective!r}")
     elif out:

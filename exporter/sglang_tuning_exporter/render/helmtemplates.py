@@ -4,6 +4,7 @@ kustomize example (render/kubernetes.py): ports, job names, the logtee handoff a
 
 from __future__ import annotations
 
+from sglang_tuning_exporter.guide.config import DEFAULT_OBJECTIVE
 from sglang_tuning_exporter.render import kubernetes as k8s
 from sglang_tuning_exporter.render import slo
 from sglang_tuning_exporter.render.annotations import SERVER_DASHBOARD
@@ -361,7 +362,7 @@ kind: GrafanaDashboard
 PROMETHEUS_RULE = (PROMETHEUS_RULE
                    .replace("SLO_ANY", " ".join(f'(hasKey $slo "{t}")' for t in slo.SLO_HISTOGRAMS))
                    .replace("SLO_BY", " ".join(f'"{n.strip()}"' for n in slo.BY.split(",")))
-                   .replace("SLO_OBJECTIVE", repr(slo.DEFAULT_OBJECTIVE))
+                   .replace("SLO_OBJECTIVE", repr(DEFAULT_OBJECTIVE))
                    .replace("SLO_TARGETS", " ".join(f'"{t}"' for t in slo.SLO_HISTOGRAMS))
                    .replace("SLO_GROUP", slo.GROUP)
                    .replace("SLO_LIMITS", "\n".join(

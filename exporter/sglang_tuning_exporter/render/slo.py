@@ -17,6 +17,7 @@ from typing import Any
 
 from sglang_tuning_exporter.core.durations import promql_duration
 from sglang_tuning_exporter.guide.checks import CheckTable
+from sglang_tuning_exporter.guide.config import DEFAULT_OBJECTIVE
 from sglang_tuning_exporter.render.annotations import anchor, dashboard_url, guide_line
 from sglang_tuning_exporter.render.expressions import SPELLINGS, for_of, native, num
 from sglang_tuning_exporter.render.grafana import (
@@ -40,7 +41,6 @@ SLO_HISTOGRAMS = {"ttft_p95_seconds": ("time_to_first_token_seconds", "TTFT", "t
                                        "latency_queue_dominates"),
                   "itl_p95_seconds": ("inter_token_latency_seconds", "ITL", "latency_high_batch_large",
                                       "latency_queue_dominates")}
-DEFAULT_OBJECTIVE = 0.99
 # A recorded series keeps the server apart and the dashboards' scope (Kubernetes labels, absent elsewhere).
 BY = "cluster, namespace, pod, job, instance, model_name"
 GROUP = "sglang-tuning.slo"
