@@ -39,7 +39,7 @@ def test_a_scrape_gives_the_pool_observations_of_the_same_decode_line() -> None:
         reader, conv = EventReader(), EventConverter()
         logged = [o for o in conv.convert_all(reader.feed(LINE.format(s=0, full=full, num=num, mamba=mamba,
                                                                          queue=queue)))
-                  if o.name in ("pool_samples", "full_usage_sum", "mamba_bound", "mamba_num_sum", "mamba_usage_sum")]
+                  if o.name in ("pool_samples", "full_samples", "full_usage_sum", "mamba_bound", "mamba_num_sum", "mamba_usage_sum")]
         assert logged, (full, mamba)
         assert _pools(scraped_pool_pairs(_scrape(T0, full, mamba, num, queue))) == {o.name: o.value for o in logged}
 
@@ -84,3 +84,16 @@ def test_log_and_scrape_of_one_rank_count_each_sample_once() -> None:
     sig = w.signals(later)[RANK]
     assert sig["pool_samples"] == 5.0
     assert sig["mamba_bound_ratio"] == 1.0
+
+
+def test_scrapes_without_the_full_gauge_leave_full_usage_unknown() -> None:
+    """Before 0.5.10 SGLang exports no sglang:full_token_usage: the mean is unknown (as the fleet report's
+    avg_over_time of the missing gauge), never 0."""
+    w = Window(600.0)
+    for i in range(20):
+        obs = [o for o in _scrape(T0 + 15 * i, 0.35, 0.98, 196, 40) if o.name != "full_token_usage"]
+        for o in scraped_pool_pairs(obs):
+            w.add(o)
+    sig = w.signals(T0 + 15 * 19)[RANK]
+    assert sig["pool_samples"] == 20.0 and sig["mamba_bound_ratio"] == 1.0
+    assert sig.get("full_usage_mean") is None, sig.get("full_usage_mean")

@@ -86,8 +86,8 @@ class ChunkResult:
 
 # The pool sums of hybrid Decode lines the C accelerator read, as observations.pool_pairs names them: each
 # present where pool_pairs would have given it (the count that says so; None: the sum's own count).
-_POOL_SUMS = (("pool_samples", None), ("full_usage_sum", "full_n"), ("swa_samples", None),
-              ("swa_usage_sum", "swa_samples"), ("mamba_num_sum", "mamba_n"), ("mamba_usage_sum", "mamba_n"),
+_POOL_SUMS = (("pool_samples", None), ("full_samples", None), ("full_usage_sum", "full_samples"),
+              ("swa_samples", None), ("swa_usage_sum", "swa_samples"), ("mamba_num_sum", "mamba_n"), ("mamba_usage_sum", "mamba_n"),
               ("mamba_bound", None), ("swa_bound", None))
 
 
@@ -107,11 +107,14 @@ def count_marks(buf: bytes | mmap.mmap, start: int = 0, end: int | None = None, 
     return seen
 
 
+_C_NAME = {"full_samples": "full_n"}  # the accelerator's name of a sum, where it differs
+
+
 def _add_pools(pools: dict[str, float], totals: dict[str, float]) -> None:
     """Add the accelerator's hybrid-pool sums into a bucket's pools (Bucket.pools: name -> sum)."""
     for name, count in _POOL_SUMS:
-        if totals[count or name]:
-            pools[name] = pools.get(name, 0.0) + totals[name]
+        if totals[_C_NAME.get(count or name, count or name)]:
+            pools[name] = pools.get(name, 0.0) + totals[_C_NAME.get(name, name)]
 
 
 class Scanner:

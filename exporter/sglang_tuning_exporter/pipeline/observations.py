@@ -63,7 +63,7 @@ def pool_pairs(f: Mapping[str, Any]) -> list[tuple[str, float]]:
     full = number(f.get("full_token_usage"))
     out = [("pool_samples", 1.0)]
     if full is not None:
-        out.append(("full_usage_sum", full))
+        out += [("full_samples", 1.0), ("full_usage_sum", full)]  # before 0.5.10 a scrape has no full gauge
     if swa is not None:
         out += [("swa_samples", 1.0), ("swa_usage_sum", swa)]
     used = number(f.get("mamba_num"))

@@ -31,7 +31,7 @@ PREFILL_SAMPLE_NAMES = {"prefill_num_queue_reqs": "num_queue_reqs",
                         "prefill_num_running_reqs": "num_running_reqs",
                         "prefill_token_usage": "token_usage"}
 # Sums of a hybrid model's Decode lines (observations.pool_pairs): Bucket.pools by name.
-POOL_EVENT_NAMES = frozenset({"pool_samples", "full_usage_sum", "swa_samples", "swa_usage_sum", "mamba_bound",
+POOL_EVENT_NAMES = frozenset({"pool_samples", "full_samples", "full_usage_sum", "swa_samples", "swa_usage_sum", "mamba_bound",
                               "swa_bound", "mamba_num_sum", "mamba_usage_sum"})
 # The same sums from scrapes (observations.scraped_pool_pairs) are kept apart under this prefix: a rank's
 # window reads its log's sums when it holds any, else its scrapes' (one sample counted once).
@@ -227,7 +227,9 @@ def _pool_signals(total: Bucket, facts: dict[str, float], cap: float | None, out
     out["pool_samples"] = n
     if n >= enough:
         out["mamba_bound_ratio"] = pools.get("mamba_bound", 0.0) / n
-        out["full_usage_mean"] = round(pools.get("full_usage_sum", 0.0) / n, 4)
+        full_n = pools.get("full_samples", 0.0)
+        if full_n:  # samples without the full pool's usage (scrapes before 0.5.10) leave it unknown, never 0
+            out["full_usage_mean"] = round(pools.get("full_usage_sum", 0.0) / full_n, 4)
         swa_n = pools.get("swa_samples", 0.0)
         if swa_n:
             out["swa_bound_ratio"] = pools.get("swa_bound", 0.0) / swa_n
