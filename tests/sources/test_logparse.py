@@ -17,6 +17,7 @@ from sglang_tuning_exporter.core.events import Event
 from sglang_tuning_exporter.core.timeparse import event_seconds, has_date
 from sglang_tuning_exporter.sources.logline import auto_value, normalise_key
 from sglang_tuning_exporter.sources.logparse import LineClassifier, capture_event, parse_line
+from sglang_tuning_exporter.sources.logreader import read_events
 
 # (line, kind, time, rank, fields that must be present with these values)
 CASES: list[tuple[str, str, str | None, dict[str, int], dict[str, Any]]] = [
@@ -718,3 +719,15 @@ def test_capacity_messages_keep_their_numbers(text: str, kind: str, want: dict[s
     e = parse_line("[2026-11-28 10:00:00 TP0] " + text, 1)
     assert e is not None and e.kind == kind, e
     assert {k: e.fields.get(k) for k in want} == want
+
+
+def test_a_refusal_reason_and_an_oom_detail_line_carry_no_secret() -> None:
+    """Text SGLang copies into a reason or an OOM's detail lines goes through core/redact like every other."""
+    secret = "sk-live-0123456789abcdef"
+    e = parse_line(f"[2026-11-28 10:00:00] Updating api_key is rejected while serving api_key={secret}", 1)
+    assert e is not None and e.kind == "server_args_rejected" and secret not in str(e.fields), e.fields
+    text = ("[2025-06-27 19:02:11 TP0] Prefill out of memory. Try to lower your batch size.\n"
+            f"Try to allocate 8192 tokens. token={secret}\n"
+            "[2025-06-27 19:02:12 TP0] Decode batch, #running-req: 1, #token: 2, token usage: 0.00, #queue-req: 0\n")
+    (oom,) = [ev for ev in read_events(text.splitlines(keepends=True)) if ev.kind == "oom"]
+    assert "Try to allocate" in oom.fields["message"] and secret not in oom.fields["message"], oom.fields

@@ -14,6 +14,7 @@ from typing import Any
 
 from sglang_tuning_exporter.core import events as ev
 from sglang_tuning_exporter.core.events import Event
+from sglang_tuning_exporter.core.redact import redact_text
 from sglang_tuning_exporter.sources.logmessages import (
     HEADROOM_TOO_SMALL,
     POOL_TOO_SMALL,
@@ -184,7 +185,7 @@ def resolve(b: Block, last_oom: tuple[int, str] | None) -> tuple[Event, bool]:
     if head.kind == ev.OOM:
         # SGLang's own multi-line OOM message: join the detail lines into the message.
         if b.lines:
-            fields["message"] = "\n".join([str(fields.get("message", "")), *b.lines])
+            fields["message"] = "\n".join([str(fields.get("message", "")), *map(redact_text, b.lines)])
         oom_detail_fields(str(fields["message"]), fields)
         if fields.get("phase") == "unknown":
             fields["phase"] = phase_from_frames(b.frames) or "unknown"

@@ -35,7 +35,7 @@ def runtime_update_line(s: str, n: int) -> ParseResult:
         fields.update(value=auto_value(m.group(2)), reason="out_of_range", valid_min=int(m.group(3)),
                       valid_max=int(m.group(4)))
     elif m.group(5) is not None:
-        fields["reason"] = m.group(5)
+        fields["reason"] = reason_text(m.group(5), full_stop=False)
     else:
         fields["reason"] = "not_supported"
     return make_event(n, ev.SERVER_ARGS_REJECTED, s[:m.start()], fields)
