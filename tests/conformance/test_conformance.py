@@ -209,6 +209,10 @@ def test_dashboards_and_report_agree(name: str, histories: dict[str, tuple[Scena
         want = {c: st for c, st in sc.statuses.items() if by_alert[c] in NATIVE_ALERTS and st != "unknown"}
         got = {c: _worst(native["findings"], c) for c in want}
         assert got == want, f"report on {native['instance']} (SGLang's metrics only): {got}, want {want}"
+        # Its latency columns, from SGLang's histograms alone, are the quantiles every evaluator states.
+        for name, value in sc.signals.items():
+            if name in native["latency"]:
+                assert native["latency"][name] == pytest.approx(value, rel=sc.rel, abs=0.02), (name, native["latency"])
 
 
 def _worst(findings: list[dict[str, Any]], check: str) -> str | None:
