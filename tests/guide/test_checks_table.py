@@ -128,6 +128,19 @@ def test_invalid_table_lists_every_problem() -> None:
         assert needle in text
 
 
+def test_notes_name_only_declared_signals() -> None:
+    """A misspelt moot_when / evidence_notes signal is a listed table problem, not a query matching nothing."""
+    bad = _raw()
+    noted = next(c for c in bad["checks"] if c.get("moot_when"))
+    noted["moot_when"] = {"no_such_signal": "never"}
+    noted["evidence_notes"] = {"queue_p50x": "typo"}
+    with pytest.raises(TableError) as err:
+        parse_table(bad)
+    flagged = [p for p in err.value.problems if "not a signal" in p]
+    assert len(flagged) == 2 and any(".moot_when.no_such_signal:" in p for p in flagged) \
+        and any(".evidence_notes.queue_p50x:" in p for p in flagged), err.value.problems
+
+
 def test_duplicate_ids_and_inverted_levels_rejected() -> None:
     """Duplicate ids and a critical level less extreme than warning are errors."""
     bad = _raw()

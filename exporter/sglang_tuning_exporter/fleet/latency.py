@@ -24,6 +24,7 @@ from sglang_tuning_exporter.core.durations import duration_text
 from sglang_tuning_exporter.fleet import native
 from sglang_tuning_exporter.fleet import queries as fleet
 from sglang_tuning_exporter.fleet.promapi import Sample
+from sglang_tuning_exporter.guide.config import DEFAULT_OBJECTIVE
 
 COLUMNS = tuple(f"{lat}_p95_seconds" for lat in LATENCIES)  # ttft, itl, e2e, queue_time
 WORDS = {"ttft_p95_seconds": "p95 TTFT", "itl_p95_seconds": "p95 ITL", "e2e_p95_seconds": "p95 E2E",
@@ -115,7 +116,7 @@ def latency_of(signals: Mapping[Any, Mapping[str, float | None]], ratios: Mappin
             why[col] = (f"{max(seen):g} {fleet.PROMETHEUS_WORDS[f'{lat}_requests']}" if seen
                         else fleet.PROMETHEUS_WORDS["latency"])
     targets = [t for t in COLUMNS if t in slo]
-    budget = 1.0 - float(slo.get("objective", 0.99)) if targets else None
+    budget = 1.0 - float(slo.get("objective", DEFAULT_OBJECTIVE)) if targets else None
     return Latency(p95, why, {t: ratios.get(t) for t in targets}, budget)
 
 
@@ -132,7 +133,7 @@ def rank(names: Sequence[str], latency: Mapping[str, Latency], slo: Mapping[str,
                                                       "histograms nor the instance:sglang_slo_* recording rules in "
                                                       "Prometheus): servers in name order"}
     ordered = sorted(names, key=lambda n: (burns[n] is None, -(burns[n] or 0.0)))  # stable: name order on ties
-    objective = float(slo.get("objective", 0.99))
+    objective = float(slo.get("objective", DEFAULT_OBJECTIVE))
     what = ", ".join(f"{WORDS[t]} {duration_text(slo[t])}" for t in targets)
     return ordered, {"by": "slo_burn",
                      "why": f"servers ordered by their worst SLO burn over the range ({what}, objective "

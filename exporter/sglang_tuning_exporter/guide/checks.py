@@ -13,6 +13,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from sglang_tuning_exporter.core.catalog import SIGNAL_UNITS
 from sglang_tuning_exporter.core.problems import ProblemsError
 from sglang_tuning_exporter.core.versions import (  # re-exported: the table's users
     version_tuple,
@@ -520,8 +521,8 @@ def _check(raw: Any, i: int, profiles: dict[str, Profile], workloads: tuple[str,
         runbook={k: str(v) for k, v in runbook.items()},
         promql={"exporter": promql.get("exporter"), "sglang": promql.get("sglang")},
         plan=_plan_step(raw.get("plan"), where, stages, problems),
-        evidence_notes=_notes(raw.get("evidence_notes"), where, problems),
-        moot_when=_notes(raw.get("moot_when"), where, problems),
+        evidence_notes=_notes(raw.get("evidence_notes"), f"{where}.evidence_notes", problems),
+        moot_when=_notes(raw.get("moot_when"), f"{where}.moot_when", problems),
         hurts=tuple(str(x) for x in (raw.get("hurts") or ())))
 
 
@@ -529,8 +530,9 @@ def _notes(raw: Any, where: str, problems: list[str]) -> tuple[tuple[str, str], 
     if raw is None:
         return ()
     if not isinstance(raw, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in raw.items()):
-        problems.append(f"{where}: evidence_notes must map signal names to sentences")
+        problems.append(f"{where}: must map signal names to sentences")
         return ()
+    problems.extend(f"{where}.{k}: not a signal (docs/signals.md)" for k in raw if k not in SIGNAL_UNITS)
     return tuple(raw.items())
 
 
