@@ -19,6 +19,9 @@ from sglang_tuning_exporter.core import events as ev
 ev.declare(ev.KindSpec("toy_rejected", {"num_rejected_reqs": "requests"},
                        count=ev.Count("toy_rejected_requests", "Requests the toy line rejected.", "num_rejected_reqs"),
                        pattern=r"Toy rejected (?P<num_rejected_reqs>\d+) requests", gate="Toy rejected "))
+# A Count without an amount field: one per line.
+ev.declare(ev.KindSpec("toy_dropped", count=ev.Count("toy_drops", "Toy lines that dropped one request."),
+                       pattern=r"Toy dropped a request", gate="Toy dropped "))
 
 from conformance.evaluators import diagnose, live, replay
 from conformance.scenarios import START, Scenario, _startup, _writer
@@ -33,6 +36,7 @@ for step in range(33 * 30):  # 33 minutes of Decode lines every 2 s; every 120 s
         for tp in (0, 1):
             w.retract(1, tp=tp)
             w.add("Toy rejected 3 requests", tp=tp)
+            w.add("Toy dropped a request", tp=tp)
         toy += 1
     w.tick(2.0)
 event = parse_line(next(x for x in reversed(w.lines) if "Toy rejected" in x), 7)
@@ -42,7 +46,7 @@ with tempfile.TemporaryDirectory() as tmp:
     for name, evaluator in (("diagnose", diagnose), ("replay", replay), ("live", live)):
         r = evaluator(sc, Path(tmp))
         out["readings"][name] = {s: r.worst_signal(s) for s in ("toy_rejected_requests_per_minute",
-                                                               "retractions_per_minute")}
+                                                               "toy_drops_per_minute", "retractions_per_minute")}
         if r.expositions:
             out["exposition"] = r.expositions[-1][1]
 json.dump(out, sys.stdout)
@@ -69,6 +73,8 @@ def test_one_declaration_makes_a_counted_signal_everywhere() -> None:
         # The span rules of retractions_per_minute, 3 requests per de-duplicated (TP) print.
         retractions, toy = signals["retractions_per_minute"], signals["toy_rejected_requests_per_minute"]
         assert retractions and toy is not None and abs(toy - 3 * retractions) < 1e-9, (who, signals)
+        drops = signals["toy_drops_per_minute"]  # one per de-duplicated print, as a retraction line
+        assert drops is not None and abs(drops - retractions) < 1e-9, (who, signals)
     text = got["exposition"]
     assert isinstance(text, str)
     per_rank = 3.0 * float(got["toy_lines"])  # type: ignore[arg-type]
@@ -76,6 +82,9 @@ def test_one_declaration_makes_a_counted_signal_everywhere() -> None:
         line = next(x for x in text.splitlines()
                     if x.startswith("sglang_tuning_toy_rejected_requests_total{") and f'tp_rank="{tp}"' in x)
         assert float(line.rsplit(" ", 1)[1]) == per_rank, line
+        drops = next(x for x in text.splitlines()
+                     if x.startswith("sglang_tuning_toy_drops_total{") and f'tp_rank="{tp}"' in x)
+        assert float(drops.rsplit(" ", 1)[1]) == float(got["toy_lines"]), drops  # type: ignore[arg-type]
     assert "# TYPE sglang_tuning_toy_rejected_requests_total counter" in text
     rate = [x for x in text.splitlines() if x.startswith("sglang_tuning_signal_per_second{")
             and 'signal="toy_rejected_requests"' in x]
